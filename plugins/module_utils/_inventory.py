@@ -1,0 +1,123 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Inventory validation shared by the preflight filter: pure functions, no I/O."""
+
+from __future__ import annotations
+
+import ipaddress
+
+HEAD_GROUP = "spark_head"
+WORKER_GROUP = "spark_workers"
+
+
+def _get(hostvars, host, name, default=None):
+    try:
+        value = hostvars[host].get(name, default)
+    except (KeyError, AttributeError):
+        return default
+    return default if value is None else value
+
+
+def _as_int(value):
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a count")
+    return int(str(value).strip())
+
+
+def inventory_errors(hostvars, groups, head_group=HEAD_GROUP, worker_group=WORKER_GROUP):
+    """Return a list of human-readable problems with the inventory (empty when it is usable).
+
+    Every message names the host and the variable, and says how to fix it.
+    """
+    errors = []
+    heads = list(groups.get(head_group) or [])
+    workers = list(groups.get(worker_group) or [])
+    if head_group not in groups:
+        errors.append("inventory: group '%s' is missing; put the node that runs the Ray head and the API in it" % head_group)
+    elif len(heads) != 1:
+        errors.append("inventory: group '%s' must hold exactly one host, it holds %d (%s)"
+                      % (head_group, len(heads), ", ".join(heads) or "none"))
+    if worker_group not in groups:
+        errors.append("inventory: group '%s' is missing; define it (it may be empty for a single node)" % worker_group)
+    for host in sorted(set(heads) & set(workers)):
+        errors.append("%s: is in both '%s' and '%s'; a node is either the head or a worker" % (host, head_group, worker_group))
+
+    nodes = heads + [w for w in workers if w not in heads]
+    subnet = None
+    subnet_raw = _get(hostvars, nodes[0], "sparkfleet_fabric_subnet") if nodes else None
+    for host in nodes:
+        raw = _get(hostvars, host, "sparkfleet_fabric_subnet")
+        if raw is None:
+            errors.append("%s: sparkfleet_fabric_subnet is not set; set it to the RoCE fabric's CIDR, e.g. 192.168.200.0/24" % host)
+            continue
+        try:
+            net = ipaddress.ip_network(str(raw), strict=False)
+        except ValueError:
+            errors.append("%s: sparkfleet_fabric_subnet '%s' is not a CIDR network such as 192.168.200.0/24" % (host, raw))
+            continue
+        if subnet is None:
+            subnet, subnet_raw = net, raw
+        elif net != subnet:
+            errors.append("%s: sparkfleet_fabric_subnet %s differs from %s on %s; all nodes share one fabric subnet"
+                          % (host, raw, subnet_raw, nodes[0]))
+
+    seen = {}
+    for host in nodes:
+        raw = _get(hostvars, host, "sparkfleet_fabric_ip")
+        if raw is None:
+            errors.append("%s: sparkfleet_fabric_ip is not set; set it to this node's address on the fabric interface"
+                          " (ip -br addr on the node shows it)" % host)
+            continue
+        try:
+            addr = ipaddress.ip_address(str(raw))
+        except ValueError:
+            errors.append("%s: sparkfleet_fabric_ip '%s' is not an IP address" % (host, raw))
+            continue
+        if addr.is_link_local:
+            errors.append("%s: sparkfleet_fabric_ip %s is link-local (169.254.x.x); configure a static address in the"
+                          " fabric subnet on the CX7 port and use that" % (host, raw))
+        if subnet is not None and addr not in subnet:
+            errors.append("%s: sparkfleet_fabric_ip %s is not inside sparkfleet_fabric_subnet %s; fix the address or the subnet"
+                          % (host, raw, subnet_raw))
+        elif subnet is not None and subnet.num_addresses > 2 and addr in (subnet.network_address, subnet.broadcast_address):
+            errors.append("%s: sparkfleet_fabric_ip %s is the network or broadcast address of %s" % (host, raw, subnet_raw))
+        if str(addr) in seen:
+            errors.append("%s: sparkfleet_fabric_ip %s is also used by %s; every node needs its own fabric address"
+                          % (host, raw, seen[str(addr)]))
+        seen.setdefault(str(addr), host)
+
+    for host in heads[:1]:
+        reach = _get(hostvars, host, "ansible_host") or _get(hostvars, host, "sparkfleet_mgmt_ip")
+        if not reach:
+            errors.append("%s: the head has no reachable address; set ansible_host (or sparkfleet_mgmt_ip) to its"
+                          " management address" % host)
+
+    if nodes:
+        gpus = 0
+        for host in nodes:
+            raw = _get(hostvars, host, "sparkfleet_gpus_per_node", 1)
+            try:
+                count = _as_int(raw)
+                if count < 1:
+                    raise ValueError
+                gpus += count
+            except (TypeError, ValueError):
+                errors.append("%s: sparkfleet_gpus_per_node '%s' must be a whole number >= 1" % (host, raw))
+        head = heads[0] if heads else nodes[0]
+        sizes = {}
+        for name in ("vllm_serve_tensor_parallel_size", "vllm_serve_pipeline_parallel_size"):
+            raw = _get(hostvars, head, name, 1)
+            try:
+                sizes[name] = _as_int(raw)
+                if sizes[name] < 1:
+                    raise ValueError
+            except (TypeError, ValueError):
+                errors.append("%s: %s '%s' must be a whole number >= 1" % (head, name, raw))
+        if len(sizes) == 2 and gpus and not any("gpus_per_node" in e for e in errors):
+            tp, pp = sizes["vllm_serve_tensor_parallel_size"], sizes["vllm_serve_pipeline_parallel_size"]
+            if tp * pp != gpus:
+                errors.append("%s: vllm_serve_tensor_parallel_size (%d) x vllm_serve_pipeline_parallel_size (%d) = %d,"
+                              " but the inventory declares %d GPU(s) on %d node(s) (sparkfleet_gpus_per_node); make"
+                              " them equal" % (head, tp, pp, tp * pp, gpus, len(nodes)))
+    return errors

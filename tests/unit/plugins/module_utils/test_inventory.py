@@ -1,0 +1,71 @@
+"""Inventory validation used by the preflight play."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._inventory import inventory_errors
+
+GROUPS = {"spark_head": ["spark-1"], "spark_workers": ["spark-2"], "spark": ["spark-1", "spark-2"]}
+
+
+def sparks(**overrides):
+    """hostvars shaped like inventories/sparks; overrides as {host: {var: value}}."""
+    common = {"sparkfleet_fabric_subnet": "192.168.200.0/24", "sparkfleet_gpus_per_node": 1,
+              "vllm_serve_tensor_parallel_size": 2, "vllm_serve_pipeline_parallel_size": 1}
+    hv = {
+        "spark-1": dict(common, ansible_host="10.1.230.180", sparkfleet_fabric_ip="192.168.200.12"),
+        "spark-2": dict(common, ansible_host="192.168.200.13", sparkfleet_fabric_ip="192.168.200.13"),
+    }
+    for host, values in overrides.items():
+        hv.setdefault(host, dict(common)).update(values)
+    return hv
+
+
+def test_real_two_spark_inventory_is_valid():
+    assert inventory_errors(sparks(), GROUPS) == []
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({"spark-2": {"sparkfleet_fabric_ip": "10.1.230.181"}},
+     "spark-2: sparkfleet_fabric_ip 10.1.230.181 is not inside sparkfleet_fabric_subnet 192.168.200.0/24"),
+    ({"spark-2": {"sparkfleet_fabric_ip": None}}, "spark-2: sparkfleet_fabric_ip is not set"),
+    ({"spark-2": {"sparkfleet_fabric_ip": "192.168.200.12"}},
+     "spark-2: sparkfleet_fabric_ip 192.168.200.12 is also used by spark-1"),
+    ({"spark-1": {"sparkfleet_fabric_ip": "169.254.3.4", "sparkfleet_fabric_subnet": "169.254.0.0/16"},
+      "spark-2": {"sparkfleet_fabric_subnet": "169.254.0.0/16", "sparkfleet_fabric_ip": "169.254.3.5"}},
+     "spark-1: sparkfleet_fabric_ip 169.254.3.4 is link-local"),
+    ({"spark-1": {"sparkfleet_fabric_subnet": "192.168.300.0/24"}}, "spark-1: sparkfleet_fabric_subnet '192.168.300.0/24' is not a CIDR"),
+    ({"spark-2": {"sparkfleet_fabric_subnet": "192.168.201.0/24", "sparkfleet_fabric_ip": "192.168.201.13"}},
+     "spark-2: sparkfleet_fabric_subnet 192.168.201.0/24 differs from 192.168.200.0/24 on spark-1"),
+    ({"spark-1": {"ansible_host": None}}, "spark-1: the head has no reachable address"),
+    ({"spark-1": {"vllm_serve_tensor_parallel_size": 4}},
+     "spark-1: vllm_serve_tensor_parallel_size (4) x vllm_serve_pipeline_parallel_size (1) = 4, but the inventory declares 2 GPU(s)"),
+    ({"spark-1": {"vllm_serve_tensor_parallel_size": "two"}}, "spark-1: vllm_serve_tensor_parallel_size 'two' must be a whole number"),
+    ({"spark-2": {"sparkfleet_gpus_per_node": 0}}, "spark-2: sparkfleet_gpus_per_node '0' must be a whole number >= 1"),
+    ({"spark-1": {"sparkfleet_fabric_ip": "192.168.200.0"}}, "spark-1: sparkfleet_fabric_ip 192.168.200.0 is the network"),
+])
+def test_each_problem_names_host_and_variable(overrides, expected):
+    errors = inventory_errors(sparks(**overrides), GROUPS)
+    assert any(e.startswith(expected) for e in errors), errors
+
+
+def test_tp_times_pp_matches_four_nodes():
+    groups = {"spark_head": ["s1"], "spark_workers": ["s2", "s3", "s4"]}
+    common = {"sparkfleet_fabric_subnet": "10.99.1.0/24", "vllm_serve_tensor_parallel_size": 2,
+              "vllm_serve_pipeline_parallel_size": 2}
+    hv = {"s%d" % i: dict(common, ansible_host="10.99.1.1%d" % i, sparkfleet_fabric_ip="10.99.1.1%d" % i)
+          for i in range(1, 5)}
+    assert inventory_errors(hv, groups) == []
+    hv["s1"]["vllm_serve_pipeline_parallel_size"] = 1
+    assert "= 2, but the inventory declares 4 GPU(s) on 4 node(s)" in " ".join(inventory_errors(hv, groups))
+
+
+@pytest.mark.parametrize("groups, expected", [
+    ({"spark_workers": ["spark-2"]}, "inventory: group 'spark_head' is missing"),
+    ({"spark_head": ["spark-1", "spark-2"], "spark_workers": []}, "inventory: group 'spark_head' must hold exactly one host, it holds 2"),
+    ({"spark_head": ["spark-1"]}, "inventory: group 'spark_workers' is missing"),
+    ({"spark_head": ["spark-1"], "spark_workers": ["spark-1", "spark-2"]}, "spark-1: is in both"),
+])
+def test_group_layout(groups, expected):
+    assert any(e.startswith(expected) for e in inventory_errors(sparks(), groups))
