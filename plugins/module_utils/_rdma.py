@@ -1,0 +1,460 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Pure helpers for rdma_facts: read RDMA sysfs, parse `ip -j addr show`, pick the fabric.
+
+Private to the collection. Everything here is free of AnsibleModule so it can be unit tested
+against fixture trees and captured command output.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+
+ACTIVE = "ACTIVE"
+ROCE_V2 = "RoCE v2"
+LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
+
+# GB10 exposes each QSFP port as two PCIe functions in different PCI domains; the domain is the
+# only difference in their names (enp1s0f1np1 <-> enP2p1s0f1np1), so dropping it pairs the twins.
+_DOMAIN_RE = re.compile(r"^(en)P\d+(p\d+s\d+f\d+.*)$")
+_STATE_RE = re.compile(r"^\s*(\d+)\s*:\s*(\S+)")
+_RATE_RE = re.compile(r"^\s*([\d.]+)\s*Gb/sec")
+
+
+class FabricError(Exception):
+    """Selection failed; msg says what is wrong (naming interfaces), hint says how to fix it."""
+
+    def __init__(self, msg, hint):
+        super(FabricError, self).__init__(msg)
+        self.msg = msg
+        self.hint = hint
+
+
+def _read(path):
+    """Return the stripped content of a sysfs file, or None when it is absent or unreadable.
+
+    Unused GID slots raise EINVAL on read on a real kernel; they count as absent.
+    """
+    try:
+        with open(path, "r") as f:
+            return f.read().strip()
+    except (IOError, OSError, UnicodeDecodeError):
+        return None
+
+
+def parse_state(text):
+    """'4: ACTIVE' -> (4, 'ACTIVE'); also used for phys_state ('5: LinkUp')."""
+    if not text:
+        return None, None
+    m = _STATE_RE.match(text)
+    if not m:
+        return None, text.strip()
+    return int(m.group(1)), m.group(2)
+
+
+def parse_rate_gbps(text):
+    """'200 Gb/sec (4X HDR)' -> 200; '2.5 Gb/sec (1X SDR)' -> 2.5; unknown -> None."""
+    if not text:
+        return None
+    m = _RATE_RE.match(text)
+    if not m:
+        return None
+    value = float(m.group(1))
+    return int(value) if value.is_integer() else value
+
+
+def ipv4_from_gid(gid):
+    """Return the IPv4 address an IPv4-mapped GID carries, else None."""
+    try:
+        addr = ipaddress.IPv6Address(gid.strip())
+    except (ValueError, AttributeError):
+        return None
+    mapped = addr.ipv4_mapped
+    return str(mapped) if mapped is not None else None
+
+
+def twin_key(netdev):
+    """Name shared by both netdevs of one physical GB10 port (the PCI domain dropped)."""
+    if not netdev:
+        return None
+    m = _DOMAIN_RE.match(netdev)
+    if m:
+        return m.group(1) + m.group(2)
+    return netdev
+
+
+def is_link_local(address):
+    return ipaddress.ip_address(address) in LINK_LOCAL_V4
+
+
+def parse_ip_addr_json(text):
+    """Parse `ip -j addr show` into {ifname: {mtu, operstate, flags, ipv4: [{address, prefix}]}}."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError("cannot parse `ip -j addr show` output as JSON: %s" % exc)
+    if not isinstance(data, list):
+        raise ValueError("`ip -j addr show` output is not a JSON list")
+    links = {}
+    for entry in data:
+        if not isinstance(entry, dict) or "ifname" not in entry:
+            continue
+        ipv4 = []
+        for info in entry.get("addr_info") or []:
+            if info.get("family") == "inet" and "local" in info:
+                ipv4.append({"address": info["local"], "prefix": int(info.get("prefixlen", 32))})
+        links[entry["ifname"]] = {
+            "mtu": entry.get("mtu"),
+            "operstate": entry.get("operstate"),
+            "flags": list(entry.get("flags") or []),
+            "ipv4": ipv4,
+        }
+    return links
+
+
+def _sorted_numeric(names):
+    return sorted((n for n in names if n.isdigit()), key=int)
+
+
+def _listdir(path):
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def read_gids(port_dir):
+    """Return the used GID table entries: [{index, gid, type, ndev}] (all-zero slots skipped)."""
+    gids = []
+    for name in _sorted_numeric(_listdir(os.path.join(port_dir, "gids"))):
+        gid = _read(os.path.join(port_dir, "gids", name))
+        if not gid or set(gid.replace(":", "")) <= {"0"}:
+            continue
+        gids.append({
+            "index": int(name),
+            "gid": gid,
+            "type": _read(os.path.join(port_dir, "gid_attrs", "types", name)),
+            "ndev": _read(os.path.join(port_dir, "gid_attrs", "ndevs", name)),
+        })
+    return gids
+
+
+def read_rdma_sysfs(sysfs_root):
+    """Read <sysfs_root>/class/infiniband into a list of port records (one per device port)."""
+    base = os.path.join(sysfs_root, "class", "infiniband")
+    records = []
+    for dev in sorted(_listdir(base)):
+        dev_dir = os.path.join(base, dev)
+        netdevs = sorted(_listdir(os.path.join(dev_dir, "device", "net")))
+        for port in _sorted_numeric(_listdir(os.path.join(dev_dir, "ports"))):
+            port_dir = os.path.join(dev_dir, "ports", port)
+            state_num, state = parse_state(_read(os.path.join(port_dir, "state")))
+            phys_num, phys_state = parse_state(_read(os.path.join(port_dir, "phys_state")))
+            gids = read_gids(port_dir)
+            netdev = None
+            # The GID table names the port's netdev; device/net is the fallback for an empty table.
+            for entry in gids:
+                if entry["ndev"]:
+                    netdev = entry["ndev"]
+                    break
+            if netdev is None and netdevs:
+                idx = int(port) - 1
+                netdev = netdevs[idx] if idx < len(netdevs) else netdevs[0]
+            rate = _read(os.path.join(port_dir, "rate"))
+            records.append({
+                "name": dev,
+                "port": int(port),
+                "netdev": netdev,
+                "state": state,
+                "state_num": state_num,
+                "phys_state": phys_state,
+                "link_layer": _read(os.path.join(port_dir, "link_layer")),
+                "rate": rate,
+                "rate_gbps": parse_rate_gbps(rate),
+                "gids": gids,
+            })
+    return records
+
+
+def roce_v2_gid_index(gids, address):
+    """Index of the RoCE v2 GID that maps IPv4 `address`, or None."""
+    for entry in gids:
+        if entry.get("type") == ROCE_V2 and ipv4_from_gid(entry["gid"]) == address:
+            return entry["index"]
+    return None
+
+
+def merge_devices(records, links):
+    """Join sysfs port records with the interface table; the result is what `devices` returns."""
+    devices = []
+    for rec in records:
+        link = links.get(rec["netdev"]) or {}
+        ipv4 = link.get("ipv4") or []
+        routable = [a for a in ipv4 if not is_link_local(a["address"])]
+        gid_index = None
+        if routable:
+            gid_index = roce_v2_gid_index(rec["gids"], routable[0]["address"])
+        devices.append({
+            "name": rec["name"],
+            "port": rec["port"],
+            "netdev": rec["netdev"],
+            "state": rec["state"],
+            "phys_state": rec["phys_state"],
+            "link_layer": rec["link_layer"],
+            "rate": rec["rate"],
+            "rate_gbps": rec["rate_gbps"],
+            "mtu": link.get("mtu"),
+            "operstate": link.get("operstate"),
+            "ipv4": ["%s/%d" % (a["address"], a["prefix"]) for a in ipv4],
+            "gid_index": gid_index,
+            "twin_key": twin_key(rec["netdev"]),
+            "gids": rec["gids"],
+        })
+    # Twins side by side, the domain-0 function first: rocep1s0f0, roceP2p1s0f0, rocep1s0f1, ...
+    devices.sort(key=lambda d: (d["twin_key"] or d["name"], d["netdev"] != d["twin_key"], d["name"], d["port"]))
+    return devices
+
+
+def _ifaces(devs):
+    return ", ".join(d["netdev"] or d["name"] for d in devs)
+
+
+def _routable(dev):
+    out = []
+    for cidr in dev["ipv4"]:
+        iface = ipaddress.ip_interface(cidr)
+        if iface.ip not in LINK_LOCAL_V4:
+            out.append(iface)
+    return out
+
+
+def _nmcli_hint(ifname, example_cidr="192.168.200.12/24"):
+    return ("configure a static address on %s in the fabric subnet, e.g. "
+            "`nmcli con add type ethernet ifname %s con-name fabric-%s ipv4.method manual "
+            "ipv4.addresses %s 802-3-ethernet.mtu 9000 && nmcli con up fabric-%s` "
+            "(give its twin an address in a different subnet)"
+            % (ifname, ifname, ifname, example_cidr, ifname))
+
+
+def _primary_first(devs):
+    # The domain-0 function (enp1s0f1np1) sorts before its enP2 twin and is the documented primary.
+    return sorted(devs, key=lambda d: (d["netdev"] != d["twin_key"], d["netdev"] or ""))
+
+
+def select_fabric(devices, interface=None, subnet=None, ip=None, min_mtu=9000):
+    """Pick this node's fabric interface from merged devices.
+
+    Returns a dict (interface, ip, prefix, subnet, mtu, hca, gid_index, device, hca_devices,
+    warnings) or raises FabricError naming the interfaces and the fix.
+    """
+    warnings = []
+    if not devices:
+        raise FabricError(
+            "no RDMA device found (class/infiniband is empty)",
+            "load the mlx5_ib driver (`modprobe mlx5_ib`) and check `ibdev2netdev`; "
+            "in the lab pass sysfs_root: /opt/sparklab/sysfs")
+    net = None
+    if subnet:
+        try:
+            net = ipaddress.ip_network(subnet, strict=False)
+        except ValueError:
+            raise FabricError("subnet %r is not a CIDR network" % subnet,
+                              "write it like 192.168.200.0/24")
+    pinned_ip = None
+    if ip:
+        try:
+            pinned_ip = ipaddress.ip_address(ip)
+        except ValueError:
+            raise FabricError("ip %r is not an IPv4 address" % ip, "write it like 192.168.200.12")
+        if net is not None and pinned_ip not in net:
+            raise FabricError("ip %s is not in subnet %s" % (ip, net),
+                              "fix the inventory: the node's fabric ip must lie in the fabric subnet")
+
+    active = [d for d in devices if d["state"] == ACTIVE]
+    if not active:
+        states = ", ".join("%s->%s %s" % (d["name"], d["netdev"], d["state"]) for d in devices)
+        raise FabricError(
+            "no ACTIVE RDMA port (%s)" % states,
+            "plug the QSFP cable (an approved QSFP112 cable brings up both twins) and check "
+            "`ibdev2netdev` shows (Up); `ip link set dev <if> up` if the netdev is admin-down")
+
+    by_netdev = dict((d["netdev"], d) for d in devices if d["netdev"])
+
+    if interface:
+        dev = by_netdev.get(interface)
+        if dev is None:
+            raise FabricError(
+                "interface %s is not an RDMA netdev (RDMA netdevs: %s)" % (interface, _ifaces(devices)),
+                "pin one of the RDMA netdevs listed, or leave interface unset to detect it per node")
+        if dev["state"] != ACTIVE:
+            raise FabricError(
+                "interface %s (%s) is not ACTIVE (state %s, phys_state %s); ACTIVE: %s"
+                % (interface, dev["name"], dev["state"], dev["phys_state"], _ifaces(active)),
+                "cable that port or pin an ACTIVE interface; names differ per node, so leave "
+                "interface unset and set subnet to detect it")
+        pool = [dev]
+    else:
+        pool = active
+
+    # Candidates: (device, address) pairs that could carry this node's fabric traffic.
+    candidates = []
+    link_local_only = []
+    for dev in pool:
+        addrs = _routable(dev)
+        if not addrs and dev["ipv4"]:
+            link_local_only.append(dev)
+        for a in addrs:
+            if net is not None and a.ip not in net:
+                continue
+            if pinned_ip is not None and a.ip != pinned_ip:
+                continue
+            candidates.append((dev, a))
+
+    if not candidates:
+        if pinned_ip is not None:
+            holder = [d for d in devices if any(ipaddress.ip_interface(c).ip == pinned_ip for c in d["ipv4"])]
+            where = ("it is on %s, which is not ACTIVE or not the pinned interface" % _ifaces(holder)
+                     if holder else "it is on no RDMA interface")
+            raise FabricError(
+                "ip %s: %s (RDMA addresses: %s)" % (ip, where, _addr_summary(devices)),
+                "configure %s on this node's ACTIVE fabric interface, or fix the inventory's ip "
+                "for this host" % ip)
+        if link_local_only:
+            ifs = [d["netdev"] for d in link_local_only]
+            raise FabricError(
+                "ACTIVE fabric interface %s has only a link-local 169.254 address; NCCL and Ray "
+                "need a routable address" % ", ".join(ifs),
+                _nmcli_hint(ifs[0], _example_cidr(net)))
+        if net is not None:
+            raise FabricError(
+                "no ACTIVE RDMA interface has an address in %s (ACTIVE: %s)"
+                % (net, _addr_summary(pool)),
+                "put an address in %s on the cabled interface (%s) or fix `subnet`; "
+                % (net, _ifaces(pool)) + _nmcli_hint(_primary_first(pool)[0]["netdev"], _example_cidr(net)))
+        raise FabricError(
+            "ACTIVE RDMA interface(s) %s have no IPv4 address" % _ifaces(pool),
+            _nmcli_hint(_primary_first(pool)[0]["netdev"]))
+
+    # Two addresses of one subnet on different netdevs confuse ARP and NCCL's socket choice.
+    if len(candidates) > 1:
+        clash = _same_subnet(candidates)
+        if clash and not interface:
+            raise FabricError(
+                "two candidates in one subnet: %s" % ", ".join(
+                    "%s %s" % (d["netdev"], a.with_prefixlen) for d, a in clash),
+                "put twins in different subnets (e.g. %s on %s and the next subnet on %s) or pin "
+                "`interface`" % (clash[0][1].network, clash[0][0]["netdev"], clash[1][0]["netdev"]))
+        keys = set(d["twin_key"] for d, _ in candidates)
+        if len(keys) > 1 and not interface:
+            raise FabricError(
+                "several cabled fabric ports carry addresses: %s" % ", ".join(
+                    "%s %s" % (d["netdev"], a.with_prefixlen) for d, a in candidates),
+                "set `subnet` to the fabric subnet both nodes share, or pin `interface`")
+        if clash:
+            warnings.append("%s share subnet %s; put twins in different subnets"
+                            % (_ifaces([d for d, _ in clash]), clash[0][1].network))
+        primary = _primary_first([d for d, _ in candidates])[0]
+        candidates = [(d, a) for d, a in candidates if d is primary][:1]
+
+    dev, addr = candidates[0]
+    hca_devices = [dev] + _primary_first(
+        [d for d in active if d["twin_key"] == dev["twin_key"] and d is not dev])
+
+    if interface:
+        # A pinned interface skips the ambiguity check; still say when a twin shares its subnet.
+        sharing = [d for d in active if d is not dev
+                   and any(a.network == addr.network for a in _routable(d))]
+        if sharing:
+            warnings.append("%s share subnet %s; put twins in different subnets"
+                            % (_ifaces([dev] + sharing), addr.network))
+
+    low = [d for d in hca_devices if (d["mtu"] or 0) < min_mtu]
+    if low:
+        raise FabricError(
+            "MTU below %d on %s" % (min_mtu, ", ".join("%s (%s)" % (d["netdev"], d["mtu"]) for d in low)),
+            "set MTU %d on every fabric twin on every node, e.g. `nmcli con mod <con> "
+            "802-3-ethernet.mtu %d && nmcli con up <con>` (or `ip link set dev %s mtu %d`); "
+            "the peer must match" % (min_mtu, min_mtu, low[0]["netdev"], min_mtu))
+
+    if len(hca_devices) == 1:
+        warnings.append(
+            "only %s is ACTIVE on this QSFP port; its twin is down, so RDMA runs at about half "
+            "bandwidth (an approved QSFP112 cable brings up both functions)" % dev["name"])
+
+    gid_index = roce_v2_gid_index(dev["gids"], str(addr.ip))
+    if gid_index is None:
+        warnings.append("no RoCE v2 GID maps %s on %s; NCCL_IB_GID_INDEX left unset"
+                        % (addr.ip, dev["name"]))
+    shared_gid = gid_index
+    for twin in hca_devices[1:]:
+        if twin["gid_index"] is None:
+            warnings.append("twin %s (%s) has no routable IPv4, so no RoCE v2 GID; give it an "
+                            "address in its own subnet" % (twin["name"], twin["netdev"]))
+        if twin["gid_index"] != gid_index:
+            shared_gid = None
+    if gid_index is not None and shared_gid is None:
+        warnings.append("RoCE v2 GID index differs between %s; NCCL_IB_GID_INDEX left unset so "
+                        "NCCL picks per device" % ", ".join(d["name"] for d in hca_devices))
+
+    return {
+        "interface": dev["netdev"],
+        "ip": str(addr.ip),
+        "prefix": addr.network.prefixlen,
+        "subnet": str(addr.network),
+        "mtu": dev["mtu"],
+        "hca": [d["name"] for d in hca_devices],
+        "hca_ports": ["%s:%d" % (d["name"], d["port"]) for d in hca_devices],
+        "gid_index": gid_index,
+        "nccl_gid_index": shared_gid,
+        "warnings": warnings,
+    }
+
+
+def _example_cidr(net):
+    if net is None:
+        return "192.168.200.12/24"
+    hosts = net.hosts()
+    try:
+        first = next(hosts)
+    except StopIteration:
+        first = net.network_address
+    return "%s/%d" % (first, net.prefixlen)
+
+
+def _addr_summary(devs):
+    parts = []
+    for d in devs:
+        parts.append("%s %s" % (d["netdev"], ",".join(d["ipv4"]) or "no IPv4"))
+    return "; ".join(parts) or "none"
+
+
+def _same_subnet(candidates):
+    seen = {}
+    for dev, addr in candidates:
+        key = addr.network
+        if key in seen and seen[key][0] is not dev:
+            return [seen[key], (dev, addr)]
+        seen.setdefault(key, (dev, addr))
+    return None
+
+
+def fabric_env(selection):
+    """Environment block for systemd units / containers, every value a string."""
+    env = {
+        "VLLM_HOST_IP": selection["ip"],
+        "RAY_NODE_IP_ADDRESS": selection["ip"],
+        "NCCL_SOCKET_IFNAME": selection["interface"],
+        "GLOO_SOCKET_IFNAME": selection["interface"],
+        "TP_SOCKET_IFNAME": selection["interface"],
+        "NCCL_IB_HCA": ",".join(selection["hca"]),
+        "UCX_NET_DEVICES": ",".join(selection["hca_ports"]),
+        "OMPI_MCA_btl_tcp_if_include": selection["interface"],
+    }
+    if selection.get("nccl_gid_index") is not None:
+        env["NCCL_IB_GID_INDEX"] = str(selection["nccl_gid_index"])
+    return env
