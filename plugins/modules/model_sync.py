@@ -1,0 +1,583 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: model_sync
+short_description: Push a model directory from this node to other nodes over the fabric, fast and verified
+version_added: 0.1.0
+description:
+  - Runs on the node that holds the model (the source) and pushes C(src) to C(dest) on every host in
+    C(destinations), addressed by their fabric IPs. The controller never carries model bytes.
+  - Before anything is copied, the source must be complete (C(config.json) parses; every shard named in
+    C(model.safetensors.index.json) exists, is non-empty, its safetensors header parses, its data offsets
+    cover the file exactly, and it holds the tensors the index puts there) and every destination must have
+    room for the files that differ. Either failure stops the run before a byte moves, with the numbers.
+  - Transfers only files that differ (size and modification time, or full checksum with C(checksum=true)),
+    with rsync over ssh, C(--whole-file), no compression, in C(streams) parallel rsync processes per
+    destination (files packed largest-first into streams of similar total size).
+  - Resumable. rsync writes every file into C(DEST/.sparkfleet-sync) and renames it into place only when
+    complete, so a killed run never leaves a partial file under its final name; the next run skips every
+    finished file and clears the staging directory first.
+  - Several destinations fan out as a tree. A destination that has finished feeds the next one
+    (C(ssh feeder rsync ... target:)), so the holders double every round and the time grows with
+    log2(N + 1), not N. The hop from a feeder to its target authenticates through a per-run ssh-agent that
+    holds only C(ssh_key) (forwarded with C(ssh -A) for the length of the transfer, killed when the module
+    ends; the key is added with a lifetime so it expires even if the module is killed). No key file is ever
+    copied to a worker. If no key can be loaded, every destination is fed from the source.
+  - In check mode, lists per destination what would be transferred or deleted (an rsync dry run) and the
+    space needed, and changes nothing.
+author:
+  - sparkfleet.vllm contributors
+options:
+  src:
+    description:
+      - Model directory on this (the source) node.
+    type: path
+    required: true
+  dest:
+    description:
+      - Directory path on every destination. Created if missing.
+    type: path
+    required: true
+  destinations:
+    description:
+      - Hosts to push to, as reachable from this node and from each other (fabric IPs or host names).
+    type: list
+    elements: str
+    required: true
+  ssh_user:
+    description:
+      - Remote user on the destinations. Defaults to the ssh client's default (the current user).
+    type: str
+  ssh_key:
+    description:
+      - Private key authorized on every destination for O(ssh_user). Also loaded into the per-run agent used
+        by destination-to-destination hops. Without it, the ssh client's default identities are used.
+    type: path
+  ssh_opts:
+    description:
+      - Extra ssh arguments, one list element per argument (for example V(["-p", "2222"])), for every hop.
+    type: list
+    elements: str
+    default: []
+  ssh_cipher:
+    description:
+      - Cipher list for ssh (C(-c)). AES-GCM is fast on CPUs with AES instructions (GB10 has them).
+    type: str
+    default: aes128-gcm@openssh.com,chacha20-poly1305@openssh.com
+  streams:
+    description:
+      - Parallel rsync processes per destination. One stream over ssh is CPU bound at about 0.4-0.65 GB/s.
+    type: int
+    default: 4
+  bwlimit:
+    description:
+      - Bandwidth limit per destination link in KiB/s, split evenly over the streams. V(0) means none.
+    type: int
+    default: 0
+  checksum:
+    description:
+      - Decide what differs by full-file checksum instead of size and modification time. Reads every
+        file on both ends. With O(verify=true), also re-checks every file by checksum after the sync.
+    type: bool
+    default: false
+  drop_cache:
+    description:
+      - When done, drop the synced files from the page cache on the source and on every destination
+        (per file, C(posix_fadvise DONTNEED) after a data sync; never a global C(drop_caches)). On GB10 the
+        GPU shares that memory, and weights load faster from a cold cache.
+    type: bool
+    default: false
+  delete:
+    description:
+      - Delete files under O(dest) that are not in O(src).
+    type: bool
+    default: false
+  verify:
+    description:
+      - After the sync, check on every destination that every source file exists with the source's size
+        (so every shard the index names is there).
+    type: bool
+    default: true
+  timeout:
+    description:
+      - Seconds for an ssh connection to be set up, and for rsync to wait on a stalled transfer.
+    type: int
+    default: 60
+notes:
+  - Needs rsync (3.2.3 or newer, for C(--mkpath)) on the source and on every destination, and GNU coreutils
+    C(dd) on the destinations for O(drop_cache).
+  - The feeder-to-target hop uses C(StrictHostKeyChecking=accept-new).
+seealso:
+  - name: rsync manual
+    description: The options this module builds on (--whole-file, --temp-dir, --files-from).
+    link: https://download.samba.org/pub/rsync/rsync.1
+"""
+
+EXAMPLES = r"""
+- name: Push the model from the head to the workers over the fabric
+  sparkfleet.vllm.model_sync:
+    src: /models/Qwen3.5-122B-A10B-FP8
+    dest: /models/Qwen3.5-122B-A10B-FP8
+    destinations: "{{ groups['spark_workers'] | map('extract', hostvars, 'fabric_ip') | list }}"
+    ssh_user: spark
+    ssh_key: /home/spark/.ssh/sparkfleet_sync
+    streams: 4
+    drop_cache: true
+  delegate_to: "{{ groups['spark_head'][0] }}"
+
+- name: What would move (changes nothing)
+  sparkfleet.vllm.model_sync:
+    src: /models/m
+    dest: /models/m
+    destinations: [10.99.1.12]
+  check_mode: true
+"""
+
+RETURN = r"""
+files_total:
+  description: Files in the source model directory.
+  returned: always
+  type: int
+  sample: 47
+files_transferred:
+  description: Files sent, summed over destinations (in check mode, that would be sent).
+  returned: always
+  type: int
+  sample: 47
+bytes_transferred:
+  description: Bytes of the files sent, summed over destinations (in check mode, that would be sent).
+  returned: always
+  type: int
+  sample: 119000000000
+seconds:
+  description: Wall-clock seconds of the whole run (checks, transfer, verify, cache drop).
+  returned: always
+  type: float
+  sample: 212.4
+transfer_seconds:
+  description: Wall-clock seconds of the transfer phase alone.
+  returned: always
+  type: float
+  sample: 190.2
+mb_per_s:
+  description: O(bytes_transferred) / O(transfer_seconds) in MB/s (10^6 bytes), 0 when nothing moved.
+  returned: always
+  type: float
+  sample: 625.8
+rounds:
+  description:
+    - Fan-out as run, each wave a list of [feeder, target] started together; C(source) is this node.
+    - In check mode, the plan if every transfer took the same time.
+  returned: always
+  type: list
+  elements: list
+  sample: [[["source", "10.99.1.12"]], [["source", "10.99.1.13"], ["10.99.1.12", "10.99.1.14"]]]
+destinations:
+  description: Per destination details.
+  returned: always
+  type: dict
+  sample:
+    10.99.1.12:
+      status: synced
+      fed_from: source
+      files_transferred: 47
+      bytes_transferred: 119000000000
+      files_deleted: 0
+      bytes_needed: 119000000000
+      bytes_available: 3500000000000
+      seconds: 190.2
+      mb_per_s: 625.8
+      streams: 4
+      verified: true
+      would_transfer: []
+      would_delete: []
+"""
+
+import os
+import re
+import shlex
+import tempfile
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
+    TEMP_DIR_NAME,
+    FanoutScheduler,
+    check_model_dir,
+    compare_sizes,
+    host_spec,
+    pack_bins,
+    parse_df_avail,
+    parse_itemize,
+    parse_size_list,
+    rsync_argv,
+    rsync_target,
+    ssh_argv,
+    summarize,
+    tree_rounds,
+)
+
+SOURCE = "source"
+
+
+def _tail(text, lines=15):
+    return "\n".join((text or "").strip().splitlines()[-lines:])
+
+
+def _mb_per_s(nbytes, seconds):
+    return round(nbytes / seconds / 1e6, 1) if seconds > 0 and nbytes else 0.0
+
+
+class ModelSync(object):
+
+    def __init__(self, module):
+        self.module = module
+        p = module.params
+        self.p = p
+        self.src = os.path.abspath(p["src"])
+        self.dest = p["dest"].rstrip("/") or "/"
+        self.user = p["ssh_user"]
+        self.ssh_bin = module.get_bin_path("ssh", required=True)
+        self.rsync_bin = module.get_bin_path("rsync", required=True)
+        self.agent_env = {}
+        self.agent_pid = None
+        self.lock = threading.Lock()
+
+    # ------------------------------------------------------------------ commands
+    def _ssh(self, forward_agent=False):
+        return ssh_argv(self.ssh_bin, self.p["ssh_cipher"], self.p["ssh_key"], self.p["ssh_opts"],
+                        forward_agent=forward_agent, timeout=self.p["timeout"])
+
+    def _remote(self, host, script, data=None):
+        argv = self._ssh() + [host_spec(host, self.user), script]
+        return self.module.run_command(argv, data=data, binary_data=True)
+
+    def _push_argv(self, feeder, target, dry_run=False, checksum=None, delete=False,
+                   files_from=False, bwlimit=0, existing_only=False):
+        checksum = self.p["checksum"] if checksum is None else checksum
+        tgt = rsync_target(target, self.dest, self.user)
+        if feeder == SOURCE:
+            argv = rsync_argv(self.rsync_bin, self._ssh(), self.src, tgt, checksum=checksum,
+                              bwlimit=bwlimit, dry_run=dry_run, delete=delete,
+                              files_from=files_from, timeout=self.p["timeout"])
+            if existing_only:
+                argv[1:1] = ["--existing", "--ignore-existing"]
+            return argv, None
+        # Feeder is a destination: it runs rsync itself and reaches the target with the forwarded agent.
+        hop = ssh_argv("ssh", self.p["ssh_cipher"], None, self.p["ssh_opts"], timeout=self.p["timeout"])
+        inner = rsync_argv("rsync", hop, self.dest, tgt, checksum=checksum, bwlimit=bwlimit,
+                           dry_run=dry_run, delete=delete, files_from=files_from,
+                           timeout=self.p["timeout"])
+        argv = self._ssh(forward_agent=True) + [host_spec(feeder, self.user),
+                                                 " ".join(shlex.quote(a) for a in inner)]
+        return argv, dict(self.agent_env)
+
+    # ------------------------------------------------------------------ agent
+    def start_agent(self):
+        """Per-run agent holding only the sync key, for destination-to-destination hops."""
+        agent = self.module.get_bin_path("ssh-agent")
+        add = self.module.get_bin_path("ssh-add")
+        if not agent or not add:
+            return "ssh-agent/ssh-add not found"
+        sock_dir = tempfile.mkdtemp(prefix="sparkfleet-agent-")
+        sock = os.path.join(sock_dir, "agent.sock")
+        rc, out, err = self.module.run_command([agent, "-s", "-a", sock])
+        m = re.search(r"SSH_AGENT_PID=(\d+)", out or "")
+        if rc != 0 or not m:
+            return "ssh-agent failed: %s" % _tail(err or out)
+        self.agent_pid = m.group(1)
+        self.agent_env = {"SSH_AUTH_SOCK": sock, "SSH_AGENT_PID": self.agent_pid}
+        lifetime = str(max(600, 4 * 3600))
+        argv = [add, "-t", lifetime] + ([self.p["ssh_key"]] if self.p["ssh_key"] else [])
+        rc, out, err = self.module.run_command(argv, environ_update=self.agent_env)
+        if rc != 0:
+            self.stop_agent()
+            return "ssh-add failed: %s" % _tail(err or out)
+        return None
+
+    def stop_agent(self):
+        if self.agent_pid:
+            agent = self.module.get_bin_path("ssh-agent")
+            self.module.run_command([agent, "-k"], environ_update=self.agent_env)
+            sock = self.agent_env.get("SSH_AUTH_SOCK")
+            if sock and os.path.isdir(os.path.dirname(sock)):
+                try:
+                    os.rmdir(os.path.dirname(sock))
+                except OSError:
+                    pass
+        self.agent_pid = None
+        self.agent_env = {}
+
+    # ------------------------------------------------------------------ phases
+    def preflight(self, host):
+        """Dry run from the source and free space on the target. Read-only."""
+        info = {"status": "pending", "fed_from": None, "files_transferred": 0, "bytes_transferred": 0,
+                "files_deleted": 0, "bytes_needed": 0, "bytes_available": None, "seconds": 0.0,
+                "mb_per_s": 0.0, "streams": 0, "verified": None, "would_transfer": [], "would_delete": []}
+        argv, _env = self._push_argv(SOURCE, host, dry_run=True, delete=self.p["delete"])
+        rc, out, err = self.module.run_command(argv)
+        if rc != 0:
+            info.update(status="failed", msg="rsync dry run to %s failed (rc %d): %s" % (host, rc, _tail(err)))
+            return info, []
+        entries = parse_itemize(out)
+        nfiles, nbytes, names, deleted = summarize(entries)
+        moved = [(e["name"], e["size"]) for e in entries if e["transferred"]]
+        info.update(would_transfer=names, would_delete=deleted, bytes_needed=nbytes)
+        script = ('p=%s; while [ ! -d "$p" ]; do p=$(dirname "$p"); done; df -P -B1 "$p"'
+                  % shlex.quote(self.dest))
+        rc, out, err = self._remote(host, script)
+        try:
+            if rc != 0:
+                raise ValueError(_tail(err or out))
+            info["bytes_available"] = parse_df_avail(out)
+        except ValueError as exc:
+            info.update(status="failed", msg="cannot read free space under %s on %s: %s" % (self.dest, host, exc))
+            return info, moved
+        # Old versions stay until each new file is renamed into place, so the new bytes must all fit.
+        if nbytes > info["bytes_available"]:
+            info.update(status="failed",
+                        msg="%s has %d bytes (%.1f GB) free under %s, the sync needs %d bytes (%.1f GB)"
+                            % (host, info["bytes_available"], info["bytes_available"] / 1e9, self.dest,
+                               nbytes, nbytes / 1e9))
+            return info, moved
+        info["status"] = "in_sync" if not names and not deleted else "pending"
+        return info, moved
+
+    def _run_stream(self, feeder, target, names, bwlimit):
+        argv, env = self._push_argv(feeder, target, files_from=True, bwlimit=bwlimit)
+        data = b"".join(n.encode("utf-8", "surrogateescape") + b"\0" for n in names)
+        return self.module.run_command(argv, data=data, binary_data=True, environ_update=env)
+
+    def transfer(self, feeder, target, moved, info):
+        """Prepare the staging dir, push in parallel streams, delete extras, tidy up."""
+        start = time.time()
+        staging = os.path.join(self.dest, TEMP_DIR_NAME)
+        rc, out, err = self._remote(target, "mkdir -p %s && find %s -mindepth 1 -delete"
+                                    % (shlex.quote(staging), shlex.quote(staging)))
+        if rc != 0:
+            return False, "cannot prepare %s on %s: %s" % (staging, target, _tail(err or out))
+        bins = pack_bins(moved, self.p["streams"])
+        info["streams"] = len(bins)
+        per_stream = (max(1, self.p["bwlimit"] // len(bins)) if self.p["bwlimit"] and bins else 0)
+        errors = []
+        nfiles = nbytes = 0
+        if bins:
+            with ThreadPoolExecutor(max_workers=len(bins)) as pool:
+                futures = [pool.submit(self._run_stream, feeder, target, b, per_stream) for b in bins]
+                for fut in futures:
+                    rc, out, err = fut.result()
+                    f, b, _n, _d = summarize(parse_itemize(out))
+                    nfiles += f
+                    nbytes += b
+                    if rc != 0:
+                        errors.append("rc %d: %s" % (rc, _tail(err or out, 8)))
+        if not errors and self.p["delete"]:
+            argv, _env = self._push_argv(SOURCE, target, delete=True, existing_only=True)
+            rc, out, err = self.module.run_command(argv)
+            if rc != 0:
+                errors.append("delete pass rc %d: %s" % (rc, _tail(err)))
+            else:
+                info["files_deleted"] = len(summarize(parse_itemize(out))[3])
+        if not errors:
+            self._remote(target, "rmdir %s 2>/dev/null; true" % shlex.quote(staging))
+        seconds = time.time() - start
+        info.update(files_transferred=nfiles, bytes_transferred=nbytes, seconds=round(seconds, 2),
+                    mb_per_s=_mb_per_s(nbytes, seconds))
+        if errors:
+            where = "from this node" if feeder == SOURCE else "from %s" % feeder
+            return False, "push to %s %s failed: %s" % (target, where, "; ".join(errors))
+        return True, None
+
+    def verify(self, host, expected):
+        script = "cd %s && find . -path ./%s -prune -o -type f -printf '%%s %%P\\0'" % (
+            shlex.quote(self.dest), TEMP_DIR_NAME)
+        rc, out, err = self._remote(host, script)
+        if rc != 0:
+            return ["cannot list %s: %s" % (self.dest, _tail(err or out))]
+        problems = compare_sizes(expected, parse_size_list(out))
+        if not problems and self.p["checksum"]:
+            argv, _env = self._push_argv(SOURCE, host, dry_run=True, checksum=True)
+            rc, out, err = self.module.run_command(argv)
+            if rc != 0:
+                return ["checksum re-check failed (rc %d): %s" % (rc, _tail(err))]
+            problems = ["%s differs by checksum" % n for n in summarize(parse_itemize(out))[2]]
+        return problems
+
+    def drop_local_cache(self, names):
+        dropped = 0
+        for rel in names:
+            try:
+                fd = os.open(os.path.join(self.src, rel), os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                dropped += 1
+            finally:
+                os.close(fd)
+        return dropped
+
+    def drop_remote_cache(self, host):
+        # dd with count=0: fdatasync then fadvise(DONTNEED) over the whole file, written pages included.
+        script = ("cd %s && find . -path ./%s -prune -o -type f -exec dd of={} oflag=nocache "
+                  "conv=notrunc,fdatasync count=0 status=none \\;" % (shlex.quote(self.dest), TEMP_DIR_NAME))
+        rc, out, err = self._remote(host, script)
+        return None if rc == 0 else _tail(err or out)
+
+    # ------------------------------------------------------------------ main
+    def run(self):
+        m = self.module
+        started = time.time()
+        hosts = []
+        for h in m.params["destinations"]:
+            if h not in hosts:
+                hosts.append(h)
+        if not hosts:
+            m.fail_json(msg="destinations is empty: name at least one host to push to")
+        if m.params["streams"] < 1:
+            m.fail_json(msg="streams must be 1 or more, got %d" % m.params["streams"])
+
+        report, problems = check_model_dir(self.src)
+        if problems:
+            m.fail_json(msg="source model %s is incomplete or corrupt, nothing was copied: %s"
+                            % (self.src, "; ".join(problems[:10])),
+                        problems=problems, hint="Re-download the named files on this node, then run again.")
+        expected = dict(report["files"])
+        result = {"changed": False, "files_total": len(expected), "files_transferred": 0,
+                  "bytes_transferred": 0, "seconds": 0.0, "transfer_seconds": 0.0, "mb_per_s": 0.0,
+                  "rounds": [], "destinations": {}}
+
+        moved = {}
+        with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
+            for host, (info, mv) in zip(hosts, pool.map(self.preflight, hosts)):
+                result["destinations"][host] = info
+                moved[host] = mv
+        bad = [h for h in hosts if result["destinations"][h]["status"] == "failed"]
+        if bad:
+            result["seconds"] = round(time.time() - started, 2)
+            m.fail_json(msg="nothing was copied: " + "; ".join(result["destinations"][h]["msg"] for h in bad),
+                        hint="Free space on the destination or fix ssh access (user, key, fabric IP), then run again.",
+                        **result)
+
+        pending = [h for h in hosts if result["destinations"][h]["status"] == "pending"]
+        holders = [SOURCE] + [h for h in hosts if result["destinations"][h]["status"] == "in_sync"]
+        result["files_transferred"] = sum(len(moved[h]) for h in pending)
+        result["bytes_transferred"] = sum(sum(s for _n, s in moved[h]) for h in pending)
+        result["changed"] = bool(pending)
+
+        if m.check_mode:
+            result["rounds"] = [[list(p) for p in r] for r in tree_rounds(holders, pending)]
+            for h in pending:
+                result["destinations"][h]["status"] = "would_sync"
+            result["seconds"] = round(time.time() - started, 2)
+            m.exit_json(**result)
+
+        warnings = []
+        if pending and len(holders) + len(pending) > 2:
+            why = self.start_agent()
+            if why:
+                warnings.append("every destination is fed from this node (no tree fan-out): %s" % why)
+                holders = [SOURCE]
+        try:
+            t0 = time.time()
+            self._fan_out(holders, pending, moved, result)
+            result["transfer_seconds"] = round(time.time() - t0, 2)
+        finally:
+            self.stop_agent()
+
+        failed = [h for h in pending if result["destinations"][h]["status"] == "failed"]
+        synced = [h for h in hosts if h not in failed]
+        result["files_transferred"] = sum(result["destinations"][h]["files_transferred"] for h in hosts)
+        result["bytes_transferred"] = sum(result["destinations"][h]["bytes_transferred"] for h in hosts)
+        result["mb_per_s"] = _mb_per_s(result["bytes_transferred"], result["transfer_seconds"])
+        result["changed"] = bool(result["files_transferred"] or
+                                 any(result["destinations"][h]["files_deleted"] for h in hosts))
+
+        if m.params["verify"]:
+            for h in synced:
+                problems = self.verify(h, expected)
+                result["destinations"][h]["verified"] = not problems
+                if problems:
+                    result["destinations"][h].update(status="failed",
+                                                     msg="verify on %s: %s" % (h, "; ".join(problems[:10])))
+                    failed.append(h)
+        if m.params["drop_cache"]:
+            result["cache_dropped_source_files"] = self.drop_local_cache(expected)
+            for h in hosts:
+                if h not in failed:
+                    err = self.drop_remote_cache(h)
+                    if err:
+                        warnings.append("page-cache drop on %s failed: %s" % (h, err))
+        result["seconds"] = round(time.time() - started, 2)
+        for w in warnings:
+            m.warn(w)
+        if failed:
+            m.fail_json(msg="; ".join(result["destinations"][h]["msg"] for h in failed),
+                        hint="Run again: finished files are kept and only the rest is sent.", **result)
+        m.exit_json(**result)
+
+    def _fan_out(self, holders, pending, moved, result):
+        sched = FanoutScheduler(holders, pending)
+        rounds = []
+        with ThreadPoolExecutor(max_workers=max(1, len(pending))) as pool:
+            running = {}
+            while True:
+                pairs = sched.next()
+                if pairs:
+                    rounds.append([list(p) for p in pairs])
+                for feeder, target in pairs:
+                    info = result["destinations"][target]
+                    info["fed_from"] = feeder
+                    running[pool.submit(self.transfer, feeder, target, moved[target], info)] = (feeder, target)
+                if not running:
+                    break
+                done, _rest = wait(list(running), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    feeder, target = running.pop(fut)
+                    ok, msg = fut.result()
+                    info = result["destinations"][target]
+                    info["status"] = "synced" if ok else "failed"
+                    if msg:
+                        info["msg"] = msg
+                    sched.done(feeder, target, ok)
+            # Targets left when every holder failed were never started.
+            for target in sched.pending:
+                result["destinations"][target].update(status="failed", msg="%s was not fed: no holder left" % target)
+        result["rounds"] = rounds
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            src=dict(type="path", required=True),
+            dest=dict(type="path", required=True),
+            destinations=dict(type="list", elements="str", required=True),
+            ssh_user=dict(type="str"),
+            ssh_key=dict(type="path", no_log=False),
+            ssh_opts=dict(type="list", elements="str", default=[]),
+            ssh_cipher=dict(type="str", default="aes128-gcm@openssh.com,chacha20-poly1305@openssh.com"),
+            streams=dict(type="int", default=4),
+            bwlimit=dict(type="int", default=0),
+            checksum=dict(type="bool", default=False),
+            drop_cache=dict(type="bool", default=False),
+            delete=dict(type="bool", default=False),
+            verify=dict(type="bool", default=True),
+            timeout=dict(type="int", default=60),
+        ),
+        supports_check_mode=True,
+    )
+    module.run_command_environ_update = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C", LC_CTYPE="C")
+    ModelSync(module).run()
+
+
+if __name__ == "__main__":
+    main()
