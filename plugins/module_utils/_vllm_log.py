@@ -1,0 +1,908 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Pure, incremental parser for vLLM startup logs (private to sparkfleet.vllm).
+
+Feed text with ``VllmLogParser.feed()`` as it arrives (any chunking), call ``finish()`` when
+no more text will come, and read ``snapshot()``. No I/O happens here.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+
+PHASES = (
+    "starting",
+    "engine_init",
+    "placement",
+    "loading_weights",
+    "profiling",
+    "cuda_graphs",
+    "api_starting",
+    "ready",
+)
+PHASE_INDEX = dict((p, i) for i, p in enumerate(PHASES))
+
+FAILURE_CLASSES = (
+    "ray_oom_killed",
+    "cuda_oom",
+    "insufficient_memory",
+    "placement_group",
+    "rendezvous_failed",
+    "nccl_error",
+    "worker_died",
+    "ray_unreachable",
+    "model_unsupported",
+    "weights_corrupt",
+    "port_in_use",
+    "dependency_missing",
+    "tokenizer_error",
+    "engine_init_failed",
+    "engine_exited",
+    "stalled",
+)
+
+# Lower number wins when several causes show up in one failed startup.
+_PRIORITY = {
+    "ray_oom_killed": 10,
+    "cuda_oom": 20,
+    "insufficient_memory": 25,
+    "port_in_use": 30,
+    "dependency_missing": 35,
+    "model_unsupported": 40,
+    "tokenizer_error": 45,
+    "weights_corrupt": 50,
+    "ray_unreachable": 55,
+    "rendezvous_failed": 60,
+    "nccl_error": 65,
+    "placement_group": 70,
+    "worker_died": 80,
+    "stalled": 85,
+    "engine_exited": 90,
+    "engine_init_failed": 100,
+}
+
+HINTS = {
+    "ray_oom_killed": (
+        "Ray's memory monitor killed a worker: on GB10 unified memory it trips during CUDA graph "
+        "capture. Disable it (ray_cluster_memory_monitor_refresh_ms: 0, i.e. "
+        "RAY_memory_monitor_refresh_ms=0) or lower vllm_serve_gpu_memory_utilization (e.g. 0.85)."
+    ),
+    "cuda_oom": (
+        "The GPU ran out of memory. Lower vllm_serve_gpu_memory_utilization or "
+        "vllm_serve_max_model_len / vllm_serve_max_num_seqs, and make sure gpu_cleanup freed "
+        "stale holders (nvidia-smi --query-compute-apps) on every node."
+    ),
+    "insufficient_memory": (
+        "Not enough free memory for weights plus KV cache. Free the GPU first (gpu_cleanup stops "
+        "stale units/containers), then adjust vllm_serve_gpu_memory_utilization (lower it when "
+        "free memory is short at startup, raise it when no KV cache blocks fit) or reduce "
+        "vllm_serve_max_model_len."
+    ),
+    "placement_group": (
+        "Ray could not place the workers. Check `ray status` shows every node and GPU, and that "
+        "VLLM_HOST_IP equals each node's Ray IP (sparkfleet_fabric_ip); "
+        "vllm_serve_tensor_parallel_size x vllm_serve_pipeline_parallel_size must equal the "
+        "cluster's GPUs, and no stale engine may hold a GPU."
+    ),
+    "rendezvous_failed": (
+        "torch.distributed could not connect the ranks: some address points off the fabric. Pin "
+        "ray start --node-ip-address, VLLM_HOST_IP and GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to "
+        "sparkfleet_fabric_ip / sparkfleet_fabric_interface on every node."
+    ),
+    "nccl_error": (
+        "NCCL failed to initialise or communicate. Check NCCL_SOCKET_IFNAME / NCCL_IB_HCA follow "
+        "sparkfleet_fabric_interface on each node, MTU sparkfleet_fabric_min_mtu on both ends, "
+        "and /dev/shm size in the container; rerun with NCCL_DEBUG=INFO for detail."
+    ),
+    "worker_died": (
+        "A vLLM worker or engine process died. Look at the evidence and the worker node's log "
+        "(journalctl/docker logs on that node) for the first error; a Ray OOM kill or NCCL fault "
+        "is the usual cause."
+    ),
+    "ray_unreachable": (
+        "vLLM found no running Ray cluster. Start the ray_cluster role first and make sure "
+        "RAY_ADDRESS / the head address (sparkfleet_fabric_ip of the head, ray_cluster_port) is "
+        "reachable from the serving node."
+    ),
+    "model_unsupported": (
+        "This vLLM build does not support the model's architecture. Use a newer vLLM image "
+        "(vllm_serve_image) or a model supported by it (sparkfleet_model_id)."
+    ),
+    "weights_corrupt": (
+        "The weight files are incomplete or corrupted. Re-run the model sync with verification "
+        "(model_sync verifies the index and sizes) so every node holds identical files in "
+        "sparkfleet_model_dir."
+    ),
+    "port_in_use": (
+        "The API port is already taken, usually by an old vLLM. Stop the stale unit/container "
+        "(gpu_cleanup) or change vllm_serve_port."
+    ),
+    "dependency_missing": (
+        "A Python module is missing from the serving environment. Use a vLLM image or venv that "
+        "ships it (vllm_serve_image), or install the named package there."
+    ),
+    "tokenizer_error": (
+        "The tokenizer could not be loaded. Check sparkfleet_model_dir holds tokenizer files "
+        "(tokenizer.json / tokenizer_config.json) and that the transformers version in the image "
+        "supports this model; consider vllm_serve_extra_args: ['--trust-remote-code']."
+    ),
+    "engine_init_failed": (
+        "The engine failed to start; the evidence shows the first error vLLM printed. If it took "
+        "about 600 s, raise vllm_serve_engine_ready_timeout (VLLM_ENGINE_READY_TIMEOUT_S)."
+    ),
+    "engine_exited": (
+        "The vLLM process stopped without printing a known failure. Check the unit or container "
+        "status (systemctl status / docker inspect), the kernel log for the OOM killer, and the "
+        "full log."
+    ),
+    "stalled": (
+        "No progress for stall_timeout seconds. A placement-group wait means Ray lacks a node or "
+        "GPU (check `ray status`, VLLM_HOST_IP = sparkfleet_fabric_ip); a silent hang after "
+        "distributed init is usually NCCL on the wrong interface (sparkfleet_fabric_interface)."
+    ),
+}
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
+# One process prefix: "(APIServer pid=1) ", "(RayWorkerWrapper pid=860, ip=192.168.200.13) ",
+# "(EngineCore_DP0 pid=12)", "(VllmWorker rank=1 pid=9)", "(raylet, ip=10.0.0.2)".
+_PREFIX_RE = re.compile(r"^\s*\((?P<body>[A-Za-z_][\w.\-]*(?:[ ,]+[A-Za-z_]+=[^()\s,]+)*)\)\s?")
+_KV_RE = re.compile(r"([A-Za-z_]+)=([^()\s,]+)")
+_REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+# Outer line prefixes added by log collectors.
+_DOCKER_TS_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s")
+_SYSLOG_RE = re.compile(
+    r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d+) "
+    r"(?P<time>\d\d:\d\d:\d\d)(?:\.\d+)? \S+ [^\s:\[]+(?:\[\d+\])?: ?"
+)
+_ISO_PREFIX_RE = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?[ \t|]+")
+# vLLM's own header: "INFO 05-07 00:37:03 [core.py:1136] msg" (0.8+) or "INFO 10-10 12:00:00 core.py:99] msg".
+_VLLM_HDR_RE = re.compile(
+    r"^(?P<lvl>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
+    r"\[?[\w./<>-]+(?::\d+)?\]\s?"
+)
+# Ray's own header: "2026-11-29 10:55:51,123\tINFO worker.py:1821 -- msg".
+_RAY_HDR_RE = re.compile(r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+[\w./-]+:\d+\s+--\s")
+# uvicorn: "INFO:     Application startup complete."
+_UVICORN_RE = re.compile(r"^(?P<lvl>INFO|WARNING|ERROR|CRITICAL):\s+")
+
+_MONTHS = dict((m, i + 1) for i, m in enumerate(
+    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]))
+
+# "Loading safetensors checkpoint shards:  44% Completed | 17/39 [05:06<06:40, 18.20s/it]"
+_SHARD_BAR_RE = re.compile(
+    r"(?P<desc>[^:|\r]*?(?:checkpoint shards|[Ss]hards?|safetensors[^:|]*|weights?))\s*:\s*"
+    r"(?P<pct>\d{1,3})%\s*(?:Completed\s*)?\|[^|]*?(?P<n>\d+)/(?P<total>\d+)\s*"
+    r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+)(?:,\s*(?P<rate>[^\]]*))?\]"
+)
+_SHARD_BAR_ALT_RE = re.compile(
+    r"(?P<desc>Loading[^:|]*)\s*:\s*(?P<pct>\d{1,3})%\s*Completed\s*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*"
+    r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+)(?:,\s*(?P<rate>[^\]]*))?\]"
+)
+# "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 45%|####5| 30/67 [00:02<00:03, 12.1it/s]"
+_GRAPH_BAR_RE = re.compile(
+    r"Capturing (?:CUDA|cuda) ?graph[^:]*:\s*(?P<pct>\d{1,3})%\s*(?:Completed\s*)?\|[^|]*\|?\s*"
+    r"(?P<n>\d+)/(?P<total>\d+)"
+)
+_PG_WAIT_RE = re.compile(r"Waiting for creating a placement group of specs for (\d+) seconds")
+
+# (phase, regex) checked in order; the phase only moves forward.
+_PHASE_MARKERS = [
+    ("ready", re.compile(r"Application startup complete|Uvicorn running on")),
+    ("api_starting", re.compile(
+        r"Starting vLLM (?:API )?server|Available routes are|Started server process|"
+        r"Waiting for application startup|init engine \(profile, create kv cache|"
+        r"Graph capturing finished|Capturing CUDA graphs? (?:took|finished)|"
+        r"vLLM to use .* as (?:the )?API|Supported_tasks|Supported tasks")),
+    ("cuda_graphs", re.compile(
+        r"Capturing (?:CUDA|cuda) ?graph|Capturing cudagraph|Capturing the model for CUDA graphs|"
+        r"CUDA graphs can take additional")),
+    ("profiling", re.compile(
+        r"Loading weights took|Model loading took|Loading model weights took|Memory profiling takes|"
+        r"Available KV cache memory|GPU KV cache size|# GPU blocks|# cpu blocks|# CPU blocks|"
+        r"Maximum concurrency for|torch\.compile takes|Dynamo bytecode transform time|"
+        r"Compiling a graph for|Directly load the compiled graph|Cache the graph of|"
+        r"Free memory on device .* usable")),
+    ("loading_weights", re.compile(
+        r"Starting to load model|Loading model from|checkpoint shards|Loading weights with|"
+        r"Using model weights format|Loading safetensors|Loading pt checkpoint")),
+    ("placement", re.compile(
+        r"Waiting for creating a placement group|Connecting to existing Ray cluster|"
+        r"Connected to Ray cluster|Started a local Ray instance|placement group|"
+        r"world_size=\d+ rank=\d+|distributed_init_method=|"
+        r"vLLM is using nccl|NCCL version|Using Ray for multi|use_ray=True")),
+    ("engine_init", re.compile(
+        r"Initializing (?:a V\d |an )?LLM engine|Initializing a V1 LLM engine|"
+        r"Waiting for init message from front-end|EngineCore_\w* pid=|Resolved architecture|"
+        r"This model supports multiple tasks|Using max model len|Chunked prefill is enabled")),
+]
+
+_NEW_RUN_RE = re.compile(r"vLLM API server version|non-default args:|^args: Namespace\(")
+
+# Lines that look alarming but are expected on one-GPU-per-node Ray clusters and elsewhere.
+_BENIGN_RE = re.compile(
+    r"Tensor parallel size \(\d+\) exceeds available GPUs|"
+    r"is bigger than a reserved number of GPUs|"
+    r"exceeds available GPUs \(\d+\)|"
+    r"Failed to import from vllm\._C|"
+    r"No module named 'vllm\._version'|"
+    r"Exception ignored in:|"
+    r"DeprecationWarning|FutureWarning|UserWarning|"
+    r"ERROR\s+\d\d-\d\d \d\d:\d\d:\d\d.*\bWARNING\b"
+)
+
+# Root causes. Each entry: (class, regex, strong). A strong line ends the startup by itself; a
+# weak one only when nothing progresses after it.
+_CAUSES = [
+    ("ray_oom_killed", re.compile(
+        r"ray\.exceptions\.OutOfMemoryError|node running low on memory|"
+        r"Ray killed this worker|memory usage threshold of|Workers \(tasks / actors\) killed due to memory pressure"), True),
+    ("cuda_oom", re.compile(
+        r"CUDA out of memory|torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError|"
+        r"CUDA error: out of memory|CUDA driver error: out of memory|cudaErrorMemoryAllocation|"
+        r"CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory|OutOfMemoryError: CUDA"), True),
+    ("insufficient_memory", re.compile(
+        r"Free memory on device .*less than desired GPU memory utilization|"
+        r"No available memory for the cache blocks|"
+        r"larger than the available KV cache memory|"
+        r"Insufficient memory|insufficient memory|"
+        r"Available KV cache memory: -|"
+        r"is larger than the maximum number of tokens that can be stored in KV cache|"
+        r"not enough KV cache|Not enough memory"), True),
+    ("placement_group", re.compile(
+        r"Cannot provide a placement group|No available node types can fulfill resource request|"
+        r"placement group .*(?:infeasible|cannot be scheduled)|"
+        r"Error: No available node types|does not have enough GPUs|"
+        r"Ray does not allocate any GPUs on the driver node|"
+        r"The number of required GPUs exceeds the total number of available GPUs"), True),
+    ("rendezvous_failed", re.compile(
+        r"client socket has failed to connect|connectFullMesh failed|DistNetworkError|"
+        r"torch\.distributed\.DistStoreError|Timed out after \d+ seconds waiting for clients|"
+        r"TCPStore.*(?:timed out|failed)|Gloo connectFullMesh|gloo/transport/tcp|"
+        r"Socket Timeout|Connection reset by peer.*(?:TCPStore|gloo)|"
+        r"RendezvousConnectionError|RendezvousTimeoutError|init_process_group.*(?:timed out|failed)|"
+        r"Network is unreachable"), True),
+    ("nccl_error", re.compile(
+        r"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclInvalidUsage|"
+        r"ncclRemoteError|unhandled system error|unhandled cuda error|NCCL WARN|"
+        r"DistBackendError|ProcessGroupNCCL.*(?:Watchdog|timeout|error)|NCCL communicator was aborted|"
+        r"NCCL_IB.*(?:error|failed)|Call to ibv_|NET/IB : .*(?:failed|error)|"
+        r"Failed to initialize NCCL|pynccl.*(?:error|failed)"), True),
+    ("ray_unreachable", re.compile(
+        r"Could not find any running Ray instance|Unable to connect to GCS|"
+        r"Failed to connect to GCS|ray\.init\(\) .*failed|Could not read 'node_ip_address'|"
+        r"Failed to get the system config from raylet|"
+        r"ConnectionError: .*Ray|RaySystemError|GCS (?:server )?(?:is not|could not be) (?:reachable|reached)|"
+        r"ray\.exceptions\.RaySystemError|Failed to connect to the Ray cluster"), True),
+    ("model_unsupported", re.compile(
+        r"Model architectures? \[.*\] (?:are|is) not supported|are not supported for now|"
+        r"is not supported for now|Unrecognized model in|model type `[^`]+` but Transformers does not recognize|"
+        r"does not recognize this architecture|The checkpoint you are trying to load has model type|"
+        r"No model architectures are specified|Cannot find model module|"
+        r"is not supported by the current vLLM|not supported on this GPU|"
+        r"Unsupported (?:model|architecture)|quantization method .* not supported|"
+        r"Unknown quantization method|Cannot find the config file for"), True),
+    ("weights_corrupt", re.compile(
+        r"SafetensorError|safetensors_rust|Error while deserializing header|"
+        r"HeaderTooLarge|MetadataIncompleteBuffer|InvalidHeaderDeserialization|"
+        r"incomplete metadata, file not fully covered|"
+        r"Cannot find any model weights|No such file or directory: .*\.safetensors|"
+        r"[\w.-]+\.safetensors.*(?:not found|does not exist|missing)|"
+        r"PytorchStreamReader failed|invalid load key|unexpected EOF|"
+        r"storage has wrong size|size mismatch for|Tensor .* not found in checkpoint|"
+        r"KeyError: '[\w.]+\.(?:weight|bias|scale|weight_scale|qweight)[\w]*'|"
+        r"Checkpoint .* is corrupt|ShardNotFound|file (?:not found|is truncated)"), False),
+    ("port_in_use", re.compile(
+        r"\[Errno 98\]|Address already in use|address already in use|EADDRINUSE|"
+        r"port \d+ is (?:already )?in use|port is already in use"), True),
+    ("dependency_missing", re.compile(
+        r"ModuleNotFoundError|No module named|ImportError: |cannot import name|"
+        r"undefined symbol|libcuda\.so.*(?:not found|cannot open)|"
+        r"lib[\w.+-]+\.so[.\d]*: cannot open shared object file|"
+        r"requires the `?[\w-]+`? (?:package|library)|Please install [\w-]+|pip install [\w\[\]-]+ to"), False),
+    ("tokenizer_error", re.compile(
+        r"[Tt]okenizer[\w.]*(?: class)? .*(?:does not exist|not found|could not be loaded|failed to load|is not currently imported)|"
+        r"Can't load tokenizer|Failed to load the tokenizer|Error loading tokenizer|"
+        r"tokenizers\.|TokenizerError|sentencepiece|tiktoken.*(?:error|Error)|"
+        r"Couldn't instantiate the backend tokenizer|"
+        r"Tokenizer class .* does not exist|no tokenizer|tokenizer_config\.json"), False),
+    ("worker_died", re.compile(
+        r"RayActorError|ActorDiedError|actor died unexpectedly|The actor died|"
+        r"died unexpectedly|Worker proc .* died|WorkerProc (?:hit an exception|failed to start)|"
+        r"Engine core proc .* died|EngineDeadError|worker process .* (?:died|exited)|"
+        r"A worker died or was killed|Worker .* exited unexpectedly|"
+        r"Actor .* is dead|SIGKILL|signal 9|Killed$"), True),
+]
+
+# Generic fatal markers: the startup is over, root cause is earlier (or later in the traceback).
+_FATAL_GENERIC_RE = re.compile(
+    r"EngineCore failed to start|Engine core initialization failed|Engine process failed to start|"
+    r"Engine core proc .* failed|Failed core proc|WorkerProc failed to start|"
+    r"Worker failed with error|Exception in worker VllmWorkerProcess|"
+    r"Fatal Python error|Segmentation fault|core dumped|Aborted \(core"
+)
+# systemd talking about the unit in `journalctl -u`: the process is gone.
+_SYSTEMD_EXIT_RE = re.compile(
+    r"Main process exited, code=(?:exited|killed|dumped)|Failed with result '|"
+    r"\.service: Scheduled restart job|Control process exited"
+)
+# Python's last traceback line: "ValueError: ...", "torch.OutOfMemoryError: ...", "KeyError".
+_EXC_LINE_RE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*(?P<name>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))\b(?::|$)")
+_FRAME_RE = re.compile(r'^(?:File "|Traceback \(|During handling|The above exception|\^+$|raise |return |\w+ = )')
+_TRACEBACK_RE = re.compile(r"^Traceback \(most recent call last\):")
+# Lines that repeat while nothing moves: they do not count as progress.
+_NO_PROGRESS_RE = re.compile(
+    r"Waiting for creating a placement group|No available shared memory broadcast block|"
+    r"Waiting for engine core|still waiting|Waiting for .* to be ready|"
+    r"Avg prompt throughput: 0\.0 tokens/s, Avg generation throughput: 0\.0"
+)
+
+
+def _parse_hms(text):
+    parts = [int(p) for p in text.split(":") if p.isdigit()]
+    if not parts or "?" in text:
+        return None
+    total = 0
+    for part in parts:
+        total = total * 60 + part
+    return total
+
+
+def _parse_rate(rate):
+    """tqdm rate string -> seconds per item, or None."""
+    if not rate:
+        return None
+    m = re.search(r"([\d.]+)\s*s/it", rate)
+    if m:
+        try:
+            return float(m.group(1))
+        except ValueError:
+            return None
+    m = re.search(r"([\d.]+)\s*it/s", rate)
+    if m:
+        try:
+            val = float(m.group(1))
+        except ValueError:
+            return None
+        return 1.0 / val if val > 0 else None
+    return None
+
+
+class Line(object):
+    """One logical log line after the wrappers are taken off."""
+
+    __slots__ = ("raw", "text", "level", "ts", "prefixes", "rank")
+
+    def __init__(self, raw, text, level, ts, prefixes, rank):
+        self.raw = raw
+        self.text = text
+        self.level = level
+        self.ts = ts
+        self.prefixes = prefixes
+        self.rank = rank
+
+
+def _rank_key(prefixes):
+    """Key a rank by its Ray ip/pid prefix; local processes by their innermost name and pid."""
+    for body in prefixes:
+        kv = dict(_KV_RE.findall(body))
+        if "ip" in kv:
+            return "%s pid=%s" % (kv["ip"], kv["pid"]) if "pid" in kv else kv["ip"]
+    if prefixes:
+        body = prefixes[-1]
+        kv = dict(_KV_RE.findall(body))
+        name = re.split(r"[ ,]", body, 1)[0]
+        if name.startswith("pid="):
+            name = "pid"
+            return "pid=%s" % kv.get("pid")
+        return "%s pid=%s" % (name, kv["pid"]) if "pid" in kv else name
+    return "local"
+
+
+class VllmLogParser(object):
+    """Incremental vLLM startup-log state machine.
+
+    ``now`` is injectable for tests; timestamps found in lines drive phase_times.
+    """
+
+    def __init__(self, stall_timeout=0, year=None, rank_names=None):
+        self.stall_timeout = stall_timeout or 0
+        self.year = year or time.gmtime().tm_year
+        self.rank_names = dict(rank_names or {})
+        self._buf = ""
+        self._pending_prefixes = None
+        self._bar_prefixes = None
+        self.lines_seen = 0
+        self.attempts = 0
+        self.previous_failure = None
+        self._reset_attempt()
+
+    # ----- state -----
+    def _reset_attempt(self):
+        self.phase = "starting"
+        self.phase_first_ts = {}
+        self.last_ts = None
+        self.first_ts = None
+        self.ranks = {}
+        self.graphs = None
+        self.candidates = []  # dicts: cls, line, strong, phase, seq
+        self.generic = []  # fatal generic marker lines
+        self.exit_lines = []
+        self.confirmed = False
+        self.failure_phase = None
+        self.pg_wait_s = 0
+        self.pg_wait_line = None
+        self.progress_seq = 0  # bumps on every real progress
+        self.last_progress_line = 0
+        self.in_traceback = False
+        self.version = None
+        self.api_address = None
+        self.benign = []
+        self._seq = 0
+
+    # ----- input -----
+    def feed(self, text):
+        """Feed raw text (any chunking). Complete lines are parsed now, the rest is kept."""
+        if not text:
+            return
+        self._buf += text
+        if "\n" not in self._buf:
+            return
+        body, self._buf = self._buf.rsplit("\n", 1)
+        for physical in body.split("\n"):
+            self._physical(physical)
+
+    def finish(self):
+        """No more text: parse what is left in the buffer."""
+        if self._buf:
+            rest, self._buf = self._buf, ""
+            self._physical(rest)
+
+    def peek_tail(self):
+        """Read progress from the unfinished last line (a tqdm bar mid-update) without consuming it."""
+        if not self._buf:
+            return
+        segs = [s for s in self._buf.split("\r") if s.strip()]
+        if not segs:
+            return
+        saved = self._pending_prefixes
+        prefixes = None
+        for seg in segs:
+            line = self._unwrap(seg, prefixes)
+            if line.prefixes:
+                prefixes = line.prefixes
+            self._progress(line)
+        self._pending_prefixes = saved
+
+    def _physical(self, physical):
+        segs = physical.split("\r")
+        inherited = None
+        for seg in segs:
+            if not seg.strip() and len(segs) > 1:
+                continue
+            line = self._unwrap(seg, inherited)
+            self._logical(line)
+            if line.prefixes:
+                inherited = line.prefixes
+
+    def _unwrap(self, seg, inherited):
+        raw = _ANSI_RE.sub("", seg).rstrip("\n")
+        text = raw.strip()
+        ts = None
+        m = _DOCKER_TS_RE.match(text)
+        if m:
+            ts = self._iso_ts(m.group(1))
+            text = text[m.end():]
+        m = _SYSLOG_RE.match(text)
+        if m:
+            ts = self._syslog_ts(m)
+            text = text[m.end():]
+        prefixes = []
+        while True:
+            m = _PREFIX_RE.match(text)
+            if not m:
+                break
+            prefixes.append(m.group("body"))
+            text = text[m.end():]
+        text = _REPEATED_RE.sub("", text).strip()
+        if not prefixes and inherited:
+            prefixes = list(inherited)
+        level = None
+        m = _VLLM_HDR_RE.match(text)
+        if m:
+            level = m.group("lvl")
+            ts = self._vllm_ts(m.group("md"), m.group("hms")) or ts
+            text = text[m.end():]
+        else:
+            m = _ISO_PREFIX_RE.match(text)
+            if m:
+                ts = self._iso_ts(m.group(1)) or ts
+                text = text[m.end():]
+                m2 = _RAY_HDR_RE.match(text)
+                if m2:
+                    level = m2.group("lvl")
+                    text = text[m2.end():]
+                else:
+                    m2 = re.match(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)\b[\s:]*", text)
+                    if m2:
+                        level = m2.group(1)
+                        text = text[m2.end():]
+            else:
+                m = _UVICORN_RE.match(text)
+                if m:
+                    level = m.group("lvl")
+                    text = text[m.end():]
+        if level == "WARN":
+            level = "WARNING"
+        return Line(raw, text.strip(), level, ts, prefixes, _rank_key(prefixes) if prefixes else "local")
+
+    # ----- timestamps -----
+    def _vllm_ts(self, md, hms):
+        try:
+            mon, day = [int(x) for x in md.split("-")]
+            h, mi, s = [int(x) for x in hms.split(":")]
+            return calendar.timegm((self.year, mon, day, h, mi, s, 0, 0, 0))
+        except (ValueError, OverflowError):
+            return None
+
+    def _iso_ts(self, text):
+        try:
+            return calendar.timegm(time.strptime(text.replace("T", " "), "%Y-%m-%d %H:%M:%S"))
+        except ValueError:
+            return None
+
+    def _syslog_ts(self, m):
+        try:
+            h, mi, s = [int(x) for x in m.group("time").split(":")]
+            return calendar.timegm((self.year, _MONTHS[m.group("mon")], int(m.group("day")), h, mi, s, 0, 0, 0))
+        except (ValueError, KeyError, OverflowError):
+            return None
+
+    # ----- the machine -----
+    def _set_phase(self, phase, ts):
+        if PHASE_INDEX[phase] <= PHASE_INDEX[self.phase]:
+            return False
+        for p in PHASES[PHASE_INDEX[self.phase] + 1:PHASE_INDEX[phase] + 1]:
+            self.phase_first_ts.setdefault(p, ts)
+        self.phase = phase
+        return True
+
+    def _bump(self):
+        self.progress_seq += 1
+        self.last_progress_line = self.lines_seen
+
+    def _logical(self, line):
+        text = line.text
+        if not text:
+            # A line holding only a Ray prefix: the next line (a tqdm bar) belongs to it.
+            self._pending_prefixes = line.prefixes or None
+            return
+        pend = self._pending_prefixes
+        if pend and len(line.prefixes) < len(pend) and pend[:len(line.prefixes)] == line.prefixes:
+            line.prefixes = list(pend)
+            line.rank = _rank_key(line.prefixes)
+        self._pending_prefixes = None
+        is_bar = "Completed |" in text or "it/s]" in text or "s/it]" in text
+        if is_bar and not line.prefixes and self._bar_prefixes:
+            # tqdm redraws split onto their own lines keep the rank of the bar they continue.
+            line.prefixes = list(self._bar_prefixes)
+            line.rank = _rank_key(line.prefixes)
+        self._bar_prefixes = line.prefixes if is_bar else None
+        self.lines_seen += 1
+        self._seq += 1
+        if line.ts is not None:
+            if self.first_ts is None:
+                self.first_ts = line.ts
+                self.phase_first_ts.setdefault(self.phase, line.ts)
+            self.last_ts = line.ts
+
+        # A new server run in the same log (restart by systemd or docker).
+        if _NEW_RUN_RE.search(text) and (self.confirmed or PHASE_INDEX[self.phase] >= PHASE_INDEX["engine_init"]):
+            self._new_attempt(line)
+            self.phase_first_ts.setdefault("starting", line.ts)
+            self.first_ts = line.ts
+            self.last_ts = line.ts
+        if self.attempts == 0:
+            self.attempts = 1
+
+        m = re.search(r"vLLM API server version ([\w.+-]+)|LLM engine \(v([\w.+-]+)\)", text)
+        if m and not self.version:
+            self.version = m.group(1) or m.group(2)
+        m = re.search(r"(?:Starting vLLM (?:API )?server(?: \d+)? on|Uvicorn running on) (https?://\S+)", text)
+        if m:
+            self.api_address = m.group(1)
+
+        if self.confirmed:
+            # After the end, keep collecting causes (the traceback follows the marker).
+            self._failure_checks(line)
+            return
+
+        if _BENIGN_RE.search(text):
+            self.benign.append(text[:300])
+            return
+
+        if self._progress(line):
+            pass
+        self._phase_checks(line)
+        self._failure_checks(line)
+
+    def _new_attempt(self, line):
+        failure = self.failure() if self.confirmed else None
+        attempts = self.attempts
+        self._reset_attempt()
+        self.attempts = attempts + 1
+        if failure:
+            self.previous_failure = failure
+
+    def _progress(self, line):
+        text = line.text
+        m = _SHARD_BAR_RE.search(text) or _SHARD_BAR_ALT_RE.search(text)
+        if m and "graph" not in m.group("desc").lower():
+            n, total = int(m.group("n")), int(m.group("total"))
+            if total <= 0:
+                return False
+            rank = self.ranks.setdefault(line.rank, {"n": 0, "total": total})
+            changed = (n, total) != (rank.get("n"), rank.get("total")) or "ts" not in rank
+            rank.update({
+                "n": n,
+                "total": total,
+                "percent": int(round(100.0 * n / total)),
+                "elapsed_s": _parse_hms(m.group("elapsed")),
+                "eta_s": _parse_hms(m.group("remaining")),
+                "s_per_shard": _parse_rate(m.group("rate")),
+                "desc": m.group("desc").strip(),
+                "ts": line.ts,
+            })
+            if changed:
+                self._bump()
+            if n < total:
+                self._set_phase("loading_weights", line.ts)
+            else:
+                self._set_phase("loading_weights", line.ts)
+            return True
+        m = _GRAPH_BAR_RE.search(text)
+        if m:
+            n, total = int(m.group("n")), int(m.group("total"))
+            if self.graphs != (n, total):
+                self._bump()
+            self.graphs = (n, total)
+            self._set_phase("cuda_graphs", line.ts)
+            return True
+        return False
+
+    def _phase_checks(self, line):
+        text = line.text
+        if line.level in ("ERROR", "CRITICAL") or _FRAME_RE.match(text) or _EXC_LINE_RE.match(text):
+            # Traceback frames name functions like load_model: they are not progress.
+            return
+        m = _PG_WAIT_RE.search(text)
+        if m:
+            self._set_phase("placement", line.ts)
+            self.pg_wait_s = max(self.pg_wait_s, int(m.group(1)))
+            self.pg_wait_line = line.raw.strip()
+            return
+        for phase, rx in _PHASE_MARKERS:
+            if rx.search(text):
+                if self._set_phase(phase, line.ts):
+                    self._bump()
+                    # Progress after a weak cause means that cause did not stop the startup.
+                    self.candidates = [c for c in self.candidates if c["strong"]]
+                break
+        else:
+            if not _NO_PROGRESS_RE.search(text) and line.level in ("INFO", "DEBUG"):
+                self.last_progress_line = self.lines_seen
+
+    def _failure_checks(self, line):
+        text = line.text
+        if line.level in ("INFO", "DEBUG", "WARNING") and not _SYSTEMD_EXIT_RE.search(text):
+            # vLLM logs tolerated problems at WARNING; INFO never ends a startup. Ray's OOM notice
+            # is the exception: it arrives as a WARNING from the raylet.
+            if not (line.level == "WARNING" and _CAUSES[0][1].search(text)):
+                return
+        if _BENIGN_RE.search(text):
+            return
+        if _TRACEBACK_RE.search(text):
+            self.in_traceback = True
+        if text.startswith('File "'):
+            return
+        if _FATAL_GENERIC_RE.search(text):
+            self.generic.append(self._ev(line))
+            self._confirm()
+            return
+        if _SYSTEMD_EXIT_RE.search(text):
+            self.exit_lines.append(self._ev(line))
+            self._confirm()
+            return
+        for cls, rx, strong in _CAUSES:
+            if rx.search(text):
+                self._seq += 1
+                self.candidates.append({
+                    "cls": cls, "line": self._ev(line), "strong": strong,
+                    "phase": self.phase, "seq": self._seq,
+                })
+                if strong:
+                    self._confirm()
+                return
+        m = _EXC_LINE_RE.match(text)
+        if m and m.group("name") not in ("StopIteration", "KeyboardInterrupt", "SystemExit", "GeneratorExit"):
+            self._seq += 1
+            self.candidates.append({
+                "cls": "engine_init_failed", "line": self._ev(line), "strong": False,
+                "phase": self.phase, "seq": self._seq,
+            })
+
+    def _ev(self, line):
+        return line.raw.strip()[:500]
+
+    def _confirm(self):
+        if not self.confirmed:
+            self.confirmed = True
+            self.failure_phase = self.phase
+
+    # ----- output -----
+    def _weak_pending(self):
+        return [c for c in self.candidates if not c["strong"]]
+
+    def settle(self, final=False):
+        """Decide weak causes: at the end of input (``final``) an unanswered error ends the startup."""
+        if self.confirmed or self.phase == "ready":
+            return
+        if final and self._weak_pending():
+            self._confirm()
+            self.failure_phase = self._weak_pending()[0]["phase"]
+        if final and self.stall_timeout and self.pg_wait_s >= self.stall_timeout and self.phase == "placement":
+            self.candidates.append({
+                "cls": "stalled", "line": self.pg_wait_line, "strong": True,
+                "phase": "placement", "seq": self._seq + 1,
+            })
+            self._confirm()
+
+    def mark_stalled(self, seconds):
+        """The caller saw no progress for ``seconds`` (wall clock)."""
+        if self.confirmed:
+            return
+        ev = self.pg_wait_line or "no new progress for %d s in phase %s" % (seconds, self.phase)
+        self.candidates.append({"cls": "stalled", "line": ev, "strong": True, "phase": self.phase, "seq": self._seq + 1})
+        self._confirm()
+
+    def mark_exited(self, evidence):
+        """The caller saw the process (unit/container) gone."""
+        if self.phase == "ready" and not self.confirmed:
+            self.exit_lines.append(evidence)
+            self._confirm()
+            return
+        self.exit_lines.append(evidence)
+        if self._weak_pending() and not self.confirmed:
+            self.failure_phase = self._weak_pending()[0]["phase"]
+        self._confirm()
+
+    @property
+    def failed(self):
+        return self.confirmed
+
+    def failure(self):
+        if not self.confirmed:
+            return None
+        best = None
+        for c in self.candidates:
+            if best is None or (_PRIORITY[c["cls"]], c["seq"]) < (_PRIORITY[best["cls"]], best["seq"]):
+                best = c
+        if best is not None:
+            cls = best["cls"]
+            evidence = [c["line"] for c in self.candidates if c["cls"] == cls][:6]
+            phase = best["phase"]
+        elif self.generic:
+            cls = "engine_init_failed"
+            evidence = []
+            phase = self.failure_phase
+        else:
+            cls = "engine_exited"
+            evidence = []
+            phase = self.failure_phase
+        extra = [ln for ln in self.generic[:2] + self.exit_lines[:2] if ln not in evidence]
+        evidence = evidence + extra
+        if not evidence:
+            evidence = [c["line"] for c in self.candidates][:4]
+        return {
+            "class": cls,
+            "evidence": evidence[:8],
+            "hint": HINTS[cls],
+            "phase": phase or self.phase,
+        }
+
+    def slowest_rank(self):
+        loading = [(k, v) for k, v in self.ranks.items() if v.get("total")]
+        if not loading:
+            return None, None
+        key, val = min(loading, key=lambda kv: (float(kv[1]["n"]) / kv[1]["total"], -(kv[1].get("eta_s") or 0)))
+        return key, val
+
+    def rank_label(self, key):
+        if key is None:
+            return None
+        ip = key.split(" ", 1)[0]
+        return self.rank_names.get(key) or self.rank_names.get(ip) or key
+
+    def phase_times(self):
+        out = {}
+        seen = [p for p in PHASES if self.phase_first_ts.get(p) is not None]
+        for i, p in enumerate(seen):
+            start = self.phase_first_ts[p]
+            end = self.phase_first_ts[seen[i + 1]] if i + 1 < len(seen) else self.last_ts
+            if end is not None and end >= start:
+                out[p] = end - start
+        return out
+
+    def snapshot(self):
+        failure = self.failure()
+        if failure is None and self.previous_failure and self.phase != "ready":
+            # Restarted after a failure and not up yet: a crash loop until shown otherwise.
+            failure = self.previous_failure
+        key, slow = self.slowest_rank()
+        progress = {}
+        if slow:
+            progress = {
+                "unit": "shards",
+                "n": slow["n"],
+                "total": slow["total"],
+                "percent": slow["percent"],
+                "s_per_shard": slow.get("s_per_shard"),
+                "eta_s": slow.get("eta_s"),
+                "slowest_rank": self.rank_label(key),
+            }
+        if self.graphs and self.phase == "cuda_graphs":
+            progress = {
+                "unit": "graphs",
+                "n": self.graphs[0],
+                "total": self.graphs[1],
+                "percent": int(round(100.0 * self.graphs[0] / self.graphs[1])) if self.graphs[1] else 0,
+                "s_per_shard": None,
+                "eta_s": None,
+                "slowest_rank": None,
+            }
+        ranks = {}
+        for k, v in self.ranks.items():
+            ranks[k] = dict((f, v.get(f)) for f in ("n", "total", "percent", "s_per_shard", "eta_s"))
+            ranks[k]["name"] = self.rank_label(k)
+        return {
+            "phase": "failed" if failure else self.phase,
+            "failed_phase": failure["phase"] if failure else None,
+            "failure": dict((k, failure[k]) for k in ("class", "evidence", "hint")) if failure else None,
+            "progress": progress,
+            "ranks": ranks,
+            "phase_times": self.phase_times(),
+            "placement_wait_s": self.pg_wait_s,
+            "vllm_version": self.version,
+            "api_address": self.api_address,
+            "attempts": self.attempts,
+            "previous_failure": self.previous_failure,
+            "benign_warnings": self.benign[:5],
+            "lines": self.lines_seen,
+        }
+
+
+def summary(snap):
+    """One line a person can read at a glance."""
+    phase = snap["phase"]
+    if phase == "failed":
+        f = snap["failure"]
+        first = f["evidence"][0] if f["evidence"] else ""
+        return "failed in %s: %s%s" % (snap["failed_phase"], f["class"], (" (%s)" % first[:160]) if first else "")
+    prog = snap.get("progress") or {}
+    parts = [phase]
+    if phase == "loading_weights" and prog.get("unit") == "shards":
+        s = "%s %d/%d shards (%d%%)" % (phase, prog["n"], prog["total"], prog["percent"])
+        if prog.get("s_per_shard"):
+            s += ", %.1f s/shard" % prog["s_per_shard"]
+        if prog.get("eta_s") is not None:
+            s += ", ETA %d s" % prog["eta_s"]
+        if prog.get("slowest_rank") and len(snap.get("ranks") or {}) > 1:
+            s += "; slowest rank %s" % prog["slowest_rank"]
+        return s
+    if phase == "cuda_graphs" and prog.get("unit") == "graphs":
+        return "cuda_graphs %d/%d graphs (%d%%)" % (prog["n"], prog["total"], prog["percent"])
+    if phase == "placement" and snap.get("placement_wait_s"):
+        parts.append("(waiting %d s for a Ray placement group)" % snap["placement_wait_s"])
+    return " ".join(parts)
