@@ -1,0 +1,301 @@
+"""Pure helpers of model_sync: model completeness, stream packing, fan-out, rsync/df/find parsing."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+
+import pytest
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
+    FanoutScheduler,
+    check_model_dir,
+    compare_sizes,
+    pack_bins,
+    parse_df_avail,
+    parse_itemize,
+    parse_size_list,
+    rsync_argv,
+    rsync_target,
+    ssh_argv,
+    summarize,
+    tree_rounds,
+)
+
+
+def write_safetensors(path, tensors):
+    header, data, offset = {}, b"", 0
+    for name, nbytes in tensors.items():
+        header[name] = {"dtype": "U8", "shape": [nbytes], "data_offsets": [offset, offset + nbytes]}
+        data += b"\x01" * nbytes
+        offset += nbytes
+    raw = json.dumps(header).encode()
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(raw)) + raw + data)
+
+
+@pytest.fixture
+def model(tmp_path):
+    root = tmp_path / "m"
+    root.mkdir()
+    (root / "config.json").write_text('{"model_type": "x"}')
+    wm = {}
+    for i in (1, 2):
+        name = "model-%05d-of-00002.safetensors" % i
+        write_safetensors(str(root / name), {"a%d" % i: 10 * i, "b%d" % i: 3})
+        wm.update({"a%d" % i: name, "b%d" % i: name})
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wm}))
+    return root
+
+
+# ------------------------------------------------------------------ check_model_dir
+
+def test_complete_model(model):
+    report, problems = check_model_dir(str(model))
+    assert problems == []
+    assert report["index"] == "model.safetensors.index.json"
+    assert report["weight_files"] == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert report["tensors"] == 4
+    assert len(report["files"]) == 4
+
+
+def test_missing_config(model):
+    (model / "config.json").unlink()
+    assert check_model_dir(str(model))[1] == ["config.json is missing or empty"]
+
+
+def test_config_not_json(model):
+    (model / "config.json").write_text("{oops")
+    assert "config.json does not parse" in check_model_dir(str(model))[1][0]
+
+
+def test_shard_named_in_index_missing(model):
+    (model / "model-00002-of-00002.safetensors").unlink()
+    assert check_model_dir(str(model))[1] == [
+        "model-00002-of-00002.safetensors is missing (named in model.safetensors.index.json)"]
+
+
+def test_empty_shard(model):
+    (model / "model-00001-of-00002.safetensors").write_bytes(b"")
+    assert check_model_dir(str(model))[1] == ["model-00001-of-00002.safetensors is empty"]
+
+
+def test_truncated_shard_named_with_reason(model):
+    path = model / "model-00002-of-00002.safetensors"
+    path.write_bytes(path.read_bytes()[:-5])
+    problems = check_model_dir(str(model))[1]
+    assert len(problems) == 1 and problems[0].startswith("model-00002-of-00002.safetensors: ")
+    assert "truncated" in problems[0]
+
+
+def test_shard_lacking_tensors_the_index_names(model):
+    write_safetensors(str(model / "model-00001-of-00002.safetensors"), {"a1": 10})
+    problems = check_model_dir(str(model))[1]
+    assert problems == ["model-00001-of-00002.safetensors lacks 1 tensor(s) the index puts there, e.g. b1"]
+
+
+def test_index_without_weight_map(model):
+    (model / "model.safetensors.index.json").write_text("{}")
+    assert check_model_dir(str(model))[1] == ["model.safetensors.index.json has no weight_map"]
+
+
+def test_single_file_model_without_index(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    write_safetensors(str(tmp_path / "model.safetensors"), {"w": 4})
+    report, problems = check_model_dir(str(tmp_path))
+    assert problems == [] and report["weight_files"] == ["model.safetensors"]
+
+
+def test_no_weights_at_all(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert "no weights" in check_model_dir(str(tmp_path))[1][0]
+
+
+def test_dangling_symlink_named(model):
+    os.symlink("/nonexistent/blob", str(model / "tokenizer.json"))
+    assert "tokenizer.json is a dangling symlink" in check_model_dir(str(model))[1]
+
+
+def test_hf_snapshot_symlinks_are_followed(tmp_path, model):
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    for entry in model.iterdir():
+        os.symlink(str(entry), str(snap / entry.name))
+    report, problems = check_model_dir(str(snap))
+    assert problems == [] and len(report["files"]) == 4
+
+
+def test_staging_dir_is_not_part_of_the_model(model):
+    (model / ".sparkfleet-sync").mkdir()
+    (model / ".sparkfleet-sync" / "x").write_text("partial")
+    names = [n for n, _s in check_model_dir(str(model))[0]["files"]]
+    assert not any(n.startswith(".sparkfleet-sync") for n in names)
+
+
+def test_not_a_directory(tmp_path):
+    assert check_model_dir(str(tmp_path / "nope"))[1] == ["%s is not a directory" % (tmp_path / "nope")]
+
+
+# ------------------------------------------------------------------ pack_bins
+
+def test_pack_bins_largest_first_balances():
+    items = [("s%d" % i, size) for i, size in enumerate([9, 8, 7, 6, 5, 4, 3, 2, 1])]
+    bins = pack_bins(items, 3)
+    sizes = dict(items)
+    totals = sorted(sum(sizes[n] for n in b) for b in bins)
+    assert totals == [14, 15, 16]  # LPT: within one small file of the perfect 15/15/15
+    assert sorted(n for b in bins for n in b) == sorted(sizes)
+
+
+def test_pack_bins_never_more_streams_than_files():
+    assert pack_bins([("a", 5), ("b", 1)], 8) == [["a"], ["b"]]
+    assert pack_bins([], 4) == []
+
+
+def test_pack_bins_one_stream_keeps_everything_largest_first():
+    assert pack_bins([("small", 1), ("big", 100), ("mid", 10)], 1) == [["big", "mid", "small"]]
+
+
+def test_pack_bins_39_real_sized_shards_on_4_streams_within_one_shard():
+    items = [("model-%05d-of-00039.safetensors" % i, 3 * 10 ** 9 + (i % 5) * 10 ** 7) for i in range(1, 40)]
+    items.append(("model-00040-of-00040.safetensors", 10 ** 9))
+    totals = [sum(dict(items)[n] for n in b) for b in pack_bins(items, 4)]
+    assert max(totals) - min(totals) <= 3.1 * 10 ** 9
+
+
+# ------------------------------------------------------------------ fan-out
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 8, 15])
+def test_tree_rounds_grow_with_log2(n):
+    targets = ["w%d" % i for i in range(n)]
+    rounds = tree_rounds(["source"], targets)
+    assert len(rounds) == math.ceil(math.log2(n + 1))
+    fed = [t for r in rounds for _f, t in r]
+    assert sorted(fed) == sorted(targets)
+    holders = {"source"}
+    for r in rounds:
+        feeders = [f for f, _t in r]
+        assert len(set(feeders)) == len(feeders)      # one transfer per feeder at a time
+        assert set(feeders) <= holders                # only nodes that already hold the model feed
+        holders |= {t for _f, t in r}
+
+
+def test_in_sync_destination_feeds_from_the_first_round():
+    assert tree_rounds(["source", "w0"], ["w1", "w2"]) == [[("source", "w1"), ("w0", "w2")]]
+
+
+def test_failed_target_never_feeds_and_the_rest_still_gets_fed():
+    sched = FanoutScheduler(["source"], ["a", "b", "c"])
+    assert sched.next() == [("source", "a")]
+    sched.done("source", "a", False)
+    assert sched.failed == ["a"]
+    assert sched.next() == [("source", "b")]
+    sched.done("source", "b", True)
+    pairs = sched.next()
+    assert pairs == [("source", "c")]
+    assert "a" not in [f for f, _t in pairs]
+    sched.done("source", "c", True)
+    assert sched.finished()
+
+
+def test_dynamic_scheduler_feeds_as_soon_as_a_feeder_is_free():
+    sched = FanoutScheduler(["source"], ["a", "b", "c", "d"])
+    sched.next()
+    sched.done("source", "a", True)
+    assert sorted(sched.next()) == [("a", "c"), ("source", "b")]
+    sched.done("a", "c", True)       # c finished before b: a and c feed d without waiting for b
+    assert sched.next() == [("a", "d")]
+
+
+# ------------------------------------------------------------------ rsync output
+
+# Captured with rsync 3.5.0: push over a shell-less -e, --out-format='SFL|%i|%l|%n'.
+RSYNC_OUT = """\
+SFL|*deleting  |0|stale.bin
+SFL|.d..t......|4096|./
+SFL|<f+++++++++|3|a
+SFL|cd+++++++++|4096|sub/
+SFL|<f+++++++++|1,234|sub/b with | bar
+SFL|<f.st......|4|c
+SFL|.f...p.....|4|d
+rsync: [sender] some warning that is not ours
+SFL|>f..t......|7|e
+"""
+
+
+def test_parse_itemize():
+    entries = parse_itemize(RSYNC_OUT)
+    by = {e["name"]: e for e in entries}
+    assert by["stale.bin"]["deleted"] and not by["stale.bin"]["transferred"]
+    assert by["a"]["transferred"] and by["a"]["size"] == 3
+    assert by["sub/b with | bar"]["size"] == 1234
+    assert not by["sub/"]["transferred"] and not by["./"]["transferred"]
+    assert by["c"]["transferred"]
+    assert not by["d"]["transferred"]        # permissions only: no data moves
+    assert by["e"]["transferred"]            # local receiver shows '>'
+    assert summarize(entries) == (4, 3 + 1234 + 4 + 7, ["a", "sub/b with | bar", "c", "e"], ["stale.bin"])
+
+
+def test_parse_itemize_ignores_other_lines():
+    assert parse_itemize("sending incremental file list\nSFL|garbage\n\n") == []
+
+
+def test_parse_df_avail():
+    out = ("Filesystem        1-blocks         Used     Available Capacity Mounted on\n"
+           "/dev/nvme0n1p2 3936818814976 130064715776 3606545301504       4% /\n")
+    assert parse_df_avail(out) == 3606545301504
+
+
+def test_parse_df_avail_wrapped_device_name():
+    out = ("Filesystem 1-blocks Used Available Capacity Mounted on\n"
+           "/dev/mapper/a-very-long-volume-name\n"
+           "      1000 400 600 40% /models\n")
+    assert parse_df_avail(out) == 600
+
+
+def test_parse_df_avail_rejects_garbage():
+    with pytest.raises(ValueError):
+        parse_df_avail("df: /x: No such file or directory\n")
+
+
+def test_size_list_and_compare():
+    actual = parse_size_list("12 config.json\x00300 model-00001.safetensors\x005 name with space\x00")
+    assert actual == {"config.json": 12, "model-00001.safetensors": 300, "name with space": 5}
+    expected = {"config.json": 12, "model-00001.safetensors": 301, "model-00002.safetensors": 1}
+    assert compare_sizes(expected, actual) == [
+        "model-00001.safetensors is 300 bytes, the source has 301",
+        "model-00002.safetensors is missing"]
+
+
+# ------------------------------------------------------------------ command lines
+
+def test_ssh_argv_fast_cipher_no_compression_key_only():
+    argv = ssh_argv("/usr/bin/ssh", "aes128-gcm@openssh.com", "/k", ["-p", "2222"], forward_agent=True, timeout=9)
+    assert argv[0] == "/usr/bin/ssh"
+    assert "Compression=no" in argv and "BatchMode=yes" in argv and "ConnectTimeout=9" in argv
+    assert argv[argv.index("-c") + 1] == "aes128-gcm@openssh.com"
+    assert argv[argv.index("-i") + 1] == "/k" and "IdentitiesOnly=yes" in argv
+    assert "-A" in argv and argv[-2:] == ["-p", "2222"]
+
+
+def test_rsync_argv_whole_file_staged_never_compressed():
+    argv = rsync_argv("rsync", ["ssh", "-c", "x"], "/models/m", "spark@10.99.1.12:/models/m",
+                      bwlimit=2500, files_from=True)
+    assert "--whole-file" in argv and "--temp-dir=.sparkfleet-sync" in argv
+    assert "--compress" not in argv and "-z" not in argv
+    assert "--bwlimit=2500" in argv and "--files-from=-" in argv and "--from0" in argv
+    assert argv[-2:] == ["/models/m/", "spark@10.99.1.12:/models/m/"]
+    assert "--rsh=ssh -c x" in argv
+
+
+def test_rsync_argv_dry_run_has_no_staging():
+    argv = rsync_argv("rsync", ["ssh"], "/a", "h:/b", dry_run=True, delete=True, checksum=True)
+    assert "--dry-run" in argv and "--delete" in argv and "--checksum" in argv
+    assert not any(a.startswith("--temp-dir") for a in argv)
+
+
+def test_rsync_target_ipv6_brackets():
+    assert rsync_target("fd00::12", "/m", "spark") == "spark@[fd00::12]:/m"
+    assert rsync_target("10.99.1.12", "/m") == "10.99.1.12:/m"
