@@ -168,6 +168,7 @@ _RAY_HDR_RE = re.compile(r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+[\w./-]
 # uvicorn: "INFO:     Application startup complete."
 _UVICORN_RE = re.compile(r"^(?P<lvl>INFO|WARNING|ERROR|CRITICAL):\s+")
 
+_YEAR = 2000
 _MONTHS = dict((m, i + 1) for i, m in enumerate(
     ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]))
 
@@ -370,6 +371,20 @@ def _parse_rate(rate):
     return None
 
 
+def _norm(line):
+    """Evidence line without prefixes and headers, to drop the same message printed twice."""
+    text = line or ""
+    while True:
+        m = _PREFIX_RE.match(text)
+        if not m:
+            break
+        text = text[m.end():]
+    m = _VLLM_HDR_RE.match(text)
+    if m:
+        text = text[m.end():]
+    return text.strip()[:200]
+
+
 class Line(object):
     """One logical log line after the wrappers are taken off."""
 
@@ -407,13 +422,13 @@ class VllmLogParser(object):
     ``now`` is injectable for tests; timestamps found in lines drive phase_times.
     """
 
-    def __init__(self, stall_timeout=0, year=None, rank_names=None):
+    def __init__(self, stall_timeout=0, rank_names=None):
         self.stall_timeout = stall_timeout or 0
-        self.year = year or time.gmtime().tm_year
         self.rank_names = dict(rank_names or {})
         self._buf = ""
         self._pending_prefixes = None
         self._bar_prefixes = None
+        self._outer_clock = False
         self.lines_seen = 0
         self.attempts = 0
         self.previous_failure = None
@@ -491,13 +506,14 @@ class VllmLogParser(object):
         raw = _ANSI_RE.sub("", seg).rstrip("\n")
         text = raw.strip()
         ts = None
+        outer = None
         m = _DOCKER_TS_RE.match(text)
         if m:
-            ts = self._iso_ts(m.group(1))
+            outer = self._iso_ts(m.group(1))
             text = text[m.end():]
         m = _SYSLOG_RE.match(text)
         if m:
-            ts = self._syslog_ts(m)
+            outer = self._syslog_ts(m) or outer
             text = text[m.end():]
         prefixes = []
         while True:
@@ -536,6 +552,12 @@ class VllmLogParser(object):
                     text = text[m.end():]
         if level == "WARN":
             level = "WARNING"
+        # One clock per log: the collector's (docker, journal) when present, else vLLM's and Ray's own.
+        if outer is not None:
+            self._outer_clock = True
+            ts = outer
+        elif self._outer_clock:
+            ts = None
         return Line(raw, text.strip(), level, ts, prefixes, _rank_key(prefixes) if prefixes else "local")
 
     # ----- timestamps -----
@@ -543,20 +565,22 @@ class VllmLogParser(object):
         try:
             mon, day = [int(x) for x in md.split("-")]
             h, mi, s = [int(x) for x in hms.split(":")]
-            return calendar.timegm((self.year, mon, day, h, mi, s, 0, 0, 0))
+            return calendar.timegm((_YEAR, mon, day, h, mi, s, 0, 0, 0))
         except (ValueError, OverflowError):
             return None
 
     def _iso_ts(self, text):
+        # vLLM and syslog stamps carry no year: every clock is put in one fixed (leap) year.
         try:
-            return calendar.timegm(time.strptime(text.replace("T", " "), "%Y-%m-%d %H:%M:%S"))
-        except ValueError:
+            t = time.strptime(text.replace("T", " "), "%Y-%m-%d %H:%M:%S")
+            return calendar.timegm((_YEAR, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, 0, 0, 0))
+        except (ValueError, OverflowError):
             return None
 
     def _syslog_ts(self, m):
         try:
             h, mi, s = [int(x) for x in m.group("time").split(":")]
-            return calendar.timegm((self.year, _MONTHS[m.group("mon")], int(m.group("day")), h, mi, s, 0, 0, 0))
+            return calendar.timegm((_YEAR, _MONTHS[m.group("mon")], int(m.group("day")), h, mi, s, 0, 0, 0))
         except (ValueError, KeyError, OverflowError):
             return None
 
@@ -620,7 +644,7 @@ class VllmLogParser(object):
             return
 
         if _BENIGN_RE.search(text):
-            self.benign.append(text[:300])
+            self.benign.append(text[:160])
             return
 
         if self._progress(line):
@@ -791,7 +815,14 @@ class VllmLogParser(object):
                 best = c
         if best is not None:
             cls = best["cls"]
-            evidence = [c["line"] for c in self.candidates if c["cls"] == cls][:6]
+            evidence = []
+            seen = set()
+            for c in self.candidates:
+                key = _norm(c["line"])
+                if c["cls"] == cls and key not in seen:
+                    seen.add(key)
+                    evidence.append(c["line"])
+            evidence = evidence[:6]
             phase = best["phase"]
         elif self.generic:
             cls = "engine_init_failed"
@@ -831,7 +862,7 @@ class VllmLogParser(object):
         for i, p in enumerate(seen):
             start = self.phase_first_ts[p]
             end = self.phase_first_ts[seen[i + 1]] if i + 1 < len(seen) else self.last_ts
-            if end is not None and end >= start:
+            if end is not None and 0 <= end - start < 7 * 86400:
                 out[p] = end - start
         return out
 

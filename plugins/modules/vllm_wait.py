@@ -1,0 +1,650 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_wait
+short_description: Follow a vLLM startup to ready, reporting phase, shard progress and the cause of a failure
+version_added: 0.1.0
+description:
+  - Reads a vLLM server's log (a file, a systemd unit's journal or a container's log) and tells where the
+    startup is - C(starting), C(engine_init), C(placement), C(loading_weights), C(profiling), C(cuda_graphs),
+    C(api_starting), C(ready) - or that it C(failed), with the failure's class, the log lines that show it and
+    a hint naming the role variable to change.
+  - Understands vLLM 0.6 to 0.33 logs, V0 and V1 engines, Ray worker prefixes such as
+    C((RayWorkerWrapper pid=860, ip=192.168.200.13)) and C((RayWorkerProc ...) (Worker_DP0_TP1_EP1 ...)),
+    Ray's C([repeated 2x across cluster]) suffixes, ANSI colour codes and tqdm bars redrawn with carriage returns.
+  - Weight-loading progress is tracked per rank (keyed by the Ray C(ip pid) prefix); the slowest rank sets the
+    reported shard count, percentage, seconds per shard and ETA.
+  - "Known benign warnings (for example C(Tensor parallel size (2\\) exceeds available GPUs (1\\)) and
+    C(tensor_parallel_size=2 is bigger than a reserved number of GPUs (1 GPUs\\) in a node)) never count as failures."
+  - When a specific cause and the generic C(Engine core initialization failed) both appear, the specific cause
+    wins. The module fails within one I(poll_interval) of a failing line appearing.
+  - "Ready means: with I(url), C(/v1/models) lists I(model) and a one-token completion succeeds; without I(url),
+    the log shows C(Application startup complete)."
+  - "Design for progress while waiting: a module cannot stream to the terminal, so call it in a loop with a short
+    I(timeout) (for example C(timeout: 10), C(until: result.ready), C(retries)). Each call re-reads the log of
+    this startup from I(since_offset) (file), I(cursor) or I(since) (journal, container), so it always sees the whole
+    startup and returns C(phase), C(progress), C(ranks), C(phase_times) and a one-line C(summary). Record C(offset)
+    (or C(cursor)) from a call made B(before) restarting the server and pass it back so an older run in the same
+    log is not read."
+  - Read-only; it changes nothing and runs the same in check mode.
+options:
+  log_file:
+    description:
+      - Path of a file the vLLM server logs to (stdout and stderr).
+      - Mutually exclusive with I(unit) and I(container).
+    type: path
+  unit:
+    description:
+      - A systemd unit whose journal holds the log, read with C(journalctl -u UNIT -o cat).
+      - When the unit is no longer active (failed, inactive, restarting) and the log shows no known failure,
+        the failure class is C(engine_exited).
+    type: str
+  container:
+    description:
+      - A Docker container whose log holds the server's output, read with C(docker logs --timestamps).
+      - When the container has exited or is restarting and the log shows no known failure, the failure class is
+        C(engine_exited).
+    type: str
+  since_offset:
+    description:
+      - With I(log_file), the byte offset where this startup begins; lines before it are ignored.
+      - Take it from the C(offset) a previous call returned before the server was (re)started.
+      - If the file is now shorter than the offset (rotated or truncated), it is read from the start.
+    type: int
+    default: 0
+  cursor:
+    description:
+      - With I(unit), a journal cursor; only entries after it are read (C(journalctl --after-cursor)).
+      - Take it from the C(cursor) a previous call returned.
+    type: str
+  since:
+    description:
+      - With I(unit) or I(container), read only entries since this time (C(journalctl --since) /
+        C(docker logs --since) syntax, for example C(2026-11-29 10:55:00) or C(10m)).
+      - Ignored for I(unit) when I(cursor) is given.
+    type: str
+  url:
+    description:
+      - Base URL of the OpenAI-compatible API, for example C(http://192.168.200.12:30000) (a trailing C(/v1) is
+        accepted). When set, ready requires C(/v1/models) to list I(model) and a one-token completion to succeed.
+      - With no log source, the module only polls the API and reports C(starting) until it answers.
+    type: str
+  api_key:
+    description:
+      - Bearer token for the API (vLLM C(--api-key)).
+    type: str
+  model:
+    description:
+      - Served model name that C(/v1/models) must list (the C(--served-model-name), else the model path or id).
+      - When omitted, the first listed model is used for the completion test.
+    type: str
+  validate_certs:
+    description:
+      - Verify TLS certificates when I(url) is https.
+    type: bool
+    default: true
+  timeout:
+    description:
+      - Seconds to wait for ready. C(0) reads the log once and returns at once.
+      - "When the time runs out the module does not fail (unless I(fail_on_timeout)): it returns C(ready: false),
+        C(timed_out: true) and the current phase, so a loop can call it again."
+    type: int
+    default: 900
+  fail_on_timeout:
+    description:
+      - Fail when I(timeout) runs out before the server is ready.
+    type: bool
+    default: false
+  stall_timeout:
+    description:
+      - Fail with class C(stalled) when the log shows no progress (no new phase, no shard or CUDA graph step, no new
+        informational line; placement-group waiting lines do not count) for this many seconds while waiting.
+      - On a single read (I(timeout=0)) a placement-group wait already reported as longer than this is a stall.
+      - C(0) disables stall detection.
+    type: int
+    default: 900
+  poll_interval:
+    description:
+      - Seconds between reads while waiting.
+    type: float
+    default: 5
+  rank_names:
+    description:
+      - Names to show for ranks, keyed by Ray node IP or by rank key, for example C({"192.168.200.13": "spark-2"}).
+    type: dict
+    default: {}
+notes:
+  - Failure classes are C(ray_oom_killed), C(cuda_oom), C(insufficient_memory), C(placement_group),
+    C(rendezvous_failed), C(nccl_error), C(worker_died), C(ray_unreachable), C(model_unsupported),
+    C(weights_corrupt), C(port_in_use), C(dependency_missing), C(tokenizer_error), C(engine_init_failed)
+    (generic, only when nothing more specific is in the log), C(engine_exited) (process or unit gone without a
+    failure in the log) and C(stalled).
+  - A log that holds a failed run followed by a restarted run reports the restarted run; while that run is not
+    ready, the earlier failure is reported (a crash loop).
+  - Phase times come from timestamps in the log (vLLM, Ray, journal or docker timestamps); lines without one
+    count toward the last seen timestamp.
+author:
+  - sparkfleet.vllm contributors
+"""
+
+EXAMPLES = r"""
+- name: Wait for the server, one call per 10 s so progress shows
+  sparkfleet.vllm.vllm_wait:
+    unit: vllm-serve.service
+    since: "{{ _vllm_serve_started_at }}"
+    url: "http://{{ sparkfleet_fabric_ip }}:{{ vllm_serve_port }}"
+    api_key: "{{ vllm_serve_api_key | default(omit) }}"
+    model: "{{ sparkfleet_model_id }}"
+    timeout: 10
+    rank_names: {"192.168.200.13": "spark-2"}
+  register: _vllm_wait
+  until: _vllm_wait.ready
+  retries: 180
+  delay: 0
+
+- name: Show where the startup stands
+  ansible.builtin.debug:
+    msg: "{{ _vllm_wait.summary }}"
+
+- name: Diagnose a captured log once
+  sparkfleet.vllm.vllm_wait:
+    log_file: /var/log/vllm/serve.log
+    timeout: 0
+  register: _vllm_state
+  failed_when: false
+
+- name: Remember where the log ends before restarting, then follow only the new run
+  sparkfleet.vllm.vllm_wait:
+    log_file: /var/log/vllm/serve.log
+    timeout: 0
+  register: _before_restart
+  failed_when: false
+
+- name: Follow the new run
+  sparkfleet.vllm.vllm_wait:
+    log_file: /var/log/vllm/serve.log
+    since_offset: "{{ _before_restart.offset }}"
+    timeout: 1800
+    fail_on_timeout: true
+"""
+
+RETURN = r"""
+phase:
+  description: Where the startup is, or C(failed).
+  returned: always
+  type: str
+  sample: loading_weights
+ready:
+  description: The server is ready (API checked when I(url) is set, else the log's startup-complete marker).
+  returned: always
+  type: bool
+  sample: false
+failed_phase:
+  description: The phase the startup was in when it failed.
+  returned: always
+  type: str
+  sample: cuda_graphs
+failure:
+  description: Why the startup failed; null when it has not.
+  returned: always
+  type: dict
+  contains:
+    class:
+      description: One of the failure classes listed in the notes.
+      type: str
+      sample: ray_oom_killed
+    evidence:
+      description: The log lines that show the failure, most telling first.
+      type: list
+      elements: str
+    hint:
+      description: What to change, naming the role variables.
+      type: str
+summary:
+  description: One line for people.
+  returned: always
+  type: str
+  sample: "loading_weights 17/39 shards (44%), 2.1 s/shard, ETA 46 s; slowest rank spark-2"
+progress:
+  description: Progress of the slowest rank in the current phase (shards while loading, graphs while capturing).
+  returned: always
+  type: dict
+  sample: {"unit": "shards", "n": 17, "total": 39, "percent": 44, "s_per_shard": 2.1, "eta_s": 46,
+           "slowest_rank": "spark-2"}
+ranks:
+  description: Weight-loading progress per rank, keyed by the Ray C(ip pid=N) prefix (or the local process name).
+  returned: always
+  type: dict
+  sample: {"192.168.200.13 pid=861": {"n": 17, "total": 39, "percent": 44, "s_per_shard": 2.1, "eta_s": 46,
+           "name": "spark-2"}}
+phase_times:
+  description: Seconds spent in each phase, from the first line of the phase to the first line of the next
+    (or the last line seen), when the log carries timestamps.
+  returned: always
+  type: dict
+  sample: {"starting": 14, "engine_init": 1, "placement": 20, "loading_weights": 707}
+offset:
+  description: With I(log_file), the byte offset of the end of what was read; pass it as I(since_offset).
+  returned: when log_file is set
+  type: int
+cursor:
+  description: With I(unit), the journal cursor after the last entry read; pass it as I(cursor).
+  returned: when unit is set and the journal returned entries
+  type: str
+timed_out:
+  description: I(timeout) ran out before ready.
+  returned: always
+  type: bool
+elapsed:
+  description: Seconds this call waited.
+  returned: always
+  type: float
+placement_wait_s:
+  description: Longest placement-group wait the log reported, in seconds.
+  returned: always
+  type: int
+vllm_version:
+  description: vLLM version the log announced.
+  returned: always
+  type: str
+api:
+  description: What the API check saw (models listed, completion result), when I(url) is set.
+  returned: when url is set
+  type: dict
+attempts:
+  description: Server runs seen in the log (restarts add one).
+  returned: always
+  type: int
+benign_warnings:
+  description: Known harmless warnings that were seen and ignored (first few).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import re
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_text
+from ansible.module_utils.urls import open_url
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
+    PHASE_INDEX,
+    VllmLogParser,
+    summary as make_summary,
+)
+
+_C_ENV = {"LANG": "C", "LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
+# After a failing line, keep reading this long so the traceback's root cause is not cut off.
+_SETTLE_S = 1.0
+# A bare exception with no fatal marker ends the startup if nothing moves for this long.
+_WEAK_CONFIRM_S = 30.0
+
+
+class FileSource(object):
+    kind = "file"
+
+    def __init__(self, module, path, offset):
+        self.module = module
+        self.path = path
+        self.offset = max(0, offset or 0)
+
+    def read(self):
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(0, 2)
+                size = fh.tell()
+                if size < self.offset:
+                    self.offset = 0
+                fh.seek(self.offset)
+                data = fh.read()
+        except (IOError, OSError):
+            return None
+        self.offset += len(data)
+        return to_text(data, errors="surrogate_or_replace")
+
+    def alive(self):
+        return None, None
+
+    def result(self):
+        return {"offset": self.offset}
+
+
+class JournalSource(object):
+    kind = "journal"
+
+    def __init__(self, module, unit, cursor, since):
+        self.module = module
+        self.unit = unit
+        self.cursor = cursor
+        self.since = since
+        self.journalctl = module.get_bin_path("journalctl", required=True)
+        self.systemctl = module.get_bin_path("systemctl", required=False)
+
+    def read(self):
+        cmd = [self.journalctl, "-u", self.unit, "-o", "cat", "--no-pager", "-q", "--show-cursor"]
+        if self.cursor:
+            cmd += ["--after-cursor", self.cursor]
+        elif self.since:
+            cmd += ["--since", self.since]
+        rc, out, err = self.module.run_command(cmd, environ_update=_C_ENV)
+        if rc != 0 and not out:
+            self.module.fail_json(msg="journalctl failed for unit %s: %s" % (self.unit, err.strip()),
+                                  rc=rc, stderr=err, cmd=cmd,
+                                  hint="Check the unit name and that this user may read the journal (become: true).")
+        lines = out.split("\n")
+        keep = []
+        for ln in lines:
+            if ln.startswith("-- cursor: "):
+                self.cursor = ln[len("-- cursor: "):].strip()
+            elif ln.strip() == "-- No entries --":
+                continue
+            else:
+                keep.append(ln)
+        text = "\n".join(keep)
+        if text and not text.endswith("\n"):
+            text += "\n"
+        return text
+
+    def alive(self):
+        if not self.systemctl:
+            return None, None
+        cmd = [self.systemctl, "show", self.unit, "-p", "ActiveState", "-p", "SubState", "-p", "Result",
+               "-p", "ExecMainStatus"]
+        rc, out, err = self.module.run_command(cmd, environ_update=_C_ENV)
+        if rc != 0:
+            return None, None
+        props = dict(ln.split("=", 1) for ln in out.splitlines() if "=" in ln)
+        active = props.get("ActiveState", "")
+        sub = props.get("SubState", "")
+        gone = active in ("failed", "inactive") or sub in ("auto-restart", "failed", "dead")
+        ev = "systemd: %s ActiveState=%s SubState=%s Result=%s ExecMainStatus=%s" % (
+            self.unit, active, sub, props.get("Result", ""), props.get("ExecMainStatus", ""))
+        return (not gone), ev
+
+    def result(self):
+        return {"cursor": self.cursor} if self.cursor else {}
+
+
+_DOCKER_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?\S*)\s")
+
+
+class DockerSource(object):
+    kind = "docker"
+
+    def __init__(self, module, container, since):
+        self.module = module
+        self.container = container
+        self.since = since
+        self.docker = module.get_bin_path("docker", required=True)
+        self.consumed = 0
+        self.tail = ""
+
+    def read(self):
+        cmd = [self.docker, "logs", "--timestamps"]
+        if self.since:
+            cmd += ["--since", self.since]
+        cmd.append(self.container)
+        rc, out, err = self.module.run_command(cmd, environ_update=_C_ENV)
+        if rc != 0:
+            if "No such container" in err:
+                return None
+            self.module.fail_json(msg="docker logs failed for %s: %s" % (self.container, err.strip()),
+                                  rc=rc, stderr=err, cmd=cmd, hint="Check the container name and docker access.")
+        lines = []
+        tail = ""
+        for stream in (out, err):
+            parts = stream.split("\n")
+            if parts and parts[-1] != "":
+                tail = parts[-1] if not tail else tail
+            lines.extend(p for p in parts[:-1])
+        # Both streams carry RFC 3339 timestamps; merge them back into one timeline.
+        lines.sort(key=lambda ln: (_DOCKER_TS.match(ln).group(1) if _DOCKER_TS.match(ln) else ""))
+        new = lines[self.consumed:]
+        self.consumed = len(lines)
+        self.tail = tail
+        return "\n".join(new) + ("\n" if new else "")
+
+    def alive(self):
+        cmd = [self.docker, "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}",
+               self.container]
+        rc, out, err = self.module.run_command(cmd, environ_update=_C_ENV)
+        if rc != 0:
+            return False, "docker: container %s not found" % self.container
+        fields = out.split()
+        status = fields[0] if fields else ""
+        ev = "docker: %s status=%s exit_code=%s oom_killed=%s" % (
+            self.container, status, fields[1] if len(fields) > 1 else "", fields[2] if len(fields) > 2 else "")
+        return status not in ("exited", "dead", "restarting", "removing"), ev
+
+    def result(self):
+        return {}
+
+
+class ApiProbe(object):
+    def __init__(self, module):
+        self.module = module
+        base = module.params["url"].rstrip("/")
+        if base.endswith("/v1"):
+            base = base[:-3]
+        self.base = base
+        self.model = module.params["model"]
+        self.headers = {"Content-Type": "application/json"}
+        if module.params["api_key"]:
+            self.headers["Authorization"] = "Bearer %s" % module.params["api_key"]
+        self.state = {"url": base, "models": [], "completion_ok": False, "error": None}
+
+    def _call(self, path, body=None):
+        data = json.dumps(body) if body is not None else None
+        try:
+            resp = open_url(self.base + path, data=data, headers=self.headers,
+                            method="POST" if body is not None else "GET", timeout=30,
+                            validate_certs=self.module.params["validate_certs"])
+            return resp.getcode(), json.loads(to_text(resp.read()))
+        except Exception as exc:  # connection refused, HTTP errors, bad JSON: all mean "not ready"
+            code = getattr(exc, "code", None)
+            return code, to_text(exc)
+
+    def check(self):
+        """True when ready; raises via fail_json on answers that waiting cannot fix."""
+        code, body = self._call("/v1/models")
+        if code in (401, 403):
+            self.module.fail_json(msg="The API at %s refused the key (HTTP %s)" % (self.base, code),
+                                  hint="Pass the server's --api-key as api_key (vllm_serve_api_key).")
+        if code != 200 or not isinstance(body, dict):
+            self.state["error"] = "GET /v1/models: %s" % (body if code is None else "HTTP %s" % code)
+            return False
+        ids = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
+        self.state["models"] = ids
+        if self.model and self.model not in ids:
+            if ids:
+                self.module.fail_json(
+                    msg="The API at %s serves %s, not %s" % (self.base, ", ".join(ids), self.model),
+                    hint="Set model to the server's --served-model-name (sparkfleet_model_id).", api=self.state)
+            self.state["error"] = "model %s not listed yet" % self.model
+            return False
+        model = self.model or (ids[0] if ids else None)
+        if not model:
+            self.state["error"] = "no model listed yet"
+            return False
+        code, body = self._call("/v1/completions", {"model": model, "prompt": "Hi", "max_tokens": 1,
+                                                   "temperature": 0})
+        if code in (400, 404):
+            code, body = self._call("/v1/chat/completions", {"model": model, "max_tokens": 1,
+                                                            "messages": [{"role": "user", "content": "Hi"}]})
+        ok = code == 200 and isinstance(body, dict) and bool(body.get("choices"))
+        self.state["completion_ok"] = ok
+        self.state["error"] = None if ok else "completion: %s" % (body if code is None else "HTTP %s" % code)
+        return ok
+
+
+def run(module):
+    p = module.params
+    parser = VllmLogParser(stall_timeout=p["stall_timeout"], rank_names=p["rank_names"])
+    source = None
+    if p["log_file"]:
+        source = FileSource(module, p["log_file"], p["since_offset"])
+    elif p["unit"]:
+        source = JournalSource(module, p["unit"], p["cursor"], p["since"])
+    elif p["container"]:
+        source = DockerSource(module, p["container"], p["since"])
+    api = ApiProbe(module) if p["url"] else None
+
+    once = p["timeout"] <= 0
+    start = time.time()
+    deadline = start + max(0, p["timeout"])
+    mark = (parser.progress_seq, parser.last_progress_line)
+    last_progress = start
+    weak_since = None
+    missing = False
+    api_ready = False
+    timed_out = False
+
+    def pull():
+        if source is None:
+            return False
+        text = source.read()
+        if text is None:
+            return True
+        parser.feed(text)
+        return False
+
+    while True:
+        missing = pull()
+        if missing and once and source.kind == "file":
+            module.fail_json(msg="Log file %s cannot be read" % p["log_file"],
+                             hint="Check the path (vllm_serve_log_file) and that this user may read it.")
+        if once:
+            parser.finish()
+        else:
+            parser.peek_tail()
+
+        if parser.failed and not once:
+            # Let the rest of the traceback (the root cause) arrive before classifying.
+            time.sleep(_SETTLE_S)
+            pull()
+            parser.finish()
+            break
+        if parser.failed:
+            break
+
+        if source is not None and parser.phase != "ready":
+            alive, evidence = source.alive()
+            if alive is False and not missing:
+                pull()
+                parser.finish()
+                parser.settle(final=True)
+                if not parser.failed:
+                    parser.mark_exited(evidence)
+                break
+
+        log_ready = parser.phase == "ready"
+        if api is not None and (source is None or PHASE_INDEX[parser.phase] >= PHASE_INDEX["api_starting"]):
+            api_ready = api.check()
+        if (api_ready if api is not None else log_ready):
+            break
+        if once:
+            parser.settle(final=True)
+            break
+
+        now = time.time()
+        cur = (parser.progress_seq, parser.last_progress_line)
+        if cur != mark:
+            mark = cur
+            last_progress = now
+        if parser._weak_pending():
+            weak_since = weak_since or now
+            if now - weak_since >= _WEAK_CONFIRM_S and now - last_progress >= _WEAK_CONFIRM_S:
+                parser.settle(final=True)
+                break
+        else:
+            weak_since = None
+        if source is not None and p["stall_timeout"] and now - last_progress >= p["stall_timeout"]:
+            parser.mark_stalled(int(now - last_progress))
+            break
+        if now >= deadline:
+            timed_out = True
+            break
+        time.sleep(max(0.05, min(p["poll_interval"], deadline - now)))
+
+    snap = parser.snapshot()
+    ready = (api_ready if api is not None else snap["phase"] == "ready") and snap["phase"] != "failed"
+    if api is not None and api_ready and snap["phase"] != "failed":
+        snap["phase"] = "ready"
+    if api is not None and not api_ready and snap["phase"] == "ready":
+        # The log says up but the API does not answer yet.
+        snap["phase"] = "api_starting"
+    result = dict(
+        changed=False,
+        phase=snap["phase"],
+        ready=ready,
+        failed_phase=snap["failed_phase"],
+        failure=snap["failure"],
+        summary=make_summary(snap),
+        progress=snap["progress"],
+        ranks=snap["ranks"],
+        phase_times=snap["phase_times"],
+        placement_wait_s=snap["placement_wait_s"],
+        vllm_version=snap["vllm_version"],
+        api_address=snap["api_address"],
+        attempts=snap["attempts"],
+        previous_failure=snap["previous_failure"],
+        benign_warnings=snap["benign_warnings"],
+        lines=snap["lines"],
+        timed_out=timed_out,
+        elapsed=round(time.time() - start, 2),
+    )
+    if source is not None:
+        result.update(source.result())
+    if api is not None:
+        result["api"] = api.state
+    return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            log_file=dict(type="path"),
+            unit=dict(type="str"),
+            container=dict(type="str"),
+            since_offset=dict(type="int", default=0),
+            cursor=dict(type="str"),
+            since=dict(type="str"),
+            url=dict(type="str"),
+            api_key=dict(type="str", no_log=True),
+            model=dict(type="str"),
+            validate_certs=dict(type="bool", default=True),
+            timeout=dict(type="int", default=900),
+            fail_on_timeout=dict(type="bool", default=False),
+            stall_timeout=dict(type="int", default=900),
+            poll_interval=dict(type="float", default=5),
+            rank_names=dict(type="dict", default={}),
+        ),
+        mutually_exclusive=[("log_file", "unit", "container")],
+        required_one_of=[("log_file", "unit", "container", "url")],
+        supports_check_mode=True,
+    )
+    if module.params["poll_interval"] <= 0:
+        module.fail_json(msg="poll_interval must be greater than 0", hint="Use a few seconds, e.g. 5.")
+    result = run(module)
+    if result["failure"]:
+        f = result["failure"]
+        first = f["evidence"][0] if f["evidence"] else "no log line"
+        module.fail_json(msg="vLLM startup failed in %s: %s: %s" % (result["failed_phase"], f["class"], first[:300]),
+                         hint=f["hint"], **result)
+    if result["timed_out"] and module.params["fail_on_timeout"]:
+        module.fail_json(msg="vLLM not ready after %d s: %s" % (module.params["timeout"], result["summary"]),
+                         hint="Raise timeout, or look at phase_times to see which phase is slow.", **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
