@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.six import integer_types
 
 from ansible_collections.sparkfleet.vllm.plugins.filter.systemd_env_lines import env_name, env_value
 
@@ -44,13 +43,13 @@ def sparkfleet_node_env(fabric, overrides=None, ray_memory_monitor=None, ray_mem
             # Ray's monitor kills the engine on GB10 unified memory during CUDA graph capture.
             env["RAY_memory_monitor_refresh_ms"] = "0"
     if ray_memory_usage_threshold is not None:
-        value = _number("ray_memory_usage_threshold", ray_memory_usage_threshold, integer_types + (float,))
+        value = _number("ray_memory_usage_threshold", ray_memory_usage_threshold, (int, float))
         if not 0 < value <= 1:
             raise AnsibleFilterError("%s: ray_memory_usage_threshold must be in (0, 1], got %r; Ray's "
                                      "default is 0.95" % (_WHERE, value))
         env["RAY_memory_usage_threshold"] = repr(float(value))
     if engine_ready_timeout_s is not None:
-        value = _number("engine_ready_timeout_s", engine_ready_timeout_s, integer_types)
+        value = _number("engine_ready_timeout_s", engine_ready_timeout_s, int)
         if value < 1:
             raise AnsibleFilterError("%s: engine_ready_timeout_s must be positive seconds, got %r"
                                      % (_WHERE, value))

@@ -9,7 +9,6 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.collections import is_string
-from ansible.module_utils.six import integer_types
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Values made only of these need no quoting in a systemd EnvironmentFile.
@@ -25,7 +24,7 @@ def env_value(key, value, where="environment"):
         raise AnsibleFilterError(
             "%s: %s is a boolean; write the string the program expects, e.g. '1', '0', 'true'"
             % (where, key))
-    if isinstance(value, integer_types + (float,)):
+    if isinstance(value, (int, float)):
         value = str(value)
     if not is_string(value):
         raise AnsibleFilterError(

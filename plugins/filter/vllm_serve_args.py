@@ -11,7 +11,6 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.collections import is_string
-from ansible.module_utils.six import integer_types
 
 _WHERE = "vllm_serve_args"
 BACKENDS = ("ray", "mp", "uni", "external_launcher")
@@ -60,7 +59,7 @@ def _int(key, value):
         _fail("%s must be an integer, got a boolean" % key)
     if is_string(value) and re.match(r"^\s*\d+\s*$", value):
         return int(value)
-    if not isinstance(value, integer_types):
+    if not isinstance(value, int):
         _fail("%s must be an integer, got %r" % (key, value))
     return value
 
@@ -108,7 +107,7 @@ def _convert(key, kind, value):
     if kind == "max_len":
         if isinstance(value, bool):
             _fail("max_model_len must be a positive integer or a size like '32k', got a boolean")
-        if isinstance(value, integer_types):
+        if isinstance(value, int):
             if value < 1:
                 _fail("max_model_len must be positive, got %d" % value)
             return [str(value)]
@@ -136,7 +135,7 @@ def _extra_value(flag, value):
         return [] if value else None
     if value is None:
         return None
-    if isinstance(value, integer_types + (float,)):
+    if isinstance(value, (int, float)):
         return [str(value)]
     if is_string(value):
         return [_safe(flag, str(value))]
@@ -198,7 +197,7 @@ def vllm_serve_args(cfg):
             argv.extend(words)
     elif isinstance(extra, list):
         for item in extra:
-            if isinstance(item, bool) or not isinstance(item, integer_types + (float,)) and not is_string(item):
+            if isinstance(item, bool) or not isinstance(item, (int, float)) and not is_string(item):
                 _fail("extra_args list items must be strings or numbers, got %r" % (item,))
             word = _safe("extra_args", str(item))
             head = word.split("=", 1)[0]

@@ -349,16 +349,13 @@ def select_fabric(devices, interface=None, subnet=None, ip=None, min_mtu=9000):
                     "%s %s" % (d["netdev"], a.with_prefixlen) for d, a in clash),
                 "put twins in different subnets (e.g. %s on %s and the next subnet on %s) or pin "
                 "`interface`" % (clash[0][1].network, clash[0][0]["netdev"], clash[1][0]["netdev"]))
-        keys = set(d["twin_key"] for d, _ in candidates)
+        keys = set(c[0]["twin_key"] for c in candidates)
         if len(keys) > 1 and not interface:
             raise FabricError(
                 "several cabled fabric ports carry addresses: %s" % ", ".join(
                     "%s %s" % (d["netdev"], a.with_prefixlen) for d, a in candidates),
                 "set `subnet` to the fabric subnet both nodes share, or pin `interface`")
-        if clash:
-            warnings.append("%s share subnet %s; put twins in different subnets"
-                            % (_ifaces([d for d, _ in clash]), clash[0][1].network))
-        primary = _primary_first([d for d, _ in candidates])[0]
+        primary = _primary_first([c[0] for c in candidates])[0]
         candidates = [(d, a) for d, a in candidates if d is primary][:1]
 
     dev, addr = candidates[0]

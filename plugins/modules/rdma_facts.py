@@ -27,7 +27,7 @@ description:
     O(min_mtu), when O(ip) is on no interface, or when O(interface) is not an ACTIVE RDMA netdev.
   - Changes nothing.
 author:
-  - sparkfleet.vllm contributors
+  - sparkfleet.vllm contributors (@sparkfleet)
 options:
   sysfs_root:
     description:
@@ -65,10 +65,13 @@ notes:
   - Check mode is supported and behaves exactly like a normal run.
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   facts:
+    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
 """
 
