@@ -1,0 +1,271 @@
+"""Parser behaviour on vLLM startup logs: phases, per-rank shard progress, failure classes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
+    FAILURE_CLASSES,
+    HINTS,
+    VllmLogParser,
+    summary,
+)
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "modules", "fixtures", "vllm_wait")
+EXPECTED = json.load(open(os.path.join(FIXTURES, "expected.json")))
+
+
+def _read(name):
+    with open(os.path.join(FIXTURES, name), newline="") as fh:
+        return fh.read()
+
+
+def parse(text, chunks=None, stall_timeout=600, rank_names=None):
+    p = VllmLogParser(stall_timeout=stall_timeout, rank_names=rank_names)
+    if chunks:
+        pos = 0
+        rng = random.Random(chunks)
+        while pos < len(text):
+            step = rng.randint(1, 400)
+            p.feed(text[pos:pos + step])
+            pos += step
+    else:
+        p.feed(text)
+    p.finish()
+    p.settle(final=True)
+    return p.snapshot()
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fixture_classified(name):
+    exp = EXPECTED[name]
+    snap = parse(_read(name))
+    got = {
+        "phase": snap["phase"],
+        "class": (snap["failure"] or {}).get("class"),
+        "failed_phase": snap["failed_phase"],
+    }
+    assert got == exp
+    if exp["class"]:
+        assert snap["failure"]["evidence"], "a failure must show the lines that prove it"
+        assert snap["failure"]["hint"] == HINTS[exp["class"]]
+
+
+def test_every_failure_class_has_two_fixtures():
+    counts = dict((c, 0) for c in FAILURE_CLASSES)
+    for exp in EXPECTED.values():
+        if exp["class"]:
+            counts[exp["class"]] += 1
+    assert all(n >= 2 for n in counts.values()), counts
+
+
+@pytest.mark.parametrize("name", ["ok_v1_010_ray.log", "fail_ray_oom_killed_v1_graphs.log",
+                                  "progress_v1_midload.log", "ok_v0_063_ray.log", "fail_worker_died_v0.log"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_chunking_does_not_change_the_answer(name, seed):
+    whole = parse(_read(name))
+    pieces = parse(_read(name), chunks=seed)
+    for key in ("phase", "failed_phase", "failure", "progress", "ranks", "phase_times"):
+        assert pieces[key] == whole[key], key
+
+
+def test_hints_name_role_variables():
+    for cls in FAILURE_CLASSES:
+        assert cls in HINTS
+    assert "vllm_serve_gpu_memory_utilization" in HINTS["ray_oom_killed"]
+    assert "sparkfleet_fabric_interface" in HINTS["nccl_error"]
+
+
+# ---- progress ----
+
+def test_slowest_rank_sets_progress_and_summary():
+    snap = parse(_read("progress_v1_midload.log"), rank_names={"192.168.200.13": "spark-2"})
+    assert snap["phase"] == "loading_weights"
+    prog = snap["progress"]
+    assert (prog["n"], prog["total"], prog["percent"]) == (14, 39, 36)
+    assert prog["slowest_rank"] == "spark-2"
+    assert prog["s_per_shard"] == pytest.approx(21.6)
+    assert prog["eta_s"] == 9 * 60
+    # the head's own rank is further along, under its own key
+    assert snap["ranks"]["RayWorkerWrapper pid=412"]["n"] == 17
+    assert snap["ranks"]["192.168.200.13 pid=861"]["name"] == "spark-2"
+    assert summary(snap) == ("loading_weights 14/39 shards (36%), 21.6 s/shard, ETA 540 s; "
+                             "slowest rank spark-2")
+
+
+def test_tqdm_carriage_returns_after_a_ray_prefix_only_line():
+    text = ("(RayWorkerWrapper pid=860, ip=192.168.200.13) \n"
+            "Loading safetensors checkpoint shards:   0% Completed | 0/39 [00:00<?, ?it/s]\r"
+            "Loading safetensors checkpoint shards:   3% Completed | 1/39 [00:18<11:24, 18.01s/it]\r"
+            "Loading safetensors checkpoint shards:   5% Completed | 2/39 [00:36<11:06, 18.01s/it]\n")
+    snap = parse(text)
+    assert list(snap["ranks"]) == ["192.168.200.13 pid=860"]
+    assert snap["ranks"]["192.168.200.13 pid=860"]["n"] == 2
+    assert snap["phase"] == "loading_weights"
+
+
+def test_unfinished_tqdm_line_is_peeked_not_consumed():
+    p = VllmLogParser()
+    p.feed("INFO 08-20 10:00:35 [gpu_model_runner.py:1953] Starting to load model /m...\n"
+           "Loading safetensors checkpoint shards:  10% Completed | 4/39 [01:12<10:30, 18.00s/it]")
+    p.peek_tail()
+    assert p.snapshot()["progress"]["n"] == 4
+    p.feed("\rLoading safetensors checkpoint shards:  13% Completed | 5/39 [01:30<10:12, 18.00s/it]\n")
+    assert p.snapshot()["progress"]["n"] == 5
+    assert p.lines_seen == 3
+
+
+def test_ansi_and_repeated_suffix_are_ignored():
+    text = ("\x1b[1;36m(EngineCore pid=301)\x1b[0m \x1b[0;32mINFO\x1b[0m 03-02 14:20:27 [core.py:93] "
+            "Initializing a V1 LLM engine (v0.18.1) with config: model='/m'\n"
+            "(RayWorkerProc pid=77, ip=192.168.200.13) (Worker_DP0_TP1_EP1 pid=77) Loading safetensors checkpoint "
+            "shards:  50% Completed | 2/4 [00:04<00:04,  2.00s/it] [repeated 2x across cluster]\n")
+    snap = parse(text)
+    assert snap["vllm_version"] == "0.18.1"
+    assert snap["ranks"]["192.168.200.13 pid=77"]["n"] == 2
+    assert snap["ranks"]["192.168.200.13 pid=77"]["eta_s"] == 4
+
+
+def test_cuda_graph_progress():
+    snap = parse(_read("ok_v1_010_ray.log").split("Graph capturing finished")[0].rsplit("\n", 1)[0] + "\n")
+    assert snap["phase"] == "cuda_graphs"
+    assert snap["progress"]["unit"] == "graphs"
+    assert summary(snap).startswith("cuda_graphs ")
+
+
+def test_phase_times_from_timestamps():
+    snap = parse(_read("ok_v1_010_ray.log"))
+    times = snap["phase_times"]
+    # 10:00:35 first shard line .. 10:13:02 "Loading weights took"
+    assert times["loading_weights"] == 747
+    assert set(times) >= {"starting", "placement", "loading_weights", "profiling", "api_starting"}
+    assert all(v >= 0 for v in times.values())
+
+
+def test_journal_and_docker_clocks_are_used_when_present():
+    text = ("2026-11-29T10:00:00.123456789Z INFO 08-20 10:00:01 [core.py:74] Initializing a V1 LLM engine (v0.10.1)\n"
+            "2026-11-29T10:00:30.000000000Z INFO 08-20 10:00:02 [gpu_model_runner.py:1] Starting to load model /m\n"
+            "2026-11-29T10:05:30.000000000Z INFO 08-20 10:00:03 [default_loader.py:262] Loading weights took 300 s\n")
+    times = parse(text)["phase_times"]
+    assert times["engine_init"] == 30
+    assert times["loading_weights"] == 300
+
+
+# ---- failures ----
+
+def test_specific_cause_beats_generic_marker_printed_before_it():
+    text = ("(EngineCore_0 pid=9) ERROR 08-20 10:00:34 [core.py:700] EngineCore failed to start.\n"
+            "(EngineCore_0 pid=9) ERROR 08-20 10:00:34 [core.py:700] Traceback (most recent call last):\n"
+            "(EngineCore_0 pid=9) ERROR 08-20 10:00:34 [core.py:700] safetensors_rust.SafetensorError: "
+            "Error while deserializing header: MetadataIncompleteBuffer\n"
+            "(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above.\n")
+    f = parse(text)["failure"]
+    assert f["class"] == "weights_corrupt"
+    assert "MetadataIncompleteBuffer" in f["evidence"][0]
+    assert any("Engine core initialization failed" in ln for ln in f["evidence"])
+
+
+def test_generic_only_when_nothing_specific():
+    text = ("(EngineCore_0 pid=9) ERROR 08-20 10:00:34 [core.py:700] EngineCore failed to start.\n"
+            "(EngineCore_0 pid=9) ERROR 08-20 10:00:34 [core.py:700] AssertionError\n"
+            "(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above.\n")
+    assert parse(text)["failure"]["class"] == "engine_init_failed"
+
+
+def test_ray_oom_beats_the_actor_death_it_causes():
+    text = ("ERROR 08-20 10:14:41 [core.py:700] ray.exceptions.RayActorError: The actor died unexpectedly.\n"
+            "ERROR 08-20 10:14:41 [core.py:700] ray.exceptions.OutOfMemoryError: Task was killed due to the node "
+            "running low on memory.\n")
+    assert parse(text)["failure"]["class"] == "ray_oom_killed"
+
+
+@pytest.mark.parametrize("line", [
+    "WARNING 08-20 10:00:16 [ray_utils.py:200] tensor_parallel_size=2 is bigger than a reserved number of GPUs "
+    "(1 GPUs) in a node 192.168.200.13.",
+    "Tensor parallel size (2) exceeds available GPUs (1). This may result in Ray placement group allocation failures.",
+    "ERROR 08-20 10:00:16 [ray_executor.py:213] Tensor parallel size (2) exceeds available GPUs (1).",
+    "WARNING 08-20 10:00:16 [utils.py:186] Failed to import from vllm._C with ModuleNotFoundError(\"No module named 'vllm._C'\")",
+    "WARNING 08-20 10:00:16 [cuda.py:1] CUDA out of memory handling: set PYTORCH_CUDA_ALLOC_CONF",
+    "INFO 08-20 10:00:16 [x.py:1] NCCL error handling is set to async",
+])
+def test_benign_lines_never_fail(line):
+    text = ("INFO 08-20 10:00:15 [core.py:74] Initializing a V1 LLM engine (v0.10.1) with config: model='/m'\n"
+            + line + "\n")
+    snap = parse(text)
+    assert snap["phase"] == "engine_init"
+    assert snap["failure"] is None
+
+
+def test_error_followed_by_progress_is_not_a_failure():
+    text = ("INFO 08-20 10:00:15 [core.py:74] Initializing a V1 LLM engine (v0.10.1) with config: model='/m'\n"
+            "Traceback (most recent call last):\n"
+            '  File "/usr/lib/python3/dist-packages/foo.py", line 1, in <module>\n'
+            "KeyError: 'HF_HUB_OFFLINE'\n"
+            "INFO 08-20 10:00:35 [gpu_model_runner.py:1953] Starting to load model /m...\n")
+    snap = parse(text)
+    assert snap["phase"] == "loading_weights"
+    assert snap["failure"] is None
+
+
+def test_unknown_exception_at_the_end_is_a_failure():
+    text = ("INFO 10-17 09:12:31 model_runner.py:1056] Starting to load model /m...\n"
+            "Traceback (most recent call last):\n"
+            '  File "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/models/qwen2.py", line 1, in load\n'
+            "KeyError: 'model.layers.0.mlp.gate'\n")
+    snap = parse(text)
+    assert snap["phase"] == "failed"
+    assert snap["failed_phase"] == "loading_weights"
+
+
+def test_traceback_frames_do_not_move_the_phase():
+    text = ("INFO 10-17 09:12:13 llm_engine.py:237] Initializing an LLM engine (v0.6.3) with config: model='/m'\n"
+            "Traceback (most recent call last):\n"
+            '  File "/x/vllm/worker/model_runner.py", line 1, in profile_run\n'
+            '    self.model_runner.load_model()\n'
+            "ValueError: Model architectures ['FooForCausalLM'] are not supported for now.\n")
+    snap = parse(text)
+    assert snap["failed_phase"] == "engine_init"
+    assert snap["failure"]["class"] == "model_unsupported"
+
+
+def test_placement_wait_is_a_stall_only_past_stall_timeout():
+    line = ("INFO 08-20 10:%02d:15 [ray_utils.py:255] Waiting for creating a placement group of specs for %d "
+            "seconds. specs=[{'GPU': 1.0}, {'GPU': 1.0}].\n")
+    text = "".join(line % (i, 10 * (i + 1)) for i in range(30))
+    assert parse(text, stall_timeout=600)["phase"] == "placement"
+    snap = parse(text, stall_timeout=300)
+    assert snap["failure"]["class"] == "stalled"
+    assert snap["failed_phase"] == "placement"
+    assert parse(text, stall_timeout=0)["phase"] == "placement"
+
+
+def test_crash_loop_reports_the_earlier_failure():
+    first = _read("fail_insufficient_memory_free_v1.log")
+    second = _read("progress_v1_midload.log")
+    snap = parse(first + second)
+    assert snap["attempts"] == 2
+    assert snap["phase"] == "failed"
+    assert snap["failure"]["class"] == "insufficient_memory"
+
+
+def test_restart_that_comes_up_is_ready():
+    snap = parse(_read("restart_then_ready.log"))
+    assert snap["phase"] == "ready"
+    assert snap["attempts"] == 2
+    assert snap["previous_failure"]["class"] == "insufficient_memory"
+
+
+def test_mark_exited_and_stalled_from_the_caller():
+    p = VllmLogParser()
+    p.feed(_read("progress_v1_midload.log"))
+    p.mark_exited("systemd: vllm.service ActiveState=failed SubState=failed Result=exit-code ExecMainStatus=1")
+    snap = p.snapshot()
+    assert (snap["failure"]["class"], snap["failed_phase"]) == ("engine_exited", "loading_weights")
+    p = VllmLogParser()
+    p.feed(_read("progress_v1_midload.log"))
+    p.mark_stalled(900)
+    assert p.snapshot()["failure"]["class"] == "stalled"
