@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what it needs, then runs
+#   ansible-lint (production) -> ansible-test sanity -> unit tests -> the lab (build, up) ->
+#   lab integration tests (pytest + ansible-runner, from the lab's control namespace) -> molecule.
+# Every stage runs even if an earlier one failed (except those that need the lab when it could not start);
+# the exit status is non-zero if any stage failed. Root required.
+# Env: SPARKFLEET_STAGES="lint sanity unit lab integration molecule" to run a subset.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+stages=${SPARKFLEET_STAGES:-lint sanity unit lab integration molecule}
+out=tests/output
+mkdir -p "$out"
+rm -f "$out"/junit-*.xml
+declare -a results=()
+failed=0
+
+want() { case " $stages " in *" $1 "*) return 0;; esac; return 1; }
+stage() {  # stage NAME CMD...
+  local name=$1 t0 rc; shift
+  want "$name" || return 0
+  printf '\n===== stage %s: %s\n' "$name" "$*"
+  t0=$(date +%s)
+  "$@"; rc=$?
+  results+=("$(printf '%-12s %-6s %5ss' "$name" "$([ $rc = 0 ] && echo ok || echo FAILED)" $(( $(date +%s) - t0 )))")
+  [ $rc = 0 ] || failed=1
+  return $rc
+}
+
+scripts/bootstrap.sh || exit 1
+export PATH=$root/.venv/bin:$PATH
+
+stage lint ansible-lint --nocolor
+stage sanity scripts/sanity.sh
+stage unit pytest tests/unit -q -p no:cacheprovider --junitxml="$out/junit-unit.xml"
+
+lab_ok=0
+if want lab || want integration || want molecule; then
+  if stage lab lab/prepare.sh; then lab_ok=1; fi
+fi
+if [ $lab_ok = 1 ]; then
+  stage integration lab/labctl ctl -- pytest tests/integration -m lab -q -p no:cacheprovider \
+    --junitxml="$out/junit-integration.xml"
+  stage molecule lab/labctl ctl -- molecule test -s default
+fi
+want lab && lab/labctl down >/dev/null 2>&1
+
+printf '\n===== summary\n'
+printf '%s\n' "${results[@]}"
+# One closing line with the pytest counts of every run above.
+python3 - "$out"/junit-*.xml <<'PY'
+import sys, xml.etree.ElementTree as ET
+p = f = s = 0
+for path in sys.argv[1:]:
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        continue
+    for ts in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
+        t, e, fl, sk = (int(ts.get(k, 0)) for k in ("tests", "errors", "failures", "skipped"))
+        p += t - e - fl - sk; f += e + fl; s += sk
+print("pytest: %d passed, %d failed, %d skipped" % (p, f, s))
+PY
+exit $failed
