@@ -100,7 +100,7 @@ ansible_facts:
   type: dict
   contains:
     sparkfleet_fabric:
-      description: The same keys as the top-level return values below, minus C(warnings).
+      description: The same dict as the top-level keys below (interface, ip, prefix, subnet, mtu, hca, gid_index, devices, env).
       returned: success
       type: dict
 interface:
