@@ -1,0 +1,144 @@
+"""The rank: a Ray actor named RayWorkerWrapper (so Ray prefixes its output as it does vLLM's workers).
+
+Each rank holds /dev/nvidia0 open while alive, joins torch.distributed over gloo, reads its slice of every
+shard, and all-reduces one tensor per request step.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import time
+
+from .formats import SAFETENSOR_ERRORS, WEIGHTS_BAR_DESC, Logger, ProgressBar
+from .safetensors_io import SafetensorError, list_shards, read_slice
+
+GiB = float(1 << 30)
+GB10_TOTAL_GIB = 119.70
+
+
+def _env_float(name, default):
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class RayWorkerWrapper:
+    """vLLM's name for the Ray worker actor; methods are called through execute_method like vLLM does."""
+
+    def __init__(self, driver_env=None):
+        # vLLM copies the driver's VLLM_* variables to the workers, except the node-specific ones
+        for k, v in (driver_env or {}).items():
+            os.environ[k] = v
+        self.rank = None
+        self.world = None
+        self.gpu_fd = None
+        self.weights_bytes = 0
+        self.pid = os.getpid()
+
+    def execute_method(self, method, *args, **kwargs):
+        return getattr(self, method)(*args, **kwargs)
+
+    def node_info(self):
+        import ray
+        ctx = ray.get_runtime_context()
+        return {"ip": ray.util.get_node_ip_address(), "node_id": ctx.get_node_id(), "pid": os.getpid(),
+                "actor_id": ctx.get_actor_id(), "worker_id": ctx.get_worker_id(),
+                "env": {k: v for k, v in os.environ.items() if k.startswith(("RAY_", "GLOO_", "NCCL_", "VLLM_"))}}
+
+    # ---------------------------------------------------------------- device + rendezvous
+    def init_device(self, rank, world, tp, init_method):
+        log = Logger("parallel_state.py")
+        dev = os.environ.get("SPARKLAB_GPU_DEVICE", "/dev/nvidia0")
+        try:
+            self.gpu_fd = os.open(dev, os.O_RDWR)  # "holds the GPU" for nvidia-smi's process list
+        except OSError:
+            raise RuntimeError("No CUDA GPUs are available") from None
+        import torch.distributed as dist
+        self.rank, self.world = rank, world
+        log.info(1203, "world_size=%d rank=%d local_rank=0 distributed_init_method=%s backend=nccl",
+                 world, rank, init_method)
+        timeout = datetime.timedelta(seconds=_env_float("SPARKLAB_GLOO_TIMEOUT_S", 120))
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world, timeout=timeout)
+        log.info(1411, "rank %d in world size %d is assigned as DP rank 0, PP rank %d, PCP rank 0, TP rank %d, "
+                 "EP rank %d", rank, world, rank // tp, rank % tp, rank)
+        return True
+
+    # ---------------------------------------------------------------- weights
+    def load_model(self, model, fault, fault_shard, bar_all_ranks):
+        runner = Logger("gpu_model_runner.py")
+        t0 = time.time()
+        runner.info(3562, "Starting to load model %s...", model)
+        shards = list_shards(model)
+        if not shards:
+            raise RuntimeError("Cannot find any model weights with `%s`" % model)
+        per_shard = _env_float("SPARKLAB_SECONDS_PER_SHARD", 1.0)
+        faulty = self.rank == self.world - 1
+        bar = ProgressBar(len(shards), WEIGHTS_BAR_DESC, sys.stdout) if (self.rank == 0 or bar_all_ranks) else None
+        t_load = time.time()
+        for i, path in enumerate(shards):
+            start = time.time()
+            if faulty and i == fault_shard:
+                if fault == "crash_load":
+                    sys.stdout.flush()
+                    os._exit(1)
+                if fault == "hang":
+                    while True:
+                        time.sleep(3600)
+                if fault == "corrupt_shard":
+                    raise SafetensorError(SAFETENSOR_ERRORS["incomplete"])
+            self.weights_bytes += read_slice(path, self.rank, self.world)
+            rest = per_shard - (time.time() - start)
+            if rest > 0:
+                time.sleep(rest)
+            if bar:
+                bar.update(1)
+        if bar:
+            bar.close()
+        loaded = time.time() - t_load
+        Logger("default_loader.py").info(308, "Loading weights took %.2f seconds", loaded)
+        runner.info(3659, "Model loading took %.4f GiB memory and %.6f seconds", self.weights_bytes / GiB,
+                    time.time() - t0)
+        return self.weights_bytes
+
+    # ---------------------------------------------------------------- memory + graphs
+    def determine_available_memory(self, gpu_memory_utilization):
+        kv = GB10_TOTAL_GIB * gpu_memory_utilization - self.weights_bytes / GiB - 2.35
+        kv = max(kv, 0.0)
+        Logger("gpu_worker.py").info(375, "Available KV cache memory: %.2f GiB", kv)
+        return int(kv * GiB)
+
+    def capture_graphs(self, enforce_eager, gpu_memory_utilization, fault):
+        from .formats import oom_would_kill
+        if fault == "ray_oom_graph":
+            kill, used, total, threshold = oom_would_kill(gpu_memory_utilization, os.environ)
+            if kill:
+                info = self.node_info()
+                info.update(used_gb=used, total_gb=total, threshold=threshold)
+                return {"oom": info}
+        if enforce_eager:
+            return {"secs": 0}
+        t0 = time.time()
+        seconds = _env_float("SPARKLAB_GRAPH_SECONDS", 2.0)
+        for desc in ("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)", "Capturing CUDA graphs (decode, FULL)"):
+            bar = ProgressBar(51, desc, sys.stdout, weights=False) if self.rank == 0 else None
+            for _ in range(51):
+                time.sleep(seconds / 2 / 51)
+                if bar:
+                    bar.update(1)
+            if bar:
+                bar.close()
+        secs = int(round(time.time() - t0))
+        Logger("gpu_model_runner.py").info(4587, "Graph capturing finished in %d secs, took %.2f GiB", secs, 0.66)
+        return {"secs": secs}
+
+    # ---------------------------------------------------------------- serving
+    def step(self, prompt, count):
+        import torch
+        import torch.distributed as dist
+        from .formats import seed_ids
+        x = torch.tensor(seed_ids(prompt, self.rank, max(count, 1)), dtype=torch.int64)
+        dist.all_reduce(x)
+        return x.tolist()[:count]
