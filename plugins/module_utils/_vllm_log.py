@@ -168,6 +168,7 @@ _RAY_HDR_RE = re.compile(r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+[\w./-]
 # uvicorn: "INFO:     Application startup complete."
 _UVICORN_RE = re.compile(r"^(?P<lvl>INFO|WARNING|ERROR|CRITICAL):\s+")
 
+PLACEMENT_STALL_S = 300
 _YEAR = 2000
 _MONTHS = dict((m, i + 1) for i, m in enumerate(
     ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]))
@@ -424,6 +425,8 @@ class VllmLogParser(object):
 
     def __init__(self, stall_timeout=0, rank_names=None):
         self.stall_timeout = stall_timeout or 0
+        # A healthy cluster places at once; vLLM's own limit is 1800 s. Waiting this long is a stall.
+        self.placement_stall_s = min(self.stall_timeout, PLACEMENT_STALL_S) if self.stall_timeout else 0
         self.rank_names = dict(rank_names or {})
         self._buf = ""
         self._pending_prefixes = None
@@ -776,7 +779,7 @@ class VllmLogParser(object):
         if final and self._weak_pending():
             self._confirm()
             self.failure_phase = self._weak_pending()[0]["phase"]
-        if final and self.stall_timeout and self.pg_wait_s >= self.stall_timeout and self.phase == "placement":
+        if self.placement_stall_s and self.pg_wait_s >= self.placement_stall_s and self.phase == "placement":
             self.candidates.append({
                 "cls": "stalled", "line": self.pg_wait_line, "strong": True,
                 "phase": "placement", "seq": self._seq + 1,

@@ -15,13 +15,13 @@ description:
     startup is - C(starting), C(engine_init), C(placement), C(loading_weights), C(profiling), C(cuda_graphs),
     C(api_starting), C(ready) - or that it C(failed), with the failure's class, the log lines that show it and
     a hint naming the role variable to change.
-  - Understands vLLM 0.6 to 0.33 logs, V0 and V1 engines, Ray worker prefixes such as
-    C((RayWorkerWrapper pid=860, ip=192.168.200.13)) and C((RayWorkerProc ...) (Worker_DP0_TP1_EP1 ...)),
-    Ray's C([repeated 2x across cluster]) suffixes, ANSI colour codes and tqdm bars redrawn with carriage returns.
+  - 'Understands vLLM 0.6 to 0.33 logs, V0 and V1 engines, Ray worker prefixes such as
+    "(RayWorkerWrapper pid=860, ip=192.168.200.13)" and "(RayWorkerProc ...) (Worker_DP0_TP1_EP1 ...)",
+    Ray''s "[repeated 2x across cluster]" suffixes, ANSI colour codes and tqdm bars redrawn with carriage returns.'
   - Weight-loading progress is tracked per rank (keyed by the Ray C(ip pid) prefix); the slowest rank sets the
     reported shard count, percentage, seconds per shard and ETA.
-  - "Known benign warnings (for example C(Tensor parallel size (2\\) exceeds available GPUs (1\\)) and
-    C(tensor_parallel_size=2 is bigger than a reserved number of GPUs (1 GPUs\\) in a node)) never count as failures."
+  - 'Known benign warnings, for example "Tensor parallel size (2) exceeds available GPUs (1)" and
+    "tensor_parallel_size=2 is bigger than a reserved number of GPUs (1 GPUs) in a node", never count as failures.'
   - When a specific cause and the generic C(Engine core initialization failed) both appear, the specific cause
     wins. The module fails within one I(poll_interval) of a failing line appearing.
   - "Ready means: with I(url), C(/v1/models) lists I(model) and a one-token completion succeeds; without I(url),
@@ -105,7 +105,8 @@ options:
     description:
       - Fail with class C(stalled) when the log shows no progress (no new phase, no shard or CUDA graph step, no new
         informational line; placement-group waiting lines do not count) for this many seconds while waiting.
-      - On a single read (I(timeout=0)) a placement-group wait already reported as longer than this is a stall.
+      - A placement-group wait that vLLM reports as longer than this or 300 s, whichever is less, is a stall
+        too, also on a single read (I(timeout=0)); a healthy cluster places the workers at once.
       - C(0) disables stall detection.
     type: int
     default: 900
@@ -116,7 +117,7 @@ options:
     default: 5
   rank_names:
     description:
-      - Names to show for ranks, keyed by Ray node IP or by rank key, for example C({"192.168.200.13": "spark-2"}).
+      - 'Names to show for ranks, keyed by Ray node IP or by rank key, for example C({"192.168.200.13": "spark-2"}).'
     type: dict
     default: {}
 notes:
@@ -560,6 +561,9 @@ def run(module):
         if cur != mark:
             mark = cur
             last_progress = now
+        parser.settle(final=False)
+        if parser.failed:
+            break
         if parser._weak_pending():
             weak_since = weak_since or now
             if now - weak_since >= _WEAK_CONFIRM_S and now - last_progress >= _WEAK_CONFIRM_S:

@@ -235,9 +235,10 @@ def test_traceback_frames_do_not_move_the_phase():
 def test_placement_wait_is_a_stall_only_past_stall_timeout():
     line = ("INFO 08-20 10:%02d:15 [ray_utils.py:255] Waiting for creating a placement group of specs for %d "
             "seconds. specs=[{'GPU': 1.0}, {'GPU': 1.0}].\n")
-    text = "".join(line % (i, 10 * (i + 1)) for i in range(30))
-    assert parse(text, stall_timeout=600)["phase"] == "placement"
-    snap = parse(text, stall_timeout=300)
+    text = "".join(line % (i, 10 * (i + 1)) for i in range(20))
+    assert parse(text, stall_timeout=900)["phase"] == "placement"
+    assert parse(text + line % (21, 300), stall_timeout=900)["failure"]["class"] == "stalled"
+    snap = parse(text, stall_timeout=150)
     assert snap["failure"]["class"] == "stalled"
     assert snap["failed_phase"] == "placement"
     assert parse(text, stall_timeout=0)["phase"] == "placement"

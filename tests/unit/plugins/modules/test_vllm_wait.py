@@ -1,0 +1,356 @@
+"""vllm_wait end to end in-process: log sources, the wait loop, API readiness on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from ansible.module_utils import basic
+
+from ansible_collections.sparkfleet.vllm.plugins.modules import vllm_wait
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "vllm_wait")
+EXPECTED = json.load(open(os.path.join(FIXTURES, "expected.json")))
+
+
+def fixture(name):
+    return os.path.join(FIXTURES, name)
+
+
+def _text(name):
+    with open(fixture(name), newline="") as fh:
+        return fh.read()
+
+
+# ---- read once (timeout=0) over every fixture ----
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_read_once(run_module, name):
+    exp = EXPECTED[name]
+    res = run_module(vllm_wait, {"log_file": fixture(name), "timeout": 0})
+    assert res["phase"] == exp["phase"]
+    assert res.get("failed", False) == (exp["phase"] == "failed")
+    assert res["changed"] is False
+    assert res["offset"] == os.path.getsize(fixture(name))
+    if exp["class"]:
+        assert res["failure"]["class"] == exp["class"]
+        assert res["failed_phase"] == exp["failed_phase"]
+        assert exp["class"] in res["msg"]
+        assert res["hint"] == res["failure"]["hint"]
+    else:
+        assert res["failure"] is None
+        assert res["ready"] is (exp["phase"] == "ready")
+
+
+def test_check_mode_reads_the_same(run_module):
+    res = run_module(vllm_wait, {"log_file": fixture("progress_v1_midload.log"), "timeout": 0}, check_mode=True)
+    assert res["phase"] == "loading_weights"
+    assert res["summary"].startswith("loading_weights 14/39 shards (36%)")
+
+
+def test_missing_log_file_fails_with_a_reason(run_module, tmp_path):
+    res = run_module(vllm_wait, {"log_file": str(tmp_path / "nope.log"), "timeout": 0})
+    assert res["failed"] is True
+    assert "cannot be read" in res["msg"]
+
+
+def test_since_offset_skips_an_older_run(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    log.write_text(_text("fail_cuda_oom_v1_profiling.log"))
+    first = run_module(vllm_wait, {"log_file": str(log), "timeout": 0})
+    assert first["failure"]["class"] == "cuda_oom"
+    with open(str(log), "a") as fh:
+        fh.write(_text("progress_v1_midload.log"))
+    again = run_module(vllm_wait, {"log_file": str(log), "timeout": 0, "since_offset": first["offset"]})
+    assert again.get("failed", False) is False
+    assert again["phase"] == "loading_weights"
+    # without the offset the whole file is a crash loop
+    whole = run_module(vllm_wait, {"log_file": str(log), "timeout": 0})
+    assert whole["failed"] is True
+
+
+# ---- waiting ----
+
+def _writer(path, lines, delay, start_delay=0.0):
+    def go():
+        time.sleep(start_delay)
+        with open(path, "a", newline="") as fh:
+            for ln in lines:
+                fh.write(ln)
+                fh.flush()
+                time.sleep(delay)
+    t = threading.Thread(target=go)
+    t.daemon = True
+    t.start()
+    return t
+
+
+def test_wait_fails_within_one_poll_interval_of_the_failing_line(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    text = _text("fail_ray_oom_killed_v1_graphs.log")
+    head, tail = text.split("(EngineCore_0 pid=233) (raylet, ip=192.168.200.13)", 1)
+    log.write_text(head)
+    appended = {}
+
+    def late():
+        time.sleep(1.5)
+        with open(str(log), "a") as fh:
+            fh.write("(EngineCore_0 pid=233) (raylet, ip=192.168.200.13)" + tail)
+        appended["t"] = time.time()
+    threading.Thread(target=late, daemon=True).start()
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 30, "poll_interval": 1})
+    done = time.time()
+    assert res["failure"]["class"] == "ray_oom_killed"
+    assert res["failed_phase"] == "cuda_graphs"
+    # one poll interval plus the one-second settle for the traceback
+    assert done - appended["t"] < 1 + 1.5
+
+
+def test_wait_follows_progress_to_ready(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    lines = _text("ok_v1_010_ray.log").splitlines(True)
+    log.write_text("".join(lines[:30]))
+    _writer(str(log), lines[30:], 0.005)
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 30, "poll_interval": 0.2})
+    assert res["ready"] is True and res["phase"] == "ready"
+    assert res["timed_out"] is False
+
+
+def test_timeout_returns_phase_without_failing(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    log.write_text(_text("progress_v1_midload.log"))
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 1, "poll_interval": 0.2})
+    assert res.get("failed", False) is False
+    assert res["timed_out"] is True and res["ready"] is False
+    assert res["phase"] == "loading_weights"
+    assert res["progress"]["n"] == 14
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 1, "poll_interval": 0.2, "fail_on_timeout": True})
+    assert res["failed"] is True and "not ready after 1 s" in res["msg"]
+
+
+def test_no_progress_for_stall_timeout_is_stalled(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    log.write_text(_text("progress_v1_midload.log"))
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 20, "stall_timeout": 1, "poll_interval": 0.2})
+    assert res["failed"] is True
+    assert res["failure"]["class"] == "stalled"
+    assert res["failed_phase"] == "loading_weights"
+    assert res["elapsed"] < 5
+
+
+def test_placement_wait_lines_do_not_count_as_progress(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    log.write_text(_text("progress_placement_short.log"))
+    wait = ("(EngineCore_0 pid=233) INFO 08-20 10:01:%02d [ray_utils.py:255] Waiting for creating a placement "
+            "group of specs for %d seconds. specs=[{'GPU': 1.0}, {'GPU': 1.0}].\n")
+    _writer(str(log), [wait % (i, 40 + 10 * i) for i in range(40)], 0.1)
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 20, "stall_timeout": 2, "poll_interval": 0.2})
+    assert res["failure"]["class"] == "stalled"
+    assert res["failed_phase"] == "placement"
+
+
+# ---- journal and docker, with the commands' real output shapes ----
+
+class FakeCommands(object):
+    """Stands in for run_command: answers journalctl / systemctl / docker like the real tools."""
+
+    def __init__(self, responses):
+        self.responses = responses
+        self.calls = []
+
+    def __call__(self, module_self, args, **kwargs):
+        self.calls.append(list(args))
+        tool = os.path.basename(args[0])
+        return self.responses[tool](args)
+
+
+@pytest.fixture
+def fake_bins(monkeypatch):
+    def install(responses):
+        fake = FakeCommands(responses)
+        monkeypatch.setattr(basic.AnsibleModule, "run_command",
+                            lambda self, args, **kwargs: fake(self, args, **kwargs))
+        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
+                            lambda self, name, required=False, opt_dirs=None: "/usr/bin/" + name)
+        return fake
+    return install
+
+
+def test_unit_journal_progress_and_cursor(run_module, fake_bins):
+    body = _text("progress_v1_midload.log")
+
+    def journalctl(args):
+        assert args[1:4] == ["-u", "vllm-serve.service", "-o"]
+        return 0, body + "-- cursor: s=3e1c;i=8f2;b=1a;m=2d;t=5f;x=77\n", ""
+
+    def systemctl(args):
+        return 0, "ActiveState=active\nSubState=running\nResult=success\nExecMainStatus=0\n", ""
+    fake = fake_bins({"journalctl": journalctl, "systemctl": systemctl})
+    res = run_module(vllm_wait, {"unit": "vllm-serve.service", "since": "2026-11-29 10:00:00", "timeout": 0})
+    assert res["phase"] == "loading_weights"
+    assert res["cursor"] == "s=3e1c;i=8f2;b=1a;m=2d;t=5f;x=77"
+    assert ["--since", "2026-11-29 10:00:00"] == fake.calls[0][-2:]
+    res = run_module(vllm_wait, {"unit": "vllm-serve.service", "cursor": res["cursor"], "timeout": 0})
+    assert fake.calls[-2][-2:] == ["--after-cursor", "s=3e1c;i=8f2;b=1a;m=2d;t=5f;x=77"]
+
+
+def test_unit_gone_without_a_marker_is_engine_exited(run_module, fake_bins):
+    body = _text("progress_v1_midload.log")
+    fake_bins({
+        "journalctl": lambda a: (0, body + "-- cursor: s=1\n", ""),
+        "systemctl": lambda a: (0, "ActiveState=activating\nSubState=auto-restart\nResult=signal\nExecMainStatus=9\n", ""),
+    })
+    res = run_module(vllm_wait, {"unit": "vllm-serve.service", "timeout": 10, "poll_interval": 0.1})
+    assert res["failure"]["class"] == "engine_exited"
+    assert res["failed_phase"] == "loading_weights"
+    assert any("SubState=auto-restart" in ln for ln in res["failure"]["evidence"])
+
+
+def test_unit_gone_after_a_known_cause_keeps_the_cause(run_module, fake_bins):
+    body = _text("fail_dependency_missing_v0.log")
+    fake_bins({
+        "journalctl": lambda a: (0, body + "-- cursor: s=1\n", ""),
+        "systemctl": lambda a: (0, "ActiveState=failed\nSubState=failed\nResult=exit-code\nExecMainStatus=1\n", ""),
+    })
+    res = run_module(vllm_wait, {"unit": "vllm-serve.service", "timeout": 10, "poll_interval": 0.1})
+    assert res["failure"]["class"] == "dependency_missing"
+
+
+def _docker_split(name):
+    """docker logs --timestamps: each line stamped, stdout and stderr on separate pipes."""
+    out, err = [], []
+    for i, ln in enumerate(_text(name).split("\n")[:-1]):
+        stamped = "2026-11-29T10:%02d:%02d.%09dZ %s" % (i // 60 % 60, i % 60, i, ln)
+        (err if ("Loading" in ln or "ERROR" in ln or i % 3) else out).append(stamped)
+    return "\n".join(out) + "\n", "\n".join(err) + "\n"
+
+
+def test_container_logs_are_merged_by_timestamp(run_module, fake_bins):
+    out, err = _docker_split("fail_weights_corrupt_safetensors_v1.log")
+    fake_bins({
+        "docker": lambda a: (0, out, err) if a[1] == "logs" else (0, "running 0 false\n", ""),
+    })
+    res = run_module(vllm_wait, {"container": "vllm", "timeout": 0})
+    assert res["failure"]["class"] == "weights_corrupt"
+    assert res["failed_phase"] == "loading_weights"
+    assert res["progress"]["n"] == 18  # the lagging worker rank
+
+
+def test_container_exited_is_engine_exited(run_module, fake_bins):
+    out, err = _docker_split("progress_v1_midload.log")
+    fake_bins({
+        "docker": lambda a: (0, out, err) if a[1] == "logs" else (0, "exited 137 true\n", ""),
+    })
+    res = run_module(vllm_wait, {"container": "vllm", "timeout": 5, "poll_interval": 0.1})
+    assert res["failure"]["class"] == "engine_exited"
+    assert "oom_killed=true" in res["failure"]["evidence"][-1]
+
+
+# ---- API readiness on loopback ----
+
+class _Api(BaseHTTPRequestHandler):
+    models = ["/models/Qwen3-235B-A22B-FP8"]
+    completion_status = 200
+    seen_auth = []
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        type(self).seen_auth.append(self.headers.get("Authorization"))
+        if self.headers.get("Authorization") != "Bearer s3cret":
+            return self._send(401, {"error": "Unauthorized"})
+        if self.path == "/v1/models":
+            return self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]})
+        self._send(404, {})
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", 0))
+        body = json.loads(self.rfile.read(length))
+        if self.path == "/v1/completions" and body.get("max_tokens") == 1:
+            if self.completion_status != 200:
+                return self._send(self.completion_status, {"error": "engine dead"})
+            return self._send(200, {"choices": [{"index": 0, "text": "!"}], "model": body["model"]})
+        self._send(404, {})
+
+
+@pytest.fixture
+def api():
+    handler = type("Api", (_Api,), {"models": list(_Api.models), "completion_status": 200, "seen_auth": []})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    yield handler, "http://127.0.0.1:%d" % server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_ready_needs_models_listing_and_a_completion(run_module, api):
+    handler, url = api
+    res = run_module(vllm_wait, {"log_file": fixture("ok_v1_010_ray.log"), "url": url + "/v1", "api_key": "s3cret",
+                                 "model": "/models/Qwen3-235B-A22B-FP8", "timeout": 0})
+    assert res["ready"] is True and res["phase"] == "ready"
+    assert res["api"]["completion_ok"] is True
+    assert "s3cret" not in json.dumps(res)
+
+
+def test_log_ready_but_completion_failing_is_not_ready(run_module, api):
+    handler, url = api
+    handler.completion_status = 503
+    res = run_module(vllm_wait, {"log_file": fixture("ok_v1_010_ray.log"), "url": url, "api_key": "s3cret",
+                                 "timeout": 0})
+    assert res["ready"] is False
+    assert res["phase"] == "api_starting"
+    assert "503" in res["api"]["error"]
+
+
+def test_wrong_model_name_fails_at_once(run_module, api):
+    handler, url = api
+    res = run_module(vllm_wait, {"url": url, "api_key": "s3cret", "model": "Qwen/Qwen3.5-122B-A10B-FP8",
+                                 "timeout": 30})
+    assert res["failed"] is True
+    assert "serves /models/Qwen3-235B-A22B-FP8, not Qwen/Qwen3.5-122B-A10B-FP8" in res["msg"]
+
+
+def test_wrong_key_fails_at_once(run_module, api):
+    handler, url = api
+    res = run_module(vllm_wait, {"url": url, "api_key": "wrong", "timeout": 30})
+    assert res["failed"] is True and "401" in res["msg"]
+
+
+def test_url_only_waits_for_the_port(run_module):
+    # A port nobody listens on: not ready, not failed, until timeout.
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    res = run_module(vllm_wait, {"url": "http://127.0.0.1:%d" % port, "timeout": 1, "poll_interval": 0.2})
+    assert res.get("failed", False) is False
+    assert res["ready"] is False and res["timed_out"] is True
+    assert res["phase"] == "starting"
+
+
+def test_ansible_doc_renders():
+    import yaml
+    doc = yaml.safe_load(vllm_wait.DOCUMENTATION)
+    spec_opts = set(doc["options"])
+    assert spec_opts == {"log_file", "unit", "container", "since_offset", "cursor", "since", "url", "api_key",
+                         "model", "validate_certs", "timeout", "fail_on_timeout", "stall_timeout",
+                         "poll_interval", "rank_names"}
+    assert doc["options"]["api_key"]["type"] == "str"
+    assert doc["options"]["timeout"]["default"] == 900
+    yaml.safe_load(vllm_wait.RETURN)
