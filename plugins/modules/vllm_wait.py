@@ -131,7 +131,7 @@ notes:
   - Phase times come from timestamps in the log (vLLM, Ray, journal or docker timestamps); lines without one
     count toward the last seen timestamp.
 author:
-  - sparkfleet.vllm contributors
+  - sparkfleet.vllm contributors (@sparkfleet)
 """
 
 EXAMPLES = r"""
@@ -476,11 +476,11 @@ class ApiProbe(object):
         if not model:
             self.state["error"] = "no model listed yet"
             return False
-        code, body = self._call("/v1/completions", {"model": model, "prompt": "Hi", "max_tokens": 1,
-                                                   "temperature": 0})
+        one_token = {"model": model, "prompt": "Hi", "max_tokens": 1, "temperature": 0}
+        code, body = self._call("/v1/completions", one_token)
         if code in (400, 404):
-            code, body = self._call("/v1/chat/completions", {"model": model, "max_tokens": 1,
-                                                            "messages": [{"role": "user", "content": "Hi"}]})
+            chat = {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
+            code, body = self._call("/v1/chat/completions", chat)
         ok = code == 200 and isinstance(body, dict) and bool(body.get("choices"))
         self.state["completion_ok"] = ok
         self.state["error"] = None if ok else "completion: %s" % (body if code is None else "HTTP %s" % code)
