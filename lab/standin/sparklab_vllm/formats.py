@@ -178,6 +178,7 @@ class ProgressBar:
         self.n = 0
         self._dn = _EMA()
         self._dt = _EMA()
+        self._last_len = 0
         self._display(rate=None)
 
     def _render(self, rate):
@@ -187,7 +188,10 @@ class ProgressBar:
         return format_meter_default(self.n, self.total, elapsed, self.desc, rate=rate)
 
     def _display(self, rate):
-        self.stream.write("\r" + self._render(rate))
+        # tqdm's status_printer pads with spaces when the new line is shorter than the previous one
+        line = self._render(rate)
+        self.stream.write("\r" + line + " " * max(self._last_len - len(line), 0))
+        self._last_len = len(line)
         self.stream.flush()
 
     def update(self, k=1):

@@ -1,7 +1,7 @@
 """Read safetensors shards the way a rank does: validate the header, then really read its slice of the bytes.
 
 The error type and texts are those of the safetensors library (its Rust extension raises
-`safetensors_rust.SafetensorError`), so a truncated or corrupted shard fails with the line users see from vLLM.
+`safetensors._safetensors_rust.SafetensorError`), so a truncated or corrupted shard fails with the line users see from vLLM.
 """
 
 from __future__ import annotations
@@ -19,20 +19,22 @@ DTYPE_SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16
 MAX_HEADER = 100_000_000  # the safetensors library's limit
 
 
-class SafetensorError(Exception):
-    pass
+try:  # the real library, where installed (controller venv for tests): raise its own error type
+    from safetensors import SafetensorError
+except ImportError:  # the runtime image has no safetensors: an error type with the same name and texts
+    class SafetensorError(Exception):
+        pass
 
-
-# Tracebacks and Ray's pickled errors name it as the library does (safetensors._safetensors_rust.SafetensorError);
-# register that module path in this process so Ray can unpickle the error in the driver.
-SafetensorError.__module__ = "safetensors._safetensors_rust"
-if "safetensors" not in sys.modules:
+    # Tracebacks and Ray's pickled errors name it as the library does
+    # (safetensors._safetensors_rust.SafetensorError); register that path so Ray can unpickle it in the driver.
+    SafetensorError.__module__ = "safetensors._safetensors_rust"
     _pkg = types.ModuleType("safetensors")
     _pkg.__path__ = []
-    sys.modules["safetensors"] = _pkg
-_mod = sys.modules.setdefault("safetensors._safetensors_rust", types.ModuleType("safetensors._safetensors_rust"))
-if not hasattr(_mod, "SafetensorError"):
+    _pkg.SafetensorError = SafetensorError
+    _mod = types.ModuleType("safetensors._safetensors_rust")
     _mod.SafetensorError = SafetensorError
+    sys.modules.setdefault("safetensors", _pkg)
+    sys.modules.setdefault("safetensors._safetensors_rust", _mod)
 
 
 def read_header(path):
