@@ -195,18 +195,20 @@ def parse_cgroup(text):
     ``container_id`` the full docker/podman id from ``docker-<id>.scope`` (systemd driver)
     or ``/docker/<id>`` (cgroupfs driver).
     """
-    path = None
+    unified = named = first = None
     for line in text.splitlines():
         parts = line.strip().split(':', 2)
         if len(parts) != 3:
             continue
         hier, controllers, cpath = parts
         if hier == '0' and controllers == '':
-            path = cpath
-            break
-        # cgroup v1: the name=systemd hierarchy names the unit; keep the first seen otherwise.
-        if controllers == 'name=systemd' or path is None:
-            path = cpath
+            unified = cpath
+        elif controllers == 'name=systemd':
+            named = cpath
+        elif first is None or first == '/':
+            first = cpath
+    # Pure v2: the 0:: line. Hybrid v1/v2 often leaves 0:: at '/', then name=systemd tells.
+    path = next((p for p in (unified, named, first) if p and p != '/'), unified or named or first)
     result = {'path': path, 'unit': None, 'user_unit': None, 'container_id': None}
     if not path:
         return result
