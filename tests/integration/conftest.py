@@ -1,0 +1,116 @@
+"""Session fixtures for tests that need the local Spark lab (lab/labctl).
+
+Run as root, preferably from the control namespace:
+    lab/labctl ctl -- .venv/bin/pytest tests/integration -m lab
+The `lab` fixture brings the lab up (idempotent) and skips cleanly when that is impossible here.
+Set SPARKLAB_KEEP_LAB=1 to leave a lab this session brought up running afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LABCTL = REPO / "lab" / "labctl"
+STATE = Path("/var/tmp/sparklab/lab")
+SSH_CONFIG = STATE / "ssh" / "config"
+SSH_KEY = STATE / "ssh" / "id_ed25519"
+INVENTORY = REPO / "inventories" / "lab"
+VENV_BIN = REPO / ".venv" / "bin"
+CTL_NS = "sfl-ctl"
+
+
+def _netns_inode(path):
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+class Lab:
+    """Handles for driving the lab from a test, whichever namespace pytest runs in."""
+
+    repo = REPO
+    inventory = INVENTORY
+    ssh_config = SSH_CONFIG
+    ssh_key = SSH_KEY
+
+    def __init__(self, hosts):
+        self.hosts = hosts
+
+    @staticmethod
+    def run(argv, timeout=120, check=False, input=None):
+        return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout,
+                              check=check, input=input)
+
+    def labctl(self, *args, timeout=600, check=True):
+        return self.run([LABCTL, *args], timeout=timeout, check=check)
+
+    def ctl(self, *argv, timeout=120, check=False):
+        """Run a command in the control namespace (where the controller side lives)."""
+        return self.run([LABCTL, "ctl", "--", *argv], timeout=timeout, check=check)
+
+    def root_ns(self, *argv, timeout=60):
+        """Run a command in the machine's root network namespace (kthreadd is always there)."""
+        return self.run(["nsenter", "-t", "2", "-n", "--", *argv], timeout=timeout)
+
+    def ssh(self, host, command, timeout=60, check=False, extra=()):
+        return self.ctl("ssh", "-F", SSH_CONFIG, "-o", "BatchMode=yes", *extra, host, command,
+                        timeout=timeout, check=check)
+
+    def host_exec(self, host, *argv, timeout=60):
+        """Run a command inside a host's namespaces without ssh (labctl exec)."""
+        return self.run([LABCTL, "exec", host, *argv], timeout=timeout)
+
+    def ansible_run(self, **kwargs):
+        """ansible_runner.run(**kwargs) executed in the control namespace; returns
+        {status, rc, stats, events} (events: the runner_on_ok/failed/unreachable ones)."""
+        env = dict(os.environ)
+        env["PATH"] = "%s:%s" % (VENV_BIN, env.get("PATH", "/usr/bin:/bin"))
+        code = (
+            "import json, sys, ansible_runner\n"
+            "kw = json.loads(sys.argv[1])\n"
+            "r = ansible_runner.run(quiet=True, **kw)\n"
+            "ev = [dict(event=e['event'], host=e.get('event_data', {}).get('host'),\n"
+            "           res=e.get('event_data', {}).get('res')) for e in r.events\n"
+            "      if e.get('event', '').startswith('runner_on_')]\n"
+            "print(json.dumps(dict(status=r.status, rc=r.rc, stats=r.stats, events=ev), default=str))\n"
+        )
+        p = subprocess.run([str(LABCTL), "ctl", "--", str(VENV_BIN / "python"), "-c", code, json.dumps(kwargs)],
+                           capture_output=True, text=True, timeout=600, env=env, cwd=str(REPO))
+        assert p.returncode == 0, "ansible-runner crashed:\n%s\n%s" % (p.stdout[-3000:], p.stderr[-3000:])
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _skip_reason():
+    if sys.platform != "linux":
+        return "the lab needs Linux network namespaces"
+    if os.geteuid() != 0:
+        return "the lab needs root (network namespaces, mounts): run as root, e.g. lab/labctl ctl -- .venv/bin/pytest -m lab"
+    missing = [t for t in ("nft", "ip", "nsenter", "unshare", "ssh", "debootstrap") if shutil.which(t) is None
+               and not os.path.exists("/usr/sbin/" + t)]
+    if missing:
+        return "missing tools for the lab: %s (apt-get install $(cat lab/requirements-apt.txt))" % ", ".join(missing)
+    return None
+
+
+@pytest.fixture(scope="session")
+def lab():
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    was_up = (STATE / "hosts" / "spark-1" / "unshare.pid").exists()
+    p = subprocess.run([str(LABCTL), "up"], capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        pytest.fail("lab/labctl up failed (rc %d):\n%s%s" % (p.returncode, p.stdout[-2000:], p.stderr[-4000:]))
+    hosts = ["spark-%d" % i for i in range(1, int((STATE / "nhosts").read_text().strip()) + 1)]
+    yield Lab(hosts)
+    if not was_up and not os.environ.get("SPARKLAB_KEEP_LAB"):
+        subprocess.run([str(LABCTL), "down"], capture_output=True, text=True, timeout=300)
