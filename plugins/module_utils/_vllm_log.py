@@ -148,7 +148,12 @@ HINTS = {
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
 # One process prefix: "(APIServer pid=1) ", "(RayWorkerWrapper pid=860, ip=192.168.200.13) ",
 # "(EngineCore_DP0 pid=12)", "(VllmWorker rank=1 pid=9)", "(raylet, ip=10.0.0.2)".
-_PREFIX_RE = re.compile(r"^\s*\((?P<body>[A-Za-z_][\w.\-]*(?:[ ,]+[A-Za-z_]+=[^()\s,]+)*)\)\s?")
+_PREFIX_RE = re.compile(
+    r"^\s*\((?P<body>[A-Za-z_][\w.\-]*(?:[ ,]+[A-Za-z_]+=[^()\s,]+)*|"
+    r"[A-Za-z_]+=[^()\s,]+(?:[ ,]+[A-Za-z_]+=[^()\s,]+)*)\)\s?"
+)
+# torch.distributed's "[rank0]: " and "[W1120 10:00:42.311 socket.cpp:755] "-style glog prefixes.
+_RANK_PREFIX_RE = re.compile(r"^\[rank\d+\]:\s?")
 _KV_RE = re.compile(r"([A-Za-z_]+)=([^()\s,]+)")
 _REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 # Outer line prefixes added by log collectors.
@@ -157,6 +162,7 @@ _SYSLOG_RE = re.compile(
     r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d+) "
     r"(?P<time>\d\d:\d\d:\d\d)(?:\.\d+)? \S+ [^\s:\[]+(?:\[\d+\])?: ?"
 )
+_HOST_PROC_RE = re.compile(r"^[\w.-]+ [\w.@/-]+\[\d+\]: ?")
 _ISO_PREFIX_RE = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?[ \t|]+")
 # vLLM's own header: "INFO 05-07 00:37:03 [core.py:1136] msg" (0.8+) or "INFO 10-10 12:00:00 core.py:99] msg".
 _VLLM_HDR_RE = re.compile(
@@ -235,88 +241,102 @@ _BENIGN_RE = re.compile(
     r"ERROR\s+\d\d-\d\d \d\d:\d\d:\d\d.*\bWARNING\b"
 )
 
-# Root causes. Each entry: (class, regex, strong). A strong line ends the startup by itself; a
-# weak one only when nothing progresses after it.
+# Root causes: (class, strong regex, weak regex). A strong line ends the startup by itself; a weak
+# one only when nothing progresses after it (it may be a tolerated error).
 _CAUSES = [
     ("ray_oom_killed", re.compile(
         r"ray\.exceptions\.OutOfMemoryError|node running low on memory|"
-        r"Ray killed this worker|memory usage threshold of|Workers \(tasks / actors\) killed due to memory pressure"), True),
+        r"Ray killed this worker|memory usage threshold of|"
+        r"Workers \(tasks / actors\) killed due to memory pressure"), None),
     ("cuda_oom", re.compile(
-        r"CUDA out of memory|torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError|"
+        r"CUDA out of memory|torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError|OutOfMemoryError: CUDA|"
         r"CUDA error: out of memory|CUDA driver error: out of memory|cudaErrorMemoryAllocation|"
-        r"CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory|OutOfMemoryError: CUDA"), True),
+        r"CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory|out of memory on device|"
+        r"Failed to allocate memory for (?:the )?(?:KV cache|CUDA graph)"), None),
     ("insufficient_memory", re.compile(
         r"Free memory on device .*less than desired GPU memory utilization|"
         r"No available memory for the cache blocks|"
         r"larger than the available KV cache memory|"
-        r"Insufficient memory|insufficient memory|"
         r"Available KV cache memory: -|"
         r"is larger than the maximum number of tokens that can be stored in KV cache|"
-        r"not enough KV cache|Not enough memory"), True),
+        r"Insufficient memory for|Not enough memory to|"
+        r"\[Errno 12\] Cannot allocate memory|DefaultCPUAllocator: can't allocate memory"),
+        re.compile(r"[Ii]nsufficient memory|[Nn]ot enough memory|Cannot allocate memory")),
     ("placement_group", re.compile(
         r"Cannot provide a placement group|No available node types can fulfill resource request|"
         r"placement group .*(?:infeasible|cannot be scheduled)|"
-        r"Error: No available node types|does not have enough GPUs|"
-        r"Ray does not allocate any GPUs on the driver node|"
-        r"The number of required GPUs exceeds the total number of available GPUs"), True),
+        r"does not have enough GPUs|Ray does not allocate any GPUs on the driver node|"
+        r"The number of required GPUs exceeds the total number of available GPUs|"
+        r"Current node has no GPU available|The current placement group .* does not have"), None),
     ("rendezvous_failed", re.compile(
         r"client socket has failed to connect|connectFullMesh failed|DistNetworkError|"
-        r"torch\.distributed\.DistStoreError|Timed out after \d+ seconds waiting for clients|"
-        r"TCPStore.*(?:timed out|failed)|Gloo connectFullMesh|gloo/transport/tcp|"
-        r"Socket Timeout|Connection reset by peer.*(?:TCPStore|gloo)|"
-        r"RendezvousConnectionError|RendezvousTimeoutError|init_process_group.*(?:timed out|failed)|"
-        r"Network is unreachable"), True),
+        r"DistStoreError|Timed out after \d+ seconds waiting for clients|"
+        r"TCPStore.*(?:timed out|failed|Broken pipe|Connection reset)|TCP client failed to connect|"
+        r"Gloo connectFullMesh|gloo/transport/tcp/pair\.cc|"
+        r"RendezvousConnectionError|RendezvousTimeoutError|"
+        r"init_process_group.*(?:timed out|failed)"),
+        re.compile(r"Network is unreachable|Connection refused.*(?:store|rendezvous|c10d)")),
     ("nccl_error", re.compile(
-        r"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclInvalidUsage|"
-        r"ncclRemoteError|unhandled system error|unhandled cuda error|NCCL WARN|"
-        r"DistBackendError|ProcessGroupNCCL.*(?:Watchdog|timeout|error)|NCCL communicator was aborted|"
-        r"NCCL_IB.*(?:error|failed)|Call to ibv_|NET/IB : .*(?:failed|error)|"
-        r"Failed to initialize NCCL|pynccl.*(?:error|failed)"), True),
+        r"NCCL [Ee]rror|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclInvalidUsage|"
+        r"ncclRemoteError|ncclInvalidArgument|unhandled system error|unhandled cuda error|"
+        r"DistBackendError|ProcessGroupNCCL.*(?:[Ww]atchdog caught|timed? ?out|error)|"
+        r"NCCL communicator was aborted|Failed to initialize NCCL|NCCL_CHECK|"
+        r"ncclCommInitRank failed|pynccl.*(?:error|failed)"),
+        re.compile(r"NCCL WARN|Call to ibv_\w+ failed|NET/IB : .*(?:failed|error)")),
     ("ray_unreachable", re.compile(
         r"Could not find any running Ray instance|Unable to connect to GCS|"
-        r"Failed to connect to GCS|ray\.init\(\) .*failed|Could not read 'node_ip_address'|"
-        r"Failed to get the system config from raylet|"
-        r"ConnectionError: .*Ray|RaySystemError|GCS (?:server )?(?:is not|could not be) (?:reachable|reached)|"
-        r"ray\.exceptions\.RaySystemError|Failed to connect to the Ray cluster"), True),
+        r"Failed to connect to GCS|Could not read 'node_ip_address'|"
+        r"Failed to get the system config from raylet|RaySystemError|"
+        r"GCS (?:server )?(?:is not|could not be) (?:reachable|reached)|"
+        r"Failed to connect to the Ray cluster|Raylet is terminated|Failed to register worker .* to Raylet|"
+        r"ray\.init\(\) .*failed|Can't find a `node_ip_address\.json`"), None),
     ("model_unsupported", re.compile(
         r"Model architectures? \[.*\] (?:are|is) not supported|are not supported for now|"
-        r"is not supported for now|Unrecognized model in|model type `[^`]+` but Transformers does not recognize|"
+        r"is not supported for now|Unrecognized model in|but Transformers does not recognize this architecture|"
         r"does not recognize this architecture|The checkpoint you are trying to load has model type|"
-        r"No model architectures are specified|Cannot find model module|"
+        r"No model architectures are specified|Cannot find model module|failed to be inspected|"
         r"is not supported by the current vLLM|not supported on this GPU|"
-        r"Unsupported (?:model|architecture)|quantization method .* not supported|"
-        r"Unknown quantization method|Cannot find the config file for"), True),
+        r"Unsupported (?:model|architecture)|Unknown quantization method|"
+        r"quantization (?:method )?.* is not supported|compute capability .* not supported|"
+        r"requires (?:a )?(?:GPU|compute capability) "), None),
     ("weights_corrupt", re.compile(
         r"SafetensorError|safetensors_rust|Error while deserializing header|"
         r"HeaderTooLarge|MetadataIncompleteBuffer|InvalidHeaderDeserialization|"
         r"incomplete metadata, file not fully covered|"
-        r"Cannot find any model weights|No such file or directory: .*\.safetensors|"
-        r"[\w.-]+\.safetensors.*(?:not found|does not exist|missing)|"
-        r"PytorchStreamReader failed|invalid load key|unexpected EOF|"
-        r"storage has wrong size|size mismatch for|Tensor .* not found in checkpoint|"
-        r"KeyError: '[\w.]+\.(?:weight|bias|scale|weight_scale|qweight)[\w]*'|"
-        r"Checkpoint .* is corrupt|ShardNotFound|file (?:not found|is truncated)"), False),
+        r"Cannot find any model weights|No such file or directory: .*\.(?:safetensors|bin|pt)\b|"
+        r"PytorchStreamReader failed|invalid load key|storage has wrong size|"
+        r"size mismatch for|not found in checkpoint|"
+        r"does not appear to have a file named|No such file or directory: .*config\.json|"
+        r"[\w.-]+\.safetensors.*(?:not found|does not exist|missing|truncated)"),
+        re.compile(r"unexpected EOF|KeyError: '[\w.]+\.(?:weight|bias|scale|weight_scale|qweight)\w*'|"
+                   r"Repository Not Found|RepositoryNotFoundError|LocalEntryNotFoundError|"
+                   r"is not a local folder and is not a valid model identifier|GatedRepoError")),
     ("port_in_use", re.compile(
         r"\[Errno 98\]|Address already in use|address already in use|EADDRINUSE|"
-        r"port \d+ is (?:already )?in use|port is already in use"), True),
-    ("dependency_missing", re.compile(
+        r"port \d+ is (?:already )?in use|port is already in use"), None),
+    ("dependency_missing", None, re.compile(
         r"ModuleNotFoundError|No module named|ImportError: |cannot import name|"
         r"undefined symbol|libcuda\.so.*(?:not found|cannot open)|"
         r"lib[\w.+-]+\.so[.\d]*: cannot open shared object file|"
-        r"requires the `?[\w-]+`? (?:package|library)|Please install [\w-]+|pip install [\w\[\]-]+ to"), False),
-    ("tokenizer_error", re.compile(
-        r"[Tt]okenizer[\w.]*(?: class)? .*(?:does not exist|not found|could not be loaded|failed to load|is not currently imported)|"
+        r"requires the [`']?[\w-]+[`']? (?:package|library)|Please install [\w-]+|"
+        r"pip install [\w\[\]-]+ to")),
+    ("tokenizer_error", None, re.compile(
+        r"[Tt]okenizer[\w.]*(?: class)? .*(?:does not exist|not found|could not be loaded|"
+        r"failed to load|is not currently imported)|"
         r"Can't load tokenizer|Failed to load the tokenizer|Error loading tokenizer|"
-        r"tokenizers\.|TokenizerError|sentencepiece|tiktoken.*(?:error|Error)|"
-        r"Couldn't instantiate the backend tokenizer|"
-        r"Tokenizer class .* does not exist|no tokenizer|tokenizer_config\.json"), False),
+        r"TokenizerError|untagged enum ModelWrapper|sentencepiece.*(?:[Ee]rror|failed)|"
+        r"tiktoken.*(?:error|Error)|Couldn't instantiate the backend tokenizer|"
+        r"Tokenizer class .* does not exist|tokenizer_config\.json.*(?:not found|does not exist)")),
     ("worker_died", re.compile(
-        r"RayActorError|ActorDiedError|actor died unexpectedly|The actor died|"
-        r"died unexpectedly|Worker proc .* died|WorkerProc (?:hit an exception|failed to start)|"
+        r"RayActorError|ActorDiedError|actor died unexpectedly|The actor died|NodeDiedError|"
+        r"has been marked dead|died unexpectedly|Worker proc .* died|WorkerProc hit an exception|"
         r"Engine core proc .* died|EngineDeadError|worker process .* (?:died|exited)|"
-        r"A worker died or was killed|Worker .* exited unexpectedly|"
-        r"Actor .* is dead|SIGKILL|signal 9|Killed$"), True),
+        r"A worker died or was killed|Worker .* exited unexpectedly|Actor .* is dead|"
+        r"exited with code -9|^Killed$"), None),
 ]
+_RAY_OOM_RE = dict((c[0], c[1]) for c in _CAUSES)["ray_oom_killed"]
+_PORT_IN_USE_RE = dict((c[0], c[1]) for c in _CAUSES)["port_in_use"]
+_EXC_IGNORE = ("StopIteration", "KeyboardInterrupt", "SystemExit", "GeneratorExit")
 
 # Generic fatal markers: the startup is over, root cause is earlier (or later in the traceback).
 _FATAL_GENERIC_RE = re.compile(
@@ -514,6 +534,9 @@ class VllmLogParser(object):
         if m:
             outer = self._iso_ts(m.group(1))
             text = text[m.end():]
+            m = _HOST_PROC_RE.match(text)  # journalctl -o short-iso
+            if m:
+                text = text[m.end():]
         m = _SYSLOG_RE.match(text)
         if m:
             outer = self._syslog_ts(m) or outer
@@ -524,6 +547,9 @@ class VllmLogParser(object):
             if not m:
                 break
             prefixes.append(m.group("body"))
+            text = text[m.end():]
+        m = _RANK_PREFIX_RE.match(text)
+        if m:
             text = text[m.end():]
         text = _REPEATED_RE.sub("", text).strip()
         if not prefixes and inherited:
@@ -723,16 +749,20 @@ class VllmLogParser(object):
 
     def _failure_checks(self, line):
         text = line.text
+        if self.phase == "ready" and not _PORT_IN_USE_RE.search(text):
+            # A completed startup stays completed: later request errors or a stop are not startup
+            # failures (uvicorn may still fail to bind after "startup complete").
+            return
         if line.level in ("INFO", "DEBUG", "WARNING") and not _SYSTEMD_EXIT_RE.search(text):
             # vLLM logs tolerated problems at WARNING; INFO never ends a startup. Ray's OOM notice
             # is the exception: it arrives as a WARNING from the raylet.
-            if not (line.level == "WARNING" and _CAUSES[0][1].search(text)):
+            if not (line.level == "WARNING" and _RAY_OOM_RE.search(text)):
                 return
         if _BENIGN_RE.search(text):
             return
         if _TRACEBACK_RE.search(text):
             self.in_traceback = True
-        if text.startswith('File "'):
+        if _FRAME_RE.match(text):
             return
         if _FATAL_GENERIC_RE.search(text):
             self.generic.append(self._ev(line))
@@ -742,8 +772,9 @@ class VllmLogParser(object):
             self.exit_lines.append(self._ev(line))
             self._confirm()
             return
-        for cls, rx, strong in _CAUSES:
-            if rx.search(text):
+        for cls, strong_rx, weak_rx in _CAUSES:
+            strong = bool(strong_rx and strong_rx.search(text))
+            if strong or (weak_rx and weak_rx.search(text)):
                 self._seq += 1
                 self.candidates.append({
                     "cls": cls, "line": self._ev(line), "strong": strong,
@@ -753,7 +784,7 @@ class VllmLogParser(object):
                     self._confirm()
                 return
         m = _EXC_LINE_RE.match(text)
-        if m and m.group("name") not in ("StopIteration", "KeyboardInterrupt", "SystemExit", "GeneratorExit"):
+        if m and m.group("name") not in _EXC_IGNORE:
             self._seq += 1
             self.candidates.append({
                 "cls": "engine_init_failed", "line": self._ev(line), "strong": False,
