@@ -25,7 +25,7 @@ description:
   - Read-only; it never changes the cluster and always reports C(changed=false). The C(ray_cluster) role
     acts on what it reports. It also runs in check mode, since it changes nothing.
 author:
-  - sparkfleet.vllm contributors
+  - sparkfleet.vllm contributors (@sparkfleet)
 options:
   address:
     description:
@@ -167,12 +167,12 @@ nodes:
     node_id: {description: Ray node id (hex)., type: str}
     ip: {description: The registered IP (C(NodeManagerAddress))., type: str}
     hostname: {description: Hostname the raylet reported., type: str}
-    host: {description: The inventory host it was matched to, or null., type: str}
+    host: {description: "The inventory host it was matched to, or null.", type: str}
     alive: {description: Whether the node is alive., type: bool}
     head: {description: Whether it is the Ray head., type: bool}
     gpus: {description: GPUs the node offers to Ray., type: float}
     cpus: {description: CPUs the node offers to Ray., type: float}
-    resources: {description: All resources of the node, as Ray reports them., type: dict}
+    resources: {description: "All resources of the node, as Ray reports them.", type: dict}
   sample:
     - {node_id: bd41e912dd6a..., ip: 10.99.1.11, hostname: spark-1, host: spark-1, alive: true, head: true,
        gpus: 1.0, cpus: 2.0, resources: {CPU: 2.0, GPU: 1.0, "node:10.99.1.11": 1.0}}
@@ -218,7 +218,7 @@ probes:
     to_worker_s: {description: Time the worker took to fetch the head's object., type: float}
     from_worker_s: {description: Time the head took to fetch the worker's object., type: float}
     ok: {description: Whether both directions worked., type: bool}
-    error: {description: What failed, naming the host and its registered IP., type: str}
+    error: {description: "What failed, naming the host and its registered IP.", type: str}
   sample:
     - {host: spark-2, ip: 10.99.1.12, schedule_s: 1.9, to_worker_s: 0.21, from_worker_s: 0.18, ok: true, error: null}
 problems:
