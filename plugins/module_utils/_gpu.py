@@ -303,14 +303,27 @@ def name_matches(name, patterns):
     return False
 
 
-def classify(holder, ours, protect):
-    """Return 'ours', 'protected' or None for a holder dict (unit/container/process name)."""
+_COMM_LEN = 15  # the kernel truncates comm: nvidia-persistenced shows as nvidia-persiste
+
+
+def _matches_holder(holder, patterns):
     container = holder.get('container') or {}
     names = [holder.get('unit'), holder.get('user_unit'), container.get('name'),
              holder.get('name'), os.path.basename(holder.get('exe') or '') or None]
-    if any(name_matches(n, ours) for n in names):
+    if any(name_matches(n, patterns) for n in names):
+        return True
+    comm = holder.get('name') or ''
+    if len(comm) == _COMM_LEN:
+        return any(fnmatch.fnmatchcase(comm, p[:_COMM_LEN])
+                   for p in patterns or [] if len(p) > _COMM_LEN)
+    return False
+
+
+def classify(holder, ours, protect):
+    """Return 'ours', 'protected' or None for a holder dict (unit/container/process name)."""
+    if _matches_holder(holder, ours):
         return 'ours'
-    if any(name_matches(n, protect) for n in names):
+    if _matches_holder(holder, protect):
         return 'protected'
     return None
 
@@ -450,6 +463,8 @@ def ancestors(pid, proc_root='/proc'):
 def describe(holder):
     """One line naming a holder for messages and diffs."""
     text = 'pid %s %s' % (holder.get('pid'), holder.get('name'))
+    if holder.get('ppid'):
+        text += ' ppid=%s' % holder['ppid']
     if holder.get('used_memory_mib') is not None:
         text += ' (%s MiB)' % holder['used_memory_mib']
     if holder.get('unit'):
@@ -496,6 +511,7 @@ class GpuScanner(object):
         self.docker = module.get_bin_path('docker')
         self.systemctl = module.get_bin_path('systemctl')
         self.self_pids = set([os.getpid()] + ancestors(os.getpid(), proc_root))
+        self.own_pid = os.getpid()
 
     def _warn(self, text):
         if text not in self.warnings:
@@ -565,7 +581,7 @@ class GpuScanner(object):
     def holders(self):
         """All holders merged by pid, each classified ours/protected/foreign."""
         apps = dict((app['pid'], app) for app in self.compute_apps())
-        devs = device_holders(self.params['device_glob'], self.proc_root, skip_pids=self.self_pids)
+        devs = device_holders(self.params['device_glob'], self.proc_root, skip_pids=(self.own_pid,))
         holders = []
         for pid in sorted(set(apps) | set(devs)):
             info = proc_info(pid, self.proc_root)

@@ -73,6 +73,14 @@ options:
       - Seconds to wait, after stopping, for the GPU to be free before failing.
     type: int
     default: 60
+  settle:
+    description:
+      - Seconds the GPU must stay free, scanned again and again, before it counts as free. A
+        holder restarted by a supervisor (a unit with C(Restart=always), a shell loop) shows up
+        again within this time and makes the module fail naming it, instead of passing on one
+        lucky scan.
+    type: int
+    default: 2
   max_used_mib:
     description:
       - On GPUs that report memory, the most memory (MiB) that may stay in use, not counting
@@ -175,7 +183,8 @@ gpu:
   returned: always
   type: dict
 elapsed_s:
-  description: Seconds from the first stop to a verified free GPU.
+  description: Seconds from the first stop until the GPU was seen free (the O(settle) time
+    spent confirming it is not counted).
   returned: always
   type: float
 '''
@@ -383,6 +392,7 @@ def main():
     argument_spec.update(
         grace=dict(type='int', default=10),
         timeout=dict(type='int', default=60),
+        settle=dict(type='int', default=2),
         max_used_mib=dict(type='int', default=1024),
         mask=dict(type='bool', default=False),
         remove_containers=dict(type='bool', default=False),
@@ -451,13 +461,22 @@ def main():
             act['elapsed_s'] = elapsed_sig
 
     deadline = time.time() + module.params['timeout']
+    free_since = None
     while True:
         foreign, gpu, excess, after = rel.free_state()
         mem_ok = excess is None or excess <= module.params['max_used_mib']
-        if (not foreign and mem_ok) or time.time() >= deadline:
+        now = time.time()
+        if foreign or not mem_ok:
+            free_since = None
+        elif free_since is None:
+            free_since = now
+        if free_since is not None and now - free_since >= module.params['settle']:
+            break
+        if now >= deadline:
+            # Free only for part of the settle time counts as free if nothing came back.
             break
         time.sleep(_POLL_S * 2)
-    elapsed = round(time.time() - started, 2)
+    elapsed = round((free_since or time.time()) - started, 2)
     diff['after'] = '\n'.join(describe(h) for h in after) + '\n'
     result = dict(changed=bool(actions), actions=actions, holders_before=_strip(before),
                   holders_after=_strip(after), gpu=gpu, elapsed_s=elapsed, diff=diff)
