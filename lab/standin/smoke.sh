@@ -47,7 +47,7 @@ SCEN=$1
 command -v vllm >/dev/null || vllm() { python3 -m sparklab_vllm "$@"; }   # venv layer: no wrapper yet
 export RAY_USAGE_STATS_ENABLED=0 VLLM_HOST_IP=127.0.0.1 SPARKLAB_SECONDS_PER_SHARD=${SPARKLAB_SECONDS_PER_SHARD:-0.3}
 t0=$(date +%s.%N)
-ray start --head --node-ip-address 127.0.0.1 --port 6379 --num-gpus 1 --num-cpus 2 --include-dashboard=false \
+ray start --head --node-ip-address 127.0.0.1 --port 6379 --num-gpus ${SMOKE_TP:-1} --num-cpus 2 --include-dashboard=false \
   --disable-usage-stats >/out/ray-start.log 2>&1 || { cat /out/ray-start.log; exit 1; }
 t1=$(date +%s.%N)
 echo "ray head up in $(python3 -c "print(round($t1-$t0,1))") s"
@@ -55,7 +55,7 @@ case "$SCEN" in
   fault:*) export SPARKLAB_FAULT=${SCEN#fault:} ;;
   pgmismatch) export VLLM_HOST_IP=127.0.0.2 SPARKLAB_PG_TIMEOUT_S=25 ;;
 esac
-vllm serve /out/model --served-model-name tiny --tensor-parallel-size 1 --distributed-executor-backend ray \
+vllm serve /out/model --served-model-name tiny --tensor-parallel-size ${SMOKE_TP:-1} --distributed-executor-backend ray \
   --host 127.0.0.1 --port 8000 --api-key sekret --max-model-len 4096 >/out/vllm.log 2>&1 &
 VPID=$!
 echo "vllm pid $VPID"
@@ -68,7 +68,31 @@ for i in $(seq 1 240); do
 done
 t2=$(date +%s.%N)
 echo "serve ready=$ok after $(python3 -c "print(round($t2-$t1,1))") s; vllm alive=$(kill -0 $VPID 2>/dev/null && echo yes || echo no)"
-if [ $ok = 1 ]; then
+if [ $ok = 1 ] && [ "$SCEN" = killworker ]; then
+  W=$(ps -eo pid,args | awk '/ray::RayWorkerWrapper/ && !/awk/ {print $1}' | tail -1)
+  echo "killing rank worker pid $W"; kill -9 "$W"; sleep 1
+  python3 - <<'PY'
+import json, time, urllib.request, urllib.error
+B = "http://127.0.0.1:8000"
+def req(path, body=None):
+    r = urllib.request.Request(B + path, data=json.dumps(body).encode() if body is not None else None,
+                               headers={"Content-Type": "application/json", "Authorization": "Bearer sekret"})
+    try:
+        with urllib.request.urlopen(r, timeout=90) as resp:
+            return resp.status, resp.read().decode()[:200]
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()[:200]
+    except OSError as e:
+        return "conn", str(e)
+print("/health before request", req("/health"))
+t = time.time()
+print("/v1/completions", req("/v1/completions", {"model": "tiny", "prompt": "hi", "max_tokens": 3}), "%.1fs" % (time.time() - t))
+print("/health after", req("/health"))
+time.sleep(4)
+print("/health 4s later", req("/health"))
+PY
+  sleep 1; echo "vllm alive after engine death: $(kill -0 $VPID 2>/dev/null && echo yes || echo no)"
+elif [ $ok = 1 ]; then
 python3 - <<'PY'
 import json, urllib.request, urllib.error
 B = "http://127.0.0.1:8000"
@@ -99,8 +123,9 @@ ray stop >/dev/null 2>&1 || true   # private PID namespace: only this test's Ray
 exit 0
 INNER
 chroot "$M" env -i PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-  LANG=C.UTF-8 PYTHONPATH=/opt/standin ${SPARKLAB_SECONDS_PER_SHARD:+SPARKLAB_SECONDS_PER_SHARD=$SPARKLAB_SECONDS_PER_SHARD} \
+  LANG=C.UTF-8 PYTHONPATH=/opt/standin SMOKE_TP=${SMOKE_TP:-1} ${SPARKLAB_SECONDS_PER_SHARD:+SPARKLAB_SECONDS_PER_SHARD=$SPARKLAB_SECONDS_PER_SHARD} \
   bash /out/run.sh "$SCEN" | tee "$M/out/result.txt"
 OUTER
-cp "$W/out/vllm.log" "$W/vllm.log" 2>/dev/null || true
-cp "$W/out/result.txt" "$W/result.txt" 2>/dev/null || true
+mkdir -p "$SL/standin-smoke-logs"
+cp "$W/out/vllm.log" "$SL/standin-smoke-logs/${SCEN//[:\/]/_}-tp${SMOKE_TP:-1}.log" 2>/dev/null || true
+cp "$W/out/result.txt" "$SL/standin-smoke-logs/${SCEN//[:\/]/_}-tp${SMOKE_TP:-1}.result" 2>/dev/null || true

@@ -266,18 +266,6 @@ def _model_config(model):
         return json.load(f)
 
 
-def _parse_len(value):
-    if value is None:
-        return None
-    s = str(value).strip().lower()
-    mult = 1
-    if s.endswith("k"):
-        mult, s = 1000, s[:-1]
-    elif s.endswith("m"):
-        mult, s = 1000000, s[:-1]
-    return int(float(s) * mult)
-
-
 def _sigterm(_signum, _frame):
     raise KeyboardInterrupt
 
@@ -299,7 +287,7 @@ def run_server(args):
         return 1
     arch = (cfg.get("architectures") or ["LlamaForCausalLM"])[0]
     Logger("model.py").info(514, "Resolved architecture: %s", arch)
-    max_model_len = _parse_len(args.max_model_len) or int(cfg.get("max_position_embeddings", 4096))
+    max_model_len = args.max_model_len or int(cfg.get("max_position_embeddings", 4096))
     Logger("model.py").info(1661, "Using max model len %d", max_model_len)
     Logger("scheduler.py").info(230, "Chunked prefill is enabled with max_num_batched_tokens=%d.",
                                 args.max_num_batched_tokens or 8192)
@@ -341,9 +329,10 @@ def run_server(args):
         except EOFError:
             status = None
     if status != "ready":
+        proc.join(10 if status == "failed" else 0.1)  # it exits by itself after logging the root cause
         if proc.is_alive():
             proc.terminate()
-        proc.join(5)
+            proc.join(5)
         failed = {proc.name: proc.exitcode if proc.exitcode is not None else 1}
         try:
             if not ready:

@@ -23,6 +23,15 @@ def _json_or_str(value):
         return value
 
 
+def human_readable_int(value):
+    """vLLM's --max-model-len parser: 8192, 32k, 1M (k = 1000, K = 1024)."""
+    s = str(value).strip()
+    units = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}
+    if s and s[-1] in units:
+        return int(float(s[:-1]) * units[s[-1]])
+    return int(s)
+
+
 def add_serve_args(p):
     p.add_argument("model_tag", nargs="?", default=None, help="The model tag to serve (optional if specified in config)")
     p.add_argument("--model", default=None, help="Name or path of the Hugging Face model to use.")
@@ -65,7 +74,8 @@ def add_serve_args(p):
     mc.add_argument("--revision", default=None)
     mc.add_argument("--code-revision", default=None)
     mc.add_argument("--tokenizer-revision", default=None)
-    mc.add_argument("--max-model-len", default=None, help="Model context length (e.g. 8192, 32k, 1M).")
+    mc.add_argument("--max-model-len", type=human_readable_int, default=None,
+                    help="Model context length (e.g. 8192, 32k, 1M).")
     mc.add_argument("--quantization", "-q", default=None)
     _bool_flag(mc, "--enforce-eager", "Always use eager-mode PyTorch.")
     mc.add_argument("--max-logprobs", type=int, default=20)

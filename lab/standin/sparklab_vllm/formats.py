@@ -265,7 +265,7 @@ def ray_oom_message(ip, node_id, actor_id, pid, worker_id, used_gb, total_gb, th
     frac = used_gb / total_gb
     lines = [
         "Task was killed due to the node running low on memory.",
-        "Memory on the node (IP: %s, ID: %s) where the task (actor ID: %s, name=RayWorkerWrapper.__init__, "
+        "Memory on the node (IP: %s, ID: %s) where the task (actor ID: %s, name=RayWorkerWrapper.execute_method, "
         "pid=%d, memory used=%.2fGB) was running was %.2fGB / %.2fGB (%f), which exceeds the memory usage "
         "threshold of %s. Ray killed this worker (ID: %s) because it was the most recently scheduled task; to see "
         "more information about memory usage on this node, use `ray logs raylet.out -ip %s`. To see the logs of "

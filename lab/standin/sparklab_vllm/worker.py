@@ -105,6 +105,7 @@ class RayWorkerWrapper:
 
     # ---------------------------------------------------------------- memory + graphs
     def determine_available_memory(self, gpu_memory_utilization):
+        time.sleep(_env_float("SPARKLAB_PROFILE_SECONDS", 1.5))  # the profile run of a real engine
         kv = GB10_TOTAL_GIB * gpu_memory_utilization - self.weights_bytes / GiB - 2.35
         kv = max(kv, 0.0)
         Logger("gpu_worker.py").info(375, "Available KV cache memory: %.2f GiB", kv)
@@ -112,22 +113,26 @@ class RayWorkerWrapper:
 
     def capture_graphs(self, enforce_eager, gpu_memory_utilization, fault):
         from .formats import oom_would_kill
+        oom = None
         if fault == "ray_oom_graph":
             kill, used, total, threshold = oom_would_kill(gpu_memory_utilization, os.environ)
             if kill:
-                info = self.node_info()
-                info.update(used_gb=used, total_gb=total, threshold=threshold)
-                return {"oom": info}
+                oom = self.node_info()
+                oom.update(used_gb=used, total_gb=total, threshold=threshold)
         if enforce_eager:
-            return {"secs": 0}
+            return {"oom": oom} if oom else {"secs": 0}
         t0 = time.time()
         seconds = _env_float("SPARKLAB_GRAPH_SECONDS", 2.0)
         for desc in ("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)", "Capturing CUDA graphs (decode, FULL)"):
             bar = ProgressBar(51, desc, sys.stdout, weights=False) if self.rank == 0 else None
-            for _ in range(51):
+            for k in range(51):
                 time.sleep(seconds / 2 / 51)
                 if bar:
                     bar.update(1)
+                if oom and k == 20:
+                    # unified memory crosses Ray's threshold mid-capture; the raylet kills this worker
+                    sys.stdout.flush()
+                    return {"oom": oom}
             if bar:
                 bar.close()
         secs = int(round(time.time() - t0))
