@@ -259,7 +259,7 @@ _CAUSES = [
         r"larger than the available KV cache memory|"
         r"Available KV cache memory: -|"
         r"is larger than the maximum number of tokens that can be stored in KV cache|"
-        r"Insufficient memory for|Not enough memory to|"
+        r"Insufficient memory for|Not enough memory to|Error in memory profiling|"
         r"\[Errno 12\] Cannot allocate memory|DefaultCPUAllocator: can't allocate memory"),
         re.compile(r"[Ii]nsufficient memory|[Nn]ot enough memory|Cannot allocate memory")),
     ("placement_group", re.compile(
@@ -289,7 +289,8 @@ _CAUSES = [
         r"Failed to get the system config from raylet|RaySystemError|"
         r"GCS (?:server )?(?:is not|could not be) (?:reachable|reached)|"
         r"Failed to connect to the Ray cluster|Raylet is terminated|Failed to register worker .* to Raylet|"
-        r"ray\.init\(\) .*failed|Can't find a `node_ip_address\.json`"), None),
+        r"ray\.init\(\) .*failed|Can't find a `node_ip_address\.json`|"
+        r"Version mismatch: The cluster was started with"), None),
     ("model_unsupported", re.compile(
         r"Model architectures? \[.*\] (?:are|is) not supported|are not supported for now|"
         r"is not supported for now|Unrecognized model in|but Transformers does not recognize this architecture|"
@@ -298,7 +299,7 @@ _CAUSES = [
         r"is not supported by the current vLLM|not supported on this GPU|"
         r"Unsupported (?:model|architecture)|Unknown quantization method|"
         r"quantization (?:method )?.* is not supported|compute capability .* not supported|"
-        r"requires (?:a )?(?:GPU|compute capability) "), None),
+        r"requires (?:a )?(?:GPU|compute capability) |only supported on GPUs with compute capability"), None),
     ("weights_corrupt", re.compile(
         r"SafetensorError|safetensors_rust|Error while deserializing header|"
         r"HeaderTooLarge|MetadataIncompleteBuffer|InvalidHeaderDeserialization|"
@@ -310,7 +311,8 @@ _CAUSES = [
         r"[\w.-]+\.safetensors.*(?:not found|does not exist|missing|truncated)"),
         re.compile(r"unexpected EOF|KeyError: '[\w.]+\.(?:weight|bias|scale|weight_scale|qweight)\w*'|"
                    r"Repository Not Found|RepositoryNotFoundError|LocalEntryNotFoundError|"
-                   r"is not a local folder and is not a valid model identifier|GatedRepoError")),
+                   r"is not a local folder and is not a valid model identifier|GatedRepoError|"
+                   r"gated repo")),
     ("port_in_use", re.compile(
         r"\[Errno 98\]|Address already in use|address already in use|EADDRINUSE|"
         r"port \d+ is (?:already )?in use|port is already in use"), None),
@@ -319,7 +321,7 @@ _CAUSES = [
         r"undefined symbol|libcuda\.so.*(?:not found|cannot open)|"
         r"lib[\w.+-]+\.so[.\d]*: cannot open shared object file|"
         r"requires the [`']?[\w-]+[`']? (?:package|library)|Please install [\w-]+|"
-        r"pip install [\w\[\]-]+ to")),
+        r"pip install [\w\[\]-]+ to|Failed to find C compiler|Python\.h: No such file")),
     ("tokenizer_error", None, re.compile(
         r"[Tt]okenizer[\w.]*(?: class)? .*(?:does not exist|not found|could not be loaded|"
         r"failed to load|is not currently imported)|"
@@ -332,9 +334,26 @@ _CAUSES = [
         r"has been marked dead|died unexpectedly|Worker proc .* died|WorkerProc hit an exception|"
         r"Engine core proc .* died|EngineDeadError|worker process .* (?:died|exited)|"
         r"A worker died or was killed|Worker .* exited unexpectedly|Actor .* is dead|"
-        r"exited with code -9|^Killed$"), None),
+        r"exited with code -9"), None),
 ]
 _RAY_OOM_RE = dict((c[0], c[1]) for c in _CAUSES)["ray_oom_killed"]
+# Traceback frames tell the phase when a log is only a traceback: function name -> phase.
+_FRAME_FUNC_RE = re.compile(r'^File ".*", line \d+, in (?P<func>[\w<>.]+)')
+_FRAME_PHASE = {
+    "init_device": "placement", "init_worker_distributed_environment": "placement",
+    "ensure_model_parallel_initialized": "placement", "initialize_model_parallel": "placement",
+    "init_distributed_environment": "placement", "initialize_ray_cluster": "placement",
+    "_init_workers_ray": "placement", "_wait_until_pg_ready": "placement", "ncclCommInitRank": "placement",
+    "init_process_group": "placement",
+    "load_model": "loading_weights", "load_weights": "loading_weights", "get_model": "loading_weights",
+    "safetensors_weights_iterator": "loading_weights", "_prepare_weights": "loading_weights",
+    "download_weights_from_hf": "loading_weights",
+    "profile_run": "profiling", "determine_num_available_blocks": "profiling",
+    "determine_available_memory": "profiling", "_initialize_kv_caches": "profiling",
+    "initialize_kv_cache": "profiling", "_check_enough_kv_cache_memory": "profiling",
+    "check_enough_kv_cache_memory": "profiling", "raise_if_cache_size_invalid": "profiling",
+    "capture_model": "cuda_graphs", "compile_or_warm_up_model": "cuda_graphs",
+}
 _PORT_IN_USE_RE = dict((c[0], c[1]) for c in _CAUSES)["port_in_use"]
 _EXC_IGNORE = ("StopIteration", "KeyboardInterrupt", "SystemExit", "GeneratorExit")
 
@@ -342,13 +361,14 @@ _EXC_IGNORE = ("StopIteration", "KeyboardInterrupt", "SystemExit", "GeneratorExi
 _FATAL_GENERIC_RE = re.compile(
     r"EngineCore failed to start|Engine core initialization failed|Engine process failed to start|"
     r"Engine core proc .* failed|Failed core proc|WorkerProc failed to start|"
-    r"Worker failed with error|Exception in worker VllmWorkerProcess|"
-    r"Fatal Python error|Segmentation fault|core dumped|Aborted \(core"
+    r"Worker failed with error|Exception in worker VllmWorkerProcess"
 )
 # systemd talking about the unit in `journalctl -u`: the process is gone.
 _SYSTEMD_EXIT_RE = re.compile(
     r"Main process exited, code=(?:exited|killed|dumped)|Failed with result '|"
-    r"\.service: Scheduled restart job|Control process exited"
+    r"\.service: Scheduled restart job|Control process exited|"
+    r"^Killed$|^Killed |Segmentation fault|core dumped|^Aborted|Fatal Python error|"
+    r"exited with code \d+|Container .* exited"
 )
 # Python's last traceback line: "ValueError: ...", "torch.OutOfMemoryError: ...", "KeyError".
 _EXC_LINE_RE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*(?P<name>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))\b(?::|$)")
@@ -475,6 +495,7 @@ class VllmLogParser(object):
         self.progress_seq = 0  # bumps on every real progress
         self.last_progress_line = 0
         self.in_traceback = False
+        self.frame_phase = None
         self.version = None
         self.api_address = None
         self.benign = []
@@ -526,7 +547,8 @@ class VllmLogParser(object):
                 inherited = line.prefixes
 
     def _unwrap(self, seg, inherited):
-        raw = _ANSI_RE.sub("", seg).rstrip("\n")
+        # rsyslog writes ESC as "#033".
+        raw = _ANSI_RE.sub("", seg.replace("#033[", "\x1b[")).rstrip("\n")
         text = raw.strip()
         ts = None
         outer = None
@@ -763,6 +785,10 @@ class VllmLogParser(object):
         if _TRACEBACK_RE.search(text):
             self.in_traceback = True
         if _FRAME_RE.match(text):
+            m = _FRAME_FUNC_RE.match(text)
+            hint = _FRAME_PHASE.get(m.group("func")) if m else None
+            if hint and PHASE_INDEX[hint] > PHASE_INDEX.get(self.frame_phase or "starting", 0):
+                self.frame_phase = hint
             return
         if _FATAL_GENERIC_RE.search(text):
             self.generic.append(self._ev(line))
@@ -870,11 +896,17 @@ class VllmLogParser(object):
         evidence = evidence + extra
         if not evidence:
             evidence = [c["line"] for c in self.candidates][:4]
+        phase = phase or self.phase
+        if self.frame_phase and PHASE_INDEX[self.frame_phase] > PHASE_INDEX.get(phase, 99):
+            phase = self.frame_phase
+        if phase == "ready":
+            # e.g. uvicorn failing to bind after "startup complete": the API never came up.
+            phase = "api_starting"
         return {
             "class": cls,
             "evidence": evidence[:8],
             "hint": HINTS[cls],
-            "phase": phase or self.phase,
+            "phase": phase,
         }
 
     def slowest_rank(self):

@@ -224,12 +224,21 @@ def test_unknown_exception_at_the_end_is_a_failure():
 def test_traceback_frames_do_not_move_the_phase():
     text = ("INFO 10-17 09:12:13 llm_engine.py:237] Initializing an LLM engine (v0.6.3) with config: model='/m'\n"
             "Traceback (most recent call last):\n"
-            '  File "/x/vllm/worker/model_runner.py", line 1, in profile_run\n'
-            '    self.model_runner.load_model()\n'
+            '  File "/x/vllm/config.py", line 1, in _verify_arch\n'
+            '    self.model_runner.load_model(); self.profile_run()\n'
             "ValueError: Model architectures ['FooForCausalLM'] are not supported for now.\n")
     snap = parse(text)
     assert snap["failed_phase"] == "engine_init"
     assert snap["failure"]["class"] == "model_unsupported"
+
+
+def test_frames_tell_the_phase_of_a_bare_traceback():
+    text = ("[rank0]: Traceback (most recent call last):\n"
+            '[rank0]:   File "/x/vllm/worker/worker.py", line 183, in determine_num_available_blocks\n'
+            "[rank0]:     self.model_runner.profile_run()\n"
+            "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    snap = parse(text)
+    assert (snap["failure"]["class"], snap["failed_phase"]) == ("cuda_oom", "profiling")
 
 
 def test_placement_wait_is_a_stall_only_past_stall_timeout():
