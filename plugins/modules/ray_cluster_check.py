@@ -237,6 +237,7 @@ error:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._ray import (
+    FIX_PIN,
     PROBE_PROGRAM,
     compare,
     hint_for,
@@ -256,6 +257,14 @@ KILL_AFTER = 10
 
 def _tail(text, lines=20):
     return "\n".join((text or "").strip().splitlines()[-lines:])
+
+
+def _advice_once(text):
+    """Keep the generic pinning advice only at its last occurrence in a joined message."""
+    parts = text.split("; " + FIX_PIN)
+    if len(parts) <= 2:
+        return text
+    return "".join(parts[:-1]) + "; " + FIX_PIN + parts[-1]
 
 
 def build_command(module, params, cfg_json, deadline):
@@ -364,7 +373,7 @@ def main():
     if ok:
         summary = summary_of(nodes, expected, comparison, probes, p["object_size_mb"], p["probe"])
     else:
-        summary = "Ray cluster check failed: " + "; ".join(problems)
+        summary = "Ray cluster check failed: " + _advice_once("; ".join(problems))
 
     result = dict(
         changed=False, ok=ok, summary=summary, address=address, ray_version=doc.get("ray_version"),

@@ -16,6 +16,7 @@ from ansible_collections.sparkfleet.vllm.plugins.modules import ray_cluster_chec
 FIX = Path(__file__).resolve().parent / "fixtures" / "ray_cluster_check"
 VENV_PY = "/var/tmp/sparklab/share/rayvenv/bin/python"
 LOCAL = [{"host": "nodeA", "ip": "127.0.0.1"}, {"host": "nodeB", "ip": "127.0.0.2"}]
+LAB = [{"host": "spark-1", "ip": "10.99.1.11"}, {"host": "spark-2", "ip": "10.99.1.12"}]
 
 
 def stdout_of(name):
@@ -173,3 +174,38 @@ def test_bad_numbers_are_refused_before_running(run_module, probe_cmd):
     res = run(run_module, python=VENV_PY, timeout=0)
     assert res["failed"] is True and "positive" in res["msg"]
     assert probe_cmd.calls == []
+
+
+# --- real captures of the seeds' topology (mgmt + fabric head, fabric-only worker) -------------
+
+@pytest.mark.parametrize("fixture", ["probe_rig_pinned.stdout", "probe_lab_pinned.stdout"])
+def test_real_pinned_two_node_cluster_passes(run_module, probe_cmd, fixture):
+    probe_cmd(0, stdout_of(fixture))
+    res = run(run_module, python=VENV_PY, expected=LAB)
+    assert not res.get("failed") and res["ok"] is True
+    assert [(n["host"], n["ip"], n["head"]) for n in res["nodes"]] in (
+        [("spark-1", "10.99.1.11", True), ("spark-2", "10.99.1.12", False)],
+        [("spark-2", "10.99.1.12", False), ("spark-1", "10.99.1.11", True)])
+    (probe,) = res["probes"]
+    assert probe["host"] == "spark-2" and probe["ok"] is True
+
+
+def test_real_unpinned_head_trap_fails_with_both_ips_and_bounded_fetch(run_module, probe_cmd):
+    # Captured: ray status shows 2 nodes, the pinned task runs, both object fetches time out.
+    probe_cmd(0, stdout_of("probe_rig_unpinned_head.stdout"))
+    res = run(run_module, python=VENV_PY, expected=LAB, timeout=10)
+    assert res["failed"] is True and res["ok"] is False and res["changed"] is False
+    assert len([n for n in res["nodes"] if n["alive"]]) == 2
+    assert [(m["host"], m["registered_ip"], m["expected_ip"]) for m in res["mismatched"]] == [
+        ("spark-1", "10.99.0.11", "10.99.1.11")]
+    (probe,) = res["probes"]
+    assert probe["schedule_s"] > 0 and probe["ok"] is False
+    assert probe["error"].startswith(
+        "object fetch from spark-2 (registered 10.99.1.12) timed out after 10 s: the node's raylet is not "
+        "reachable from the head; check that every node runs ray start --node-ip-address <fabric ip>")
+    assert "object fetch by spark-2 (registered 10.99.1.12) from the head spark-1 (registered 10.99.0.11)" \
+        in probe["error"]
+    assert res["msg"].startswith("Ray cluster check failed: spark-1 registered with Ray as 10.99.0.11, "
+                                 "expected its fabric IP 10.99.1.11; object fetch from spark-2")
+    assert res["msg"].count("check that every node runs ray start") == 1  # advice once, at the end
+    assert "--node-ip-address 10.99.1.11" in res["hint"] and "ray_cluster_node_ip" in res["hint"]
