@@ -25,7 +25,8 @@ description:
   - Also lists units and containers named like O(stale_units) even when they do not hold the GPU
     now, because an enabled unit or a container with a restart policy comes back after reboot.
   - Reads only; never changes anything. Run as root to see other users' processes.
-author: sparkfleet.vllm contributors
+author:
+  - sparkfleet.vllm contributors (@sparkfleet)
 options:
   nvidia_smi:
     description:

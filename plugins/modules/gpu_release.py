@@ -25,7 +25,8 @@ description:
   - Then it polls, up to O(timeout) seconds, until no foreign holder is left and, on GPUs that
     report memory, the memory not held by ours or protected processes is at most O(max_used_mib).
     It fails naming every remaining holder otherwise.
-author: sparkfleet.vllm contributors
+author:
+  - sparkfleet.vllm contributors (@sparkfleet)
 options:
   nvidia_smi:
     description:
@@ -78,9 +79,10 @@ options:
       - Seconds the GPU must stay free, scanned again and again, before it counts as free. A
         holder restarted by a supervisor (a unit with C(Restart=always), a shell loop) shows up
         again within this time and makes the module fail naming it, instead of passing on one
-        lucky scan.
+        lucky scan. Set it above the restart latency of what you stop (a CUDA process needs
+        seconds to start). Not waited when nothing had to be stopped.
     type: int
-    default: 2
+    default: 5
   max_used_mib:
     description:
       - On GPUs that report memory, the most memory (MiB) that may stay in use, not counting
@@ -392,7 +394,7 @@ def main():
     argument_spec.update(
         grace=dict(type='int', default=10),
         timeout=dict(type='int', default=60),
-        settle=dict(type='int', default=2),
+        settle=dict(type='int', default=5),
         max_used_mib=dict(type='int', default=1024),
         mask=dict(type='bool', default=False),
         remove_containers=dict(type='bool', default=False),
@@ -461,6 +463,7 @@ def main():
             act['elapsed_s'] = elapsed_sig
 
     deadline = time.time() + module.params['timeout']
+    settle = module.params['settle'] if actions else 0
     free_since = None
     while True:
         foreign, gpu, excess, after = rel.free_state()
@@ -470,7 +473,7 @@ def main():
             free_since = None
         elif free_since is None:
             free_since = now
-        if free_since is not None and now - free_since >= module.params['settle']:
+        if free_since is not None and now - free_since >= settle:
             break
         if now >= deadline:
             # Free only for part of the settle time counts as free if nothing came back.

@@ -202,7 +202,7 @@ def main():
 
     o, ro = start(1024, 'ours', '--comm', OURS)
     wait_ready(ro)
-    rel_args = dict(common, ours=[OURS], grace=5, timeout=60)
+    rel_args = dict(common, ours=[OURS], grace=5, timeout=60, settle=5)
     res = module('gpu_release', rel_args, check=True, label='release --check (a, b foreign; ours kept)')
     planned = sorted(p for act in res.get('actions', []) for p in act['pids'])
     check('check mode plans exactly a and b', planned == sorted([a.pid, b.pid]), str(planned))
@@ -253,6 +253,41 @@ def main():
           res and not res.get('failed') and not alive(c.pid) and not alive(d.pid)
           and not alive(e_pid) and alive(o.pid), res.get('msg', ''))
     say('  total elapsed_s = %s' % res.get('elapsed_s'))
+
+    # ---- a restart loop: a supervisor (not a holder) respawns the CUDA holder ----
+    loop_base = os.path.join(tempfile.gettempdir(), 'sfv-loop-%d' % os.getpid())
+    sup = subprocess.Popen([sys.executable, '-c', (
+        'import subprocess, sys, time\n'
+        'n = 0\n'
+        'while True:\n'
+        '    n += 1\n'
+        '    subprocess.call([sys.executable, %r, "1024", "%s.%%d" %% n])\n'
+        '    time.sleep(0.1)\n') % (os.path.join(HERE, 'cuda_hold.py'), loop_base)])
+    procs.append(sup)
+    wait_ready(loop_base + '.1')
+    with open(loop_base + '.1') as handle:
+        first = int(handle.read())
+    t_rel = time.time()
+    res = module('gpu_release', dict(rel_args, grace=3, timeout=20, settle=5),
+                 label='release a holder that a supervisor restarts (settle=5)')
+    check('restart loop: release fails', res.get('_rc') != 0 and 'still held' in res.get('msg', ''),
+          res.get('msg', '')[:300])
+    check('failure names the respawned holder and its supervisor', 'ppid=%d' % sup.pid in res.get('msg', '')
+          and 'pid %d ' % first not in res.get('msg', ''))
+    if os.path.exists(loop_base + '.2'):
+        say('  respawned holder ready %.2fs after release started (CUDA init included)'
+            % (os.path.getmtime(loop_base + '.2') - t_rel))
+    sup.kill()
+    sup.wait(10)
+    for n in range(1, 50):
+        path = '%s.%d' % (loop_base, n)
+        if os.path.exists(path):
+            with open(path) as handle:
+                try:
+                    os.kill(int(handle.read()), signal.SIGKILL)
+                except OSError:
+                    pass
+    time.sleep(1)
 
     # ---- ours gone too: the GPU is idle again ----
     o.send_signal(signal.SIGTERM)
