@@ -149,7 +149,7 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
 # One process prefix: "(APIServer pid=1) ", "(RayWorkerWrapper pid=860, ip=192.168.200.13) ",
 # "(EngineCore_DP0 pid=12)", "(VllmWorker rank=1 pid=9)", "(raylet, ip=10.0.0.2)".
 _PREFIX_RE = re.compile(
-    r"^\s*\((?P<body>[A-Za-z_][\w.\-]*(?:[ ,]+[A-Za-z_]+=[^()\s,]+)*|"
+    r"^\s*\((?P<body>[A-Za-z_][\w.:\-]*(?:[ ,]+[A-Za-z_]+=[^()\s,]+)*|"
     r"[A-Za-z_]+=[^()\s,]+(?:[ ,]+[A-Za-z_]+=[^()\s,]+)*)\)\s?"
 )
 # torch.distributed's "[rank0]: " and "[W1120 10:00:42.311 socket.cpp:755] "-style glog prefixes.
@@ -215,7 +215,8 @@ _PHASE_MARKERS = [
         r"Free memory on device .* usable")),
     ("loading_weights", re.compile(
         r"Starting to load model|Loading model from|checkpoint shards|Loading weights with|"
-        r"Using model weights format|Loading safetensors|Loading pt checkpoint")),
+        r"Using model weights format|Loading safetensors|Loading pt checkpoint|"
+        r"Prefetching checkpoint files|Loading model from scratch")),
     ("placement", re.compile(
         r"Waiting for creating a placement group|Connecting to existing Ray cluster|"
         r"Connected to Ray cluster|Started a local Ray instance|placement group|"
@@ -227,6 +228,10 @@ _PHASE_MARKERS = [
         r"This model supports multiple tasks|Using max model len|Chunked prefill is enabled")),
 ]
 
+_ANY_PHASE_RE = re.compile("|".join("(?:%s)" % rx.pattern for _p, rx in _PHASE_MARKERS))
+_VERSION_RE = re.compile(r"vLLM API server version ([\w.+-]+)|LLM engine \(v([\w.+-]+)\)")
+_API_ADDR_RE = re.compile(r"(?:Starting vLLM (?:API )?server(?: \d+)? on|Uvicorn running on) (https?://\S+)")
+_AFTER_READY_RE = re.compile(r"rrno|in use|vLLM API server version|non-default args|args: Namespace")
 _NEW_RUN_RE = re.compile(r"vLLM API server version|non-default args:|^args: Namespace\(")
 
 # Lines that look alarming but are expected on one-GPU-per-node Ray clusters and elsewhere.
@@ -472,6 +477,8 @@ class VllmLogParser(object):
         self._pending_prefixes = None
         self._bar_prefixes = None
         self._outer_clock = False
+        self._ts_cache = (None, None)
+        self._day_base = {}
         self.lines_seen = 0
         self.attempts = 0
         self.previous_failure = None
@@ -536,6 +543,14 @@ class VllmLogParser(object):
         self._pending_prefixes = saved
 
     def _physical(self, physical):
+        if self.phase == "ready" and not self.confirmed and not _AFTER_READY_RE.search(physical):
+            # Serving traffic after startup: nothing in it changes the answer.
+            self.lines_seen += 1
+            return
+        if "\r" not in physical:
+            line = self._unwrap(physical, None)
+            self._logical(line)
+            return
         segs = physical.split("\r")
         inherited = None
         for seg in segs:
@@ -548,7 +563,11 @@ class VllmLogParser(object):
 
     def _unwrap(self, seg, inherited):
         # rsyslog writes ESC as "#033".
-        raw = _ANSI_RE.sub("", seg.replace("#033[", "\x1b[")).rstrip("\n")
+        raw = seg
+        if "#033[" in raw:
+            raw = raw.replace("#033[", "\x1b[")
+        if "\x1b" in raw:
+            raw = _ANSI_RE.sub("", raw)
         text = raw.strip()
         ts = None
         outer = None
@@ -573,7 +592,9 @@ class VllmLogParser(object):
         m = _RANK_PREFIX_RE.match(text)
         if m:
             text = text[m.end():]
-        text = _REPEATED_RE.sub("", text).strip()
+        if "repeated" in text:
+            text = _REPEATED_RE.sub("", text)
+        text = text.strip()
         if not prefixes and inherited:
             prefixes = list(inherited)
         level = None
@@ -609,16 +630,25 @@ class VllmLogParser(object):
             ts = outer
         elif self._outer_clock:
             ts = None
-        return Line(raw, text.strip(), level, ts, prefixes, _rank_key(prefixes) if prefixes else "local")
+        return Line(raw, text.strip(), level, ts, prefixes, None)
 
     # ----- timestamps -----
     def _vllm_ts(self, md, hms):
-        try:
-            mon, day = [int(x) for x in md.split("-")]
-            h, mi, s = [int(x) for x in hms.split(":")]
-            return calendar.timegm((_YEAR, mon, day, h, mi, s, 0, 0, 0))
-        except (ValueError, OverflowError):
-            return None
+        if self._ts_cache[0] == (md, hms):
+            return self._ts_cache[1]
+        val = self._vllm_ts_uncached(md, hms)
+        self._ts_cache = ((md, hms), val)
+        return val
+
+    def _vllm_ts_uncached(self, md, hms):
+        base = self._day_base.get(md)
+        if base is None:
+            try:
+                base = calendar.timegm((_YEAR, int(md[:2]), int(md[3:5]), 0, 0, 0, 0, 0, 0))
+            except (ValueError, OverflowError):
+                return None
+            self._day_base[md] = base
+        return base + int(hms[:2]) * 3600 + int(hms[3:5]) * 60 + int(hms[6:8])
 
     def _iso_ts(self, text):
         # vLLM and syslog stamps carry no year: every clock is put in one fixed (leap) year.
@@ -657,13 +687,13 @@ class VllmLogParser(object):
         pend = self._pending_prefixes
         if pend and len(line.prefixes) < len(pend) and pend[:len(line.prefixes)] == line.prefixes:
             line.prefixes = list(pend)
-            line.rank = _rank_key(line.prefixes)
+            line.rank = None
         self._pending_prefixes = None
         is_bar = "Completed |" in text or "it/s]" in text or "s/it]" in text
         if is_bar and not line.prefixes and self._bar_prefixes:
             # tqdm redraws split onto their own lines keep the rank of the bar they continue.
             line.prefixes = list(self._bar_prefixes)
-            line.rank = _rank_key(line.prefixes)
+            line.rank = None
         self._bar_prefixes = line.prefixes if is_bar else None
         self.lines_seen += 1
         self._seq += 1
@@ -674,7 +704,7 @@ class VllmLogParser(object):
             self.last_ts = line.ts
 
         # A new server run in the same log (restart by systemd or docker).
-        if _NEW_RUN_RE.search(text) and (self.confirmed or PHASE_INDEX[self.phase] >= PHASE_INDEX["engine_init"]):
+        if ("args" in text or "version" in text) and _NEW_RUN_RE.search(text) and (self.confirmed or PHASE_INDEX[self.phase] >= PHASE_INDEX["engine_init"]):
             self._new_attempt(line)
             self.phase_first_ts.setdefault("starting", line.ts)
             self.first_ts = line.ts
@@ -682,24 +712,31 @@ class VllmLogParser(object):
         if self.attempts == 0:
             self.attempts = 1
 
-        m = re.search(r"vLLM API server version ([\w.+-]+)|LLM engine \(v([\w.+-]+)\)", text)
-        if m and not self.version:
-            self.version = m.group(1) or m.group(2)
-        m = re.search(r"(?:Starting vLLM (?:API )?server(?: \d+)? on|Uvicorn running on) (https?://\S+)", text)
-        if m:
-            self.api_address = m.group(1)
+        if self.phase == "ready" and not self.confirmed:
+            # Up: only a late bind failure or a new run matter; skip the rest (long serving logs).
+            if "rrno" in text or "in use" in text:
+                self._failure_checks(line)
+            return
+        if not self.version and ("version" in text or "engine (v" in text):
+            m = _VERSION_RE.search(text)
+            if m:
+                self.version = m.group(1) or m.group(2)
+        if "http" in text:
+            m = _API_ADDR_RE.search(text)
+            if m:
+                self.api_address = m.group(1)
 
         if self.confirmed:
             # After the end, keep collecting causes (the traceback follows the marker).
             self._failure_checks(line)
             return
 
-        if _BENIGN_RE.search(text):
+        if line.level not in ("INFO", "DEBUG") and _BENIGN_RE.search(text):
             self.benign.append(text[:160])
             return
 
-        if self._progress(line):
-            pass
+        if ("%" in text and "/" in text) and self._progress(line):
+            return
         self._phase_checks(line)
         self._failure_checks(line)
 
@@ -718,7 +755,8 @@ class VllmLogParser(object):
             n, total = int(m.group("n")), int(m.group("total"))
             if total <= 0:
                 return False
-            rank = self.ranks.setdefault(line.rank, {"n": 0, "total": total})
+            key = _rank_key(line.prefixes) if line.prefixes else "local"
+            rank = self.ranks.setdefault(key, {"n": 0, "total": total})
             changed = (n, total) != (rank.get("n"), rank.get("total")) or "ts" not in rank
             rank.update({
                 "n": n,
@@ -757,6 +795,10 @@ class VllmLogParser(object):
             self._set_phase("placement", line.ts)
             self.pg_wait_s = max(self.pg_wait_s, int(m.group(1)))
             self.pg_wait_line = line.raw.strip()
+            return
+        if not _ANY_PHASE_RE.search(text):
+            if not _NO_PROGRESS_RE.search(text) and line.level in ("INFO", "DEBUG"):
+                self.last_progress_line = self.lines_seen
             return
         for phase, rx in _PHASE_MARKERS:
             if rx.search(text):
