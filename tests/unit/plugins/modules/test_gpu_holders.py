@@ -10,7 +10,7 @@ import pytest
 from ansible_collections.sparkfleet.vllm.plugins.modules import gpu_holders
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'fixtures', 'nvidia_smi'))
-from fakes import fakebin, fixture, holders, smi_answers, warnings_seen  # noqa: E402,F401
+from gpu_fakes import fakebin, fixture, holders, smi_answers, warnings_seen  # noqa: E402,F401
 
 
 def base(tmp_path, **extra):

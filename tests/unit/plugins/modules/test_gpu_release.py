@@ -10,7 +10,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils import _gpu
 from ansible_collections.sparkfleet.vllm.plugins.modules import gpu_release
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'fixtures', 'nvidia_smi'))
-from fakes import alive, fakebin, fixture, holders, smi_answers, warnings_seen  # noqa: E402,F401
+from gpu_fakes import alive, fakebin, fixture, holders, smi_answers, warnings_seen  # noqa: E402,F401
 
 
 def base(tmp_path, **extra):
