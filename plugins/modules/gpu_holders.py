@@ -151,6 +151,19 @@ holders:
     cmdline:
       description: Command line joined by spaces.
       type: str
+    exe:
+      description: Path of the executable, when readable.
+      type: str
+    uid:
+      description: Real user id of the process.
+      type: int
+    cgroup:
+      description: The cgroup path the unit and container were read from.
+      type: str
+    visible:
+      description: False when nvidia-smi lists the PID but /proc does not show it (another PID
+        namespace); such a holder can be reported but not signalled.
+      type: bool
     user:
       description: Owner of the process.
       type: str
