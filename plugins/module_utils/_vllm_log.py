@@ -257,6 +257,7 @@ _CAUSES = [
         r"CUDA out of memory|torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError|OutOfMemoryError: CUDA|"
         r"CUDA error: out of memory|CUDA driver error: out of memory|cudaErrorMemoryAllocation|"
         r"CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory|out of memory on device|"
+        r"cudaMalloc.*out of memory|CUDA_ERROR_OUT_OF_MEMORY|"
         r"Failed to allocate memory for (?:the )?(?:KV cache|CUDA graph)"), None),
     ("insufficient_memory", re.compile(
         r"Free memory on device .*less than desired GPU memory utilization|"
@@ -279,7 +280,7 @@ _CAUSES = [
         r"TCPStore.*(?:timed out|failed|Broken pipe|Connection reset)|TCP client failed to connect|"
         r"Gloo connectFullMesh|gloo/transport/tcp/pair\.cc|"
         r"RendezvousConnectionError|RendezvousTimeoutError|"
-        r"init_process_group.*(?:timed out|failed)"),
+        r"init_process_group.*(?:timed out|failed)|connect\(\) timed out\. Original timeout"),
         re.compile(r"Network is unreachable|Connection refused.*(?:store|rendezvous|c10d)")),
     ("nccl_error", re.compile(
         r"NCCL [Ee]rror|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclInvalidUsage|"
@@ -295,12 +296,13 @@ _CAUSES = [
         r"GCS (?:server )?(?:is not|could not be) (?:reachable|reached)|"
         r"Failed to connect to the Ray cluster|Raylet is terminated|Failed to register worker .* to Raylet|"
         r"ray\.init\(\) .*failed|Can't find a `node_ip_address\.json`|"
-        r"Version mismatch: The cluster was started with"), None),
+        r"Version mismatch: The cluster was started with|ray client connection timeout"), None),
     ("model_unsupported", re.compile(
         r"Model architectures? \[.*\] (?:are|is) not supported|are not supported for now|"
         r"is not supported for now|Unrecognized model in|but Transformers does not recognize this architecture|"
         r"does not recognize this architecture|The checkpoint you are trying to load has model type|"
         r"No model architectures are specified|Cannot find model module|failed to be inspected|"
+        r"Unrecognized configuration class|"
         r"is not supported by the current vLLM|not supported on this GPU|"
         r"Unsupported (?:model|architecture)|Unknown quantization method|"
         r"quantization (?:method )?.* is not supported|compute capability .* not supported|"
@@ -366,7 +368,8 @@ _EXC_IGNORE = ("StopIteration", "KeyboardInterrupt", "SystemExit", "GeneratorExi
 _FATAL_GENERIC_RE = re.compile(
     r"EngineCore failed to start|Engine core initialization failed|Engine process failed to start|"
     r"Engine core proc .* failed|Failed core proc|WorkerProc failed to start|"
-    r"Worker failed with error|Exception in worker VllmWorkerProcess"
+    r"Worker failed with error|Exception in worker VllmWorkerProcess|"
+    r"EngineCore encountered a fatal error|EngineCore hit an exception|Engine core encountered an issue"
 )
 # systemd talking about the unit in `journalctl -u`: the process is gone.
 _SYSTEMD_EXIT_RE = re.compile(
@@ -832,14 +835,16 @@ class VllmLogParser(object):
             if hint and PHASE_INDEX[hint] > PHASE_INDEX.get(self.frame_phase or "starting", 0):
                 self.frame_phase = hint
             return
+        marker = False
         if _FATAL_GENERIC_RE.search(text):
             self.generic.append(self._ev(line))
             self._confirm()
-            return
-        if _SYSTEMD_EXIT_RE.search(text):
+            marker = True
+        elif _SYSTEMD_EXIT_RE.search(text):
             self.exit_lines.append(self._ev(line))
             self._confirm()
-            return
+            marker = True
+        # A marker line may carry the cause too: "Worker failed with error 'NCCL error: ...'".
         for cls, strong_rx, weak_rx in _CAUSES:
             strong = bool(strong_rx and strong_rx.search(text))
             if strong or (weak_rx and weak_rx.search(text)):
@@ -852,7 +857,7 @@ class VllmLogParser(object):
                     self._confirm()
                 return
         m = _EXC_LINE_RE.match(text)
-        if m and m.group("name") not in _EXC_IGNORE:
+        if m and not marker and m.group("name") not in _EXC_IGNORE:
             self._seq += 1
             self.candidates.append({
                 "cls": "engine_init_failed", "line": self._ev(line), "strong": False,

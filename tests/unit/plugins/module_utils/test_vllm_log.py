@@ -279,3 +279,24 @@ def test_mark_exited_and_stalled_from_the_caller():
     p.feed(_read("progress_v1_midload.log"))
     p.mark_stalled(900)
     assert p.snapshot()["failure"]["class"] == "stalled"
+
+
+def test_cause_inside_a_generic_marker_line_is_kept():
+    text = ("INFO 10-17 09:12:30 pynccl.py:63] vLLM is using nccl==2.20.5\n"
+            "RuntimeError: Worker failed with error 'NCCL error: unhandled system error (run with NCCL_DEBUG=INFO "
+            "for details)', please check the stack trace above for the root cause\n")
+    snap = parse(text)
+    assert snap["failure"]["class"] == "nccl_error"
+
+
+def test_long_serving_log_after_ready_is_fast_and_stays_ready():
+    import time
+    metric = ("(APIServer pid=1) INFO 08-20 10:20:%02d [loggers.py:123] Engine 000: Avg prompt throughput: "
+              "12.0 tokens/s, Avg generation throughput: 27.1 tokens/s, Running: 1 reqs, Waiting: 0 reqs\n")
+    request_error = ("(APIServer pid=1) ERROR 08-20 11:00:00 [serving_chat.py:222] ValueError: This model's maximum "
+                     "context length is 40960 tokens.\n")
+    text = _read("ok_v1_010_ray.log") + "".join(metric % (i % 60) for i in range(100000)) + request_error
+    t0 = time.time()
+    snap = parse(text)
+    assert snap["phase"] == "ready"
+    assert time.time() - t0 < 10, "100k serving lines must not slow a single read down"
