@@ -119,7 +119,8 @@ cat >"$STAGE/opt/venv/bin/vllm" <<'EOF'
 # sparklab stand-in for the `vllm` command (lab only; see sparklab_vllm/__init__.py)
 import sys
 from sparklab_vllm.cli import main
-sys.exit(main())
+if __name__ == "__main__":  # multiprocessing's spawn re-imports this script in the EngineCore process
+    sys.exit(main())
 EOF
 chmod 0755 "$STAGE/opt/venv/bin/vllm"
 chroot "$STAGE" /opt/venv/bin/python3 -m compileall -q /opt/venv/lib/python3.11/site-packages/sparklab_vllm >/dev/null

@@ -241,3 +241,9 @@ def test_generated_words_are_deterministic_and_count_exactly():
     text = formats.words_from_ids(ids)
     assert text == formats.words_from_ids(ids) and len(text.split()) == 7
     assert formats.seed_ids("hello", 0, 7) != formats.seed_ids("hullo", 0, 7)
+
+
+@pytest.mark.parametrize("text,value", [("8192", 8192), ("32k", 32000), ("32K", 32768), ("1M", 1048576),
+                                        ("1.5k", 1500)])
+def test_max_model_len_accepts_vllms_human_readable_numbers(text, value):
+    assert cli.parse(["serve", "m", "--max-model-len", text]).max_model_len == value
