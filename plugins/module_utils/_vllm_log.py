@@ -162,6 +162,7 @@ _SYSLOG_RE = re.compile(
     r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d+) "
     r"(?P<time>\d\d:\d\d:\d\d)(?:\.\d+)? \S+ [^\s:\[]+(?:\[\d+\])?: ?"
 )
+_COLLECTOR_RE = re.compile(r"^(?:[\w.-]+\s+\| |\[pod/[^\]\s]+\] )")
 _HOST_PROC_RE = re.compile(r"^[\w.-]+ [\w.@/-]+\[\d+\]: ?")
 _ISO_PREFIX_RE = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?[ \t|]+")
 # vLLM's own header: "INFO 05-07 00:37:03 [core.py:1136] msg" (0.8+) or "INFO 10-10 12:00:00 core.py:99] msg".
@@ -242,6 +243,7 @@ _BENIGN_RE = re.compile(
     r"Failed to import from vllm\._C|"
     r"No module named 'vllm\._version'|"
     r"Exception ignored in:|"
+    r"errno: 97 - Address family not supported|"
     r"DeprecationWarning|FutureWarning|UserWarning|"
     r"ERROR\s+\d\d-\d\d \d\d:\d\d:\d\d.*\bWARNING\b"
 )
@@ -275,13 +277,15 @@ _CAUSES = [
         r"The number of required GPUs exceeds the total number of available GPUs|"
         r"Current node has no GPU available|The current placement group .* does not have"), None),
     ("rendezvous_failed", re.compile(
-        r"client socket has failed to connect|connectFullMesh failed|DistNetworkError|"
+        r"client socket has failed to connect to any network address|connectFullMesh failed|DistNetworkError|"
         r"DistStoreError|Timed out after \d+ seconds waiting for clients|"
         r"TCPStore.*(?:timed out|failed|Broken pipe|Connection reset)|TCP client failed to connect|"
         r"Gloo connectFullMesh|gloo/transport/tcp/pair\.cc|"
         r"RendezvousConnectionError|RendezvousTimeoutError|"
         r"init_process_group.*(?:timed out|failed)|connect\(\) timed out\. Original timeout"),
-        re.compile(r"Network is unreachable|Connection refused.*(?:store|rendezvous|c10d)")),
+        # torch warns "[c10d] The client socket has failed to connect to [host]:port" while it retries.
+        re.compile(r"client socket has failed to connect|Network is unreachable|"
+                   r"Connection refused.*(?:store|rendezvous|c10d)")),
     ("nccl_error", re.compile(
         r"NCCL [Ee]rror|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclInvalidUsage|"
         r"ncclRemoteError|ncclInvalidArgument|unhandled system error|unhandled cuda error|"
@@ -290,13 +294,14 @@ _CAUSES = [
         r"ncclCommInitRank failed|pynccl.*(?:error|failed)"),
         re.compile(r"NCCL WARN|Call to ibv_\w+ failed|NET/IB : .*(?:failed|error)")),
     ("ray_unreachable", re.compile(
-        r"Could not find any running Ray instance|Unable to connect to GCS|"
-        r"Failed to connect to GCS|Could not read 'node_ip_address'|"
+        r"Could not find any running Ray instance|Could not read 'node_ip_address'|"
+        r"Failed to connect to GCS within|"
         r"Failed to get the system config from raylet|RaySystemError|"
         r"GCS (?:server )?(?:is not|could not be) (?:reachable|reached)|"
         r"Failed to connect to the Ray cluster|Raylet is terminated|Failed to register worker .* to Raylet|"
         r"ray\.init\(\) .*failed|Can't find a `node_ip_address\.json`|"
-        r"Version mismatch: The cluster was started with|ray client connection timeout"), None),
+        r"Version mismatch: The cluster was started with|ray client connection timeout"),
+        re.compile(r"Unable to connect to GCS|Failed to connect to GCS")),
     ("model_unsupported", re.compile(
         r"Model architectures? \[.*\] (?:are|is) not supported|are not supported for now|"
         r"is not supported for now|Unrecognized model in|but Transformers does not recognize this architecture|"
@@ -574,6 +579,9 @@ class VllmLogParser(object):
         text = raw.strip()
         ts = None
         outer = None
+        m = _COLLECTOR_RE.match(text)  # "vllm-1  | " (docker compose), "[pod/vllm-0/vllm] " (kubectl)
+        if m:
+            text = text[m.end():]
         m = _DOCKER_TS_RE.match(text)
         if m:
             outer = self._iso_ts(m.group(1))

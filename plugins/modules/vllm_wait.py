@@ -287,7 +287,7 @@ _C_ENV = {"LANG": "C", "LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""
 # After a failing line, keep reading this long so the traceback's root cause is not cut off.
 _SETTLE_S = 1.0
 # A bare exception with no fatal marker ends the startup if nothing moves for this long.
-_WEAK_CONFIRM_S = 30.0
+_WEAK_CONFIRM_S = 60.0
 
 
 class FileSource(object):

@@ -300,3 +300,30 @@ def test_long_serving_log_after_ready_is_fast_and_stays_ready():
     snap = parse(text)
     assert snap["phase"] == "ready"
     assert time.time() - t0 < 10, "100k serving lines must not slow a single read down"
+
+
+def test_c10d_retry_warnings_alone_do_not_fail_a_startup_that_moves_on():
+    text = ("INFO 08-20 10:00:31 [parallel_state.py:1134] world_size=2 rank=0 local_rank=0 "
+            "distributed_init_method=tcp://192.168.200.12:41337 backend=nccl\n"
+            "[W1120 10:00:32.311021 socket.cpp:755] [c10d] The client socket has failed to connect to "
+            "[::ffff:127.0.0.1]:41337 (errno: 97 - Address family not supported by protocol).\n"
+            "[W1120 10:00:32.311021 socket.cpp:755] [c10d] The client socket has failed to connect to "
+            "[192.168.200.12]:41337 (errno: 111 - Connection refused).\n"
+            "INFO 08-20 10:00:35 [gpu_model_runner.py:1953] Starting to load model /m...\n")
+    snap = parse(text)
+    assert snap["failure"] is None
+    assert snap["phase"] == "loading_weights"
+    # ...but the same warning as the last word of a log is a rendezvous failure
+    snap = parse(text.rsplit("INFO 08-20 10:00:35", 1)[0])
+    assert snap["failure"]["class"] == "rendezvous_failed"
+
+
+@pytest.mark.parametrize("wrap", ["vllm-1  | %s", "[pod/vllm-head-0/vllm] %s", "%s"])
+def test_collector_prefixes_are_taken_off(wrap):
+    lines = ["INFO 10-17 09:12:31 model_runner.py:1056] Starting to load model /models/x...",
+             "Loading safetensors checkpoint shards:  24% Completed | 9/37 [00:22<01:10,  2.51s/it]",
+             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."]
+    snap = parse("".join(wrap % ln + "\n" for ln in lines))
+    assert snap["failure"]["class"] == "cuda_oom"
+    assert snap["failed_phase"] == "loading_weights"
+    assert snap["progress"]["n"] == 9
