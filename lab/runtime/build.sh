@@ -23,19 +23,20 @@ SL=${SPARKLAB_DIR:-/var/tmp/sparklab}
 CACHE=$SL/cache/runtime
 SHARE=$SL/share
 MIRROR=${SPARKLAB_MIRROR:-http://deb.debian.org/debian}
-TORCH_WHEEL=${SPARKLAB_TORCH_WHEEL:-$(ls /opt/wheels/torch-2.13.0+cpu-cp311-*.whl 2>/dev/null | head -1)}
+TORCH_WHEEL=${SPARKLAB_TORCH_WHEEL:-$(find /opt/wheels -maxdepth 1 -name 'torch-2.13.0+cpu-cp311-*.whl' 2>/dev/null | sort | head -1)}
 BASE_PKGS=python3,python3-venv,iproute2,procps,ca-certificates,tini
-PIP_PKGS="ray[default]==2.60.0 numpy"
+PIP_PKGS=("ray[default]==2.60.0" "numpy==2.4.6")
 
 log() { printf '%s build.sh: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 h() { sha256sum | cut -c1-12; }
+# a recipe section, without comment lines (editing a comment must not rebuild a layer)
+recipe() { sed -n "/^# $1-RECIPE/,/^# END-$1-RECIPE/p" "$0" | grep -v '^[[:space:]]*#'; }
 
 [ -f "$TORCH_WHEEL" ] || die "no CPU torch wheel at /opt/wheels/torch-2.13.0+cpu-cp311-*.whl (set SPARKLAB_TORCH_WHEEL)"
-BASE_HASH=$(printf 'bookworm minbase %s %s\n' "$BASE_PKGS" "$(sed -n '/^# BASE-RECIPE/,/^# END-BASE-RECIPE/p' "$0")" | h)
-VENV_HASH=$(printf '%s %s %s %s\n' "$BASE_HASH" "$PIP_PKGS" "$(basename "$TORCH_WHEEL")" \
-  "$(sed -n '/^# VENV-RECIPE/,/^# END-VENV-RECIPE/p' "$0")" | h)
-FINAL_HASH=$( { echo "$VENV_HASH"; sed -n '/^# FINAL-RECIPE/,/^# END-FINAL-RECIPE/p' "$0";
+BASE_HASH=$(printf 'bookworm minbase %s %s\n' "$BASE_PKGS" "$(recipe BASE)" | h)
+VENV_HASH=$(printf '%s %s %s %s\n' "$BASE_HASH" "${PIP_PKGS[*]}" "$(basename "$TORCH_WHEEL")" "$(recipe VENV)" | h)
+FINAL_HASH=$( { echo "$VENV_HASH"; recipe FINAL;
   cd "$STANDIN" && find sparklab_vllm -name '*.py' -print0 | sort -z | xargs -0 sha256sum; } | h)
 TAG=sparklab/vllm-runtime:$FINAL_HASH
 TAR=$SHARE/sparklab-vllm-runtime-$FINAL_HASH.tar
@@ -52,7 +53,12 @@ if [ -f "$TAR" ] && [ -f "$TAR.done" ]; then
 fi
 
 MOUNTED=()
-cleanup() { local m; for m in "${MOUNTED[@]:-}"; do [ -n "$m" ] && umount -l "$m" 2>/dev/null || true; done; }
+cleanup() {
+  local m
+  for m in "${MOUNTED[@]:-}"; do
+    if [ -n "$m" ]; then umount -l "$m" 2>/dev/null || true; fi
+  done
+}
 trap cleanup EXIT
 
 # BASE-RECIPE
@@ -89,7 +95,7 @@ if [ ! -f "$VROOT.done" ]; then
   # torch only from the local CPU wheel: install it first by path, then pin it so nothing can swap in a CUDA build.
   "${CH[@]}" /opt/venv/bin/pip install -q "/tmp/wheels/$(basename "$TORCH_WHEEL")"
   "${CH[@]}" /bin/sh -c "/opt/venv/bin/pip freeze | grep -i '^torch' > /tmp/constraints.txt"
-  "${CH[@]}" /opt/venv/bin/pip install -q -c /tmp/constraints.txt $PIP_PKGS
+  "${CH[@]}" /opt/venv/bin/pip install -q -c /tmp/constraints.txt "${PIP_PKGS[@]}"
   if "${CH[@]}" /opt/venv/bin/pip list 2>/dev/null | grep -qiE '^(nvidia-|triton)'; then
     die "a CUDA package slipped into the venv: $("${CH[@]}" /opt/venv/bin/pip list | grep -iE '^(nvidia-|triton)' | tr '\n' ' ')"
   fi

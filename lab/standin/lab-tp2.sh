@@ -40,7 +40,7 @@ up() {
       --disable-usage-stats --block >/dev/null
     [ "$h" = spark-1 ] && sleep 6
   done
-  for i in $(seq 1 60); do
+  for _try in $(seq 1 60); do
     n=$(x spark-1 docker exec "$C" python3 -c 'import ray; ray.init(address="auto", logging_level="ERROR"); print(sum(1 for n in ray.nodes() if n["Alive"]))' 2>/dev/null || echo 0)
     [ "$n" = 2 ] && break
     sleep 2
@@ -52,7 +52,7 @@ serve() {
   local t0; t0=$(date +%s)
   x spark-1 docker exec -d "$C" sh -c "exec vllm serve $MODEL --served-model-name tiny --tensor-parallel-size 2 \
     --distributed-executor-backend ray --host $(ip_of spark-1) --port 8000 --api-key sekret >/tmp/vllm.log 2>&1"
-  for i in $(seq 1 300); do
+  for _try in $(seq 1 300); do
     if x spark-1 docker exec "$C" grep -q "Application startup complete" /tmp/vllm.log 2>/dev/null; then
       log "serving after $(( $(date +%s) - t0 )) s"; return 0
     fi

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Write a fake Hugging Face model directory that the vLLM stand-in (and our sync/verify code) can load.
 
-    make_model.py --out DIR --shards N --shard-mb M [--name NAME] [--seed S]
+    python3 make_model.py --out DIR --shards N --shard-mb M [--name NAME] [--seed S]
 
 Files: config.json, generation_config.json, tokenizer_config.json, tokenizer.json, model.safetensors.index.json
 (metadata.total_size, weight_map) and N model-0000i-of-0000N.safetensors shards with valid headers and random
@@ -139,7 +138,7 @@ def make_model(out, shards, shard_mb, name="sparklab/Qwen3-Tiny-Standin", seed=0
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     p.add_argument("--out", required=True, help="model directory to write (created if missing)")
     p.add_argument("--shards", type=int, required=True, help="number of safetensors shards")
     p.add_argument("--shard-mb", type=float, required=True, help="MiB of tensor data per shard")

@@ -11,7 +11,8 @@ SCEN=${1:-serve}
 HERE=$(cd "$(dirname "$0")" && pwd)
 SL=/var/tmp/sparklab
 NS=sfl-standin-test
-VROOT=$(ls -d "$SL"/cache/runtime/venv-*/ 2>/dev/null | while read -r d; do [ -f "${d%/}.done" ] && echo "${d%/}"; done | tail -1)
+VROOT=$(find "$SL/cache/runtime" -maxdepth 1 -name 'venv-*.done' -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -1 | cut -d' ' -f2)
+VROOT=${VROOT%.done}
 [ -n "$VROOT" ] || { echo "build the runtime first: lab/runtime/build.sh" >&2; exit 1; }
 W=$SL/standin-smoke
 [ "$(id -u)" = 0 ] || { echo "run as root" >&2; exit 1; }

@@ -71,7 +71,7 @@ class EngineCore:
         if world > ray.cluster_resources().get("GPU", 0):
             log.warning(548, "The number of required GPUs exceeds the total number of available GPUs in the "
                         "placement group.")
-        specs = [{"GPU": 1.0} for _ in range(world)]
+        specs = [{"GPU": 1.0} for _rank in range(world)]
         current_ip = os.environ.get("VLLM_HOST_IP") or ray.util.get_node_ip_address()
         node_id = ray.get_runtime_context().get_node_id()
         avail = {}
@@ -97,7 +97,7 @@ class EngineCore:
         ref = self.pg.ready()
         wait_interval = 10
         while time.time() - s < timeout:
-            ready, _ = ray.wait([ref], timeout=min(wait_interval, max(timeout - (time.time() - s), 0.1)))
+            ready, _pending = ray.wait([ref], timeout=min(wait_interval, max(timeout - (time.time() - s), 0.1)))
             if ready:
                 break
             wait_interval *= 2

@@ -23,7 +23,7 @@ PG_WAIT_TIMEOUT = 1800  # vllm/v1/executor/ray_utils.py
 def log_line(level, fileinfo, lineno, message, now=None):
     """One vLLM log record, without the process prefix: 'INFO 11-29 11:02:03 [core.py:93] msg'."""
     stamp = time.strftime(LOG_DATE_FORMAT, time.localtime(time.time() if now is None else now))
-    first, _, rest = message.partition("\n")
+    first, _sep, rest = message.partition("\n")
     head = "%s %s [%s:%d] " % (level, stamp, fileinfo, lineno)
     line = head + first
     # vLLM's NewLineFormatter repeats the record prefix on continuation lines.
@@ -136,11 +136,11 @@ def format_meter_default(n, total, elapsed, desc, rate=None, width=10):
     frac = n / total if total else 0
     nsyms = len(_BAR_CHARS) - 1
     full, part = divmod(int(frac * width * nsyms), nsyms)
-    bar = _BAR_CHARS[-1] * full
+    cells = _BAR_CHARS[-1] * full
     if full < width:
-        bar = bar + _BAR_CHARS[part] + _BAR_CHARS[0] * (width - full - 1)
+        cells = cells + _BAR_CHARS[part] + _BAR_CHARS[0] * (width - full - 1)
     return "%s: %3.0f%%|%s| %d/%d [%s<%s, %s]" % (
-        desc, frac * 100, bar, n, total, format_interval(elapsed), remaining_str, rate_fmt)
+        desc, frac * 100, cells, n, total, format_interval(elapsed), remaining_str, rate_fmt)
 
 
 class _EMA:

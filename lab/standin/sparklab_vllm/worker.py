@@ -76,7 +76,7 @@ class RayWorkerWrapper:
             raise RuntimeError("Cannot find any model weights with `%s`" % model)
         per_shard = _env_float("SPARKLAB_SECONDS_PER_SHARD", 1.0)
         faulty = self.rank == self.world - 1
-        bar = ProgressBar(len(shards), WEIGHTS_BAR_DESC, sys.stdout) if (self.rank == 0 or bar_all_ranks) else None
+        pbar = ProgressBar(len(shards), WEIGHTS_BAR_DESC, sys.stdout) if (self.rank == 0 or bar_all_ranks) else None
         t_load = time.time()
         for i, path in enumerate(shards):
             start = time.time()
@@ -93,10 +93,10 @@ class RayWorkerWrapper:
             rest = per_shard - (time.time() - start)
             if rest > 0:
                 time.sleep(rest)
-            if bar:
-                bar.update(1)
-        if bar:
-            bar.close()
+            if pbar:
+                pbar.update(1)
+        if pbar:
+            pbar.close()
         loaded = time.time() - t_load
         Logger("default_loader.py").info(308, "Loading weights took %.2f seconds", loaded)
         runner.info(3659, "Model loading took %.4f GiB memory and %.6f seconds", self.weights_bytes / GiB,
@@ -124,17 +124,17 @@ class RayWorkerWrapper:
         t0 = time.time()
         seconds = _env_float("SPARKLAB_GRAPH_SECONDS", 2.0)
         for desc in ("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)", "Capturing CUDA graphs (decode, FULL)"):
-            bar = ProgressBar(51, desc, sys.stdout, weights=False) if self.rank == 0 else None
+            pbar = ProgressBar(51, desc, sys.stdout, weights=False) if self.rank == 0 else None
             for k in range(51):
                 time.sleep(seconds / 2 / 51)
-                if bar:
-                    bar.update(1)
+                if pbar:
+                    pbar.update(1)
                 if oom and k == 20:
                     # unified memory crosses Ray's threshold mid-capture; the raylet kills this worker
                     sys.stdout.flush()
                     return {"oom": oom}
-            if bar:
-                bar.close()
+            if pbar:
+                pbar.close()
         secs = int(round(time.time() - t0))
         Logger("gpu_model_runner.py").info(4587, "Graph capturing finished in %d secs, took %.2f GiB", secs, 0.66)
         return {"secs": secs}
