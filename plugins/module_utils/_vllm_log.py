@@ -154,6 +154,7 @@ _PREFIX_RE = re.compile(
 )
 # torch.distributed's "[rank0]: " and "[W1120 10:00:42.311 socket.cpp:755] "-style glog prefixes.
 _RANK_PREFIX_RE = re.compile(r"^\[rank\d+\]:\s?")
+_BARE_ANSI_RE = re.compile(r"\[(?:\d{1,3};)*\d{1,3}m")
 _KV_RE = re.compile(r"([A-Za-z_]+)=([^()\s,]+)")
 _REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 # Outer line prefixes added by log collectors.
@@ -576,6 +577,9 @@ class VllmLogParser(object):
             raw = raw.replace("#033[", "\x1b[")
         if "\x1b" in raw:
             raw = _ANSI_RE.sub("", raw)
+        if "m" in raw and "[" in raw:
+            # Colour codes whose ESC was lost on the way (pasted logs): "[36m(RayWorkerWrapper ...)[0m".
+            raw = _BARE_ANSI_RE.sub("", raw)
         text = raw.strip()
         ts = None
         outer = None

@@ -327,3 +327,13 @@ def test_collector_prefixes_are_taken_off(wrap):
     assert snap["failure"]["class"] == "cuda_oom"
     assert snap["failed_phase"] == "loading_weights"
     assert snap["progress"]["n"] == 9
+
+
+def test_colour_codes_that_lost_their_escape():
+    text = ("[36m(RayWorkerWrapper pid=860, ip=192.168.200.13)[0m Loading safetensors checkpoint shards:  50% "
+            "Completed | 2/4 [00:04<00:04,  2.00s/it]\n"
+            "[36m(RayWorkerWrapper pid=860, ip=192.168.200.13)[0m ERROR 08-20 10:06:40 [worker_base.py:620] "
+            "safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge\n")
+    snap = parse(text)
+    assert snap["ranks"]["192.168.200.13 pid=860"]["n"] == 2
+    assert snap["failure"]["class"] == "weights_corrupt"
