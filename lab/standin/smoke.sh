@@ -56,7 +56,9 @@ case "$SCEN" in
   fault:*) export SPARKLAB_FAULT=${SCEN#fault:} ;;
   pgmismatch) export VLLM_HOST_IP=127.0.0.2 SPARKLAB_PG_TIMEOUT_S=25 ;;
 esac
-vllm serve /out/model --served-model-name tiny --tensor-parallel-size ${SMOKE_TP:-1} --distributed-executor-backend ray \
+BACKEND=(--distributed-executor-backend "${SMOKE_BACKEND:-ray}")
+[ "${SMOKE_BACKEND:-ray}" = none ] && BACKEND=()
+vllm serve /out/model --served-model-name tiny --tensor-parallel-size ${SMOKE_TP:-1} "${BACKEND[@]}" \
   --host 127.0.0.1 --port 8000 --api-key sekret --max-model-len 4096 >/out/vllm.log 2>&1 &
 VPID=$!
 echo "vllm pid $VPID"
@@ -124,7 +126,7 @@ ray stop >/dev/null 2>&1 || true   # private PID namespace: only this test's Ray
 exit 0
 INNER
 chroot "$M" env -i PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-  LANG=C.UTF-8 PYTHONPATH=/opt/standin SMOKE_TP=${SMOKE_TP:-1} ${SPARKLAB_SECONDS_PER_SHARD:+SPARKLAB_SECONDS_PER_SHARD=$SPARKLAB_SECONDS_PER_SHARD} \
+  LANG=C.UTF-8 PYTHONPATH=/opt/standin SMOKE_TP=${SMOKE_TP:-1} SMOKE_BACKEND=${SMOKE_BACKEND:-ray} ${SPARKLAB_SECONDS_PER_SHARD:+SPARKLAB_SECONDS_PER_SHARD=$SPARKLAB_SECONDS_PER_SHARD} \
   bash /out/run.sh "$SCEN" | tee "$M/out/result.txt"
 OUTER
 mkdir -p "$SL/standin-smoke-logs"

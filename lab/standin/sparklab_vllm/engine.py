@@ -59,6 +59,7 @@ class EngineCore:
         self.max_model_len = max_model_len
         self.fault = os.environ.get("SPARKLAB_FAULT", "")
         self.workers = []
+        self.local = None
         self.pg = None
 
     # ------------------------------------------------------------ Ray placement (vllm/v1/executor/ray_utils.py)
@@ -155,12 +156,19 @@ class EngineCore:
         self.infos = [infos[i] for i in order]
         return self.workers
 
+    def start_local_worker(self):
+        """vLLM's uniproc executor (TP x PP = 1 without --distributed-executor-backend ray): no Ray at all."""
+        from .worker import RayWorkerWrapper
+        self.local = RayWorkerWrapper()
+        self.workers = [self.local]
+        return os.environ.get("VLLM_HOST_IP") or "127.0.0.1"
+
     def run_all(self, method, *args, timeout=None):
-        import ray
-        refs = [w.execute_method.remote(method, *args) for w in self.workers]
-        return ray.get(refs, timeout=timeout)
+        return self.rank_args(method, lambda _r: args, timeout=timeout)
 
     def rank_args(self, method, per_rank, timeout=None):
+        if self.local is not None:
+            return [self.local.execute_method(method, *per_rank(0))]
         import ray
         refs = [w.execute_method.remote(method, *per_rank(r)) for r, w in enumerate(self.workers)]
         return ray.get(refs, timeout=timeout)
@@ -171,8 +179,12 @@ class EngineCore:
         t0 = time.time()
         tp, pp = a["tensor_parallel_size"], a["pipeline_parallel_size"]
         world = tp * pp
-        driver_ip = self.init_ray_cluster(world)
-        self.start_workers(world, driver_ip)
+        backend = a["distributed_executor_backend"] or ("ray" if world > 1 else "uni")
+        if backend == "ray" or world > 1:
+            driver_ip = self.init_ray_cluster(world)
+            self.start_workers(world, driver_ip)
+        else:
+            driver_ip = self.start_local_worker()
         init_method = "tcp://%s:%d" % (driver_ip, _open_port())
         self.rank_args("init_device", lambda r: (r, world, tp, init_method))
         shards = self._num_shards()
@@ -207,6 +219,8 @@ class EngineCore:
 
     def _oom(self, info):
         import ray
+        if self.local is not None:  # uniproc: Ray's memory monitor only watches Ray workers
+            return
         for w in self.workers:
             ray.kill(w)
         top = [(info["pid"], round(info["used_gb"] * 0.93, 2), "ray::RayWorkerWrapper.execute_method"),

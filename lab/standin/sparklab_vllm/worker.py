@@ -43,6 +43,9 @@ class RayWorkerWrapper:
 
     def node_info(self):
         import ray
+        if not ray.is_initialized():
+            return {"ip": os.environ.get("VLLM_HOST_IP", "127.0.0.1"), "node_id": "", "pid": os.getpid(),
+                    "actor_id": "", "worker_id": "", "env": {}}
         ctx = ray.get_runtime_context()
         return {"ip": ray.util.get_node_ip_address(), "node_id": ctx.get_node_id(), "pid": os.getpid(),
                 "actor_id": ctx.get_actor_id(), "worker_id": ctx.get_worker_id(),
@@ -114,7 +117,8 @@ class RayWorkerWrapper:
     def capture_graphs(self, enforce_eager, gpu_memory_utilization, fault):
         from .formats import oom_would_kill
         oom = None
-        if fault == "ray_oom_graph":
+        in_ray = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+        if fault == "ray_oom_graph" and in_ray:  # only Ray's memory monitor kills workers
             kill, used, total, threshold = oom_would_kill(gpu_memory_utilization, os.environ)
             if kill:
                 oom = self.node_info()
