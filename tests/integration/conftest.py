@@ -3,7 +3,9 @@
 Run as root, preferably from the control namespace:
     lab/labctl ctl -- .venv/bin/pytest tests/integration -m lab
 The `lab` fixture brings the lab up (idempotent) and skips cleanly when that is impossible here.
-Set SPARKLAB_KEEP_LAB=1 to leave a lab this session brought up running afterwards.
+Set SPARKLAB_KEEP_LAB=1 to leave a lab this session brought up running afterwards (and to skip the
+test that takes the lab down). SPARKLAB_HOSTS=N asks for N hosts; SPARKLAB_NAME=x tests a separate
+lab instance (its own namespaces and state) instead of the shared one.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 LABCTL = REPO / "lab" / "labctl"
-STATE = Path("/var/tmp/sparklab/lab")
+# SPARKLAB_NAME selects a separate lab instance (labctl's own variable); default: the shared one.
+LAB_NAME = os.environ.get("SPARKLAB_NAME") or "sfl"
+STATE = Path("/var/tmp/sparklab/lab" + ("" if LAB_NAME == "sfl" else "-" + LAB_NAME))
 SSH_CONFIG = STATE / "ssh" / "config"
 SSH_KEY = STATE / "ssh" / "id_ed25519"
-INVENTORY = REPO / "inventories" / "lab"
+INVENTORY = REPO / "inventories" / "lab" if LAB_NAME == "sfl" else STATE / "inventory"
 VENV_BIN = REPO / ".venv" / "bin"
-CTL_NS = "sfl-ctl"
 
 
 def _netns_inode(path):
@@ -44,6 +47,11 @@ class Lab:
 
     def __init__(self, hosts):
         self.hosts = hosts
+
+    @staticmethod
+    def netns(host):
+        """The network namespace of a host (or of 'ctl' / 'sw')."""
+        return "%s-%s" % (LAB_NAME, host)
 
     @staticmethod
     def run(argv, timeout=120, check=False, input=None):
@@ -107,7 +115,8 @@ def lab():
     if reason:
         pytest.skip(reason)
     was_up = (STATE / "hosts" / "spark-1" / "unshare.pid").exists()
-    p = subprocess.run([str(LABCTL), "up"], capture_output=True, text=True, timeout=900)
+    args = ["--hosts", os.environ["SPARKLAB_HOSTS"]] if os.environ.get("SPARKLAB_HOSTS") else []
+    p = subprocess.run([str(LABCTL), "up", *args], capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
         pytest.fail("lab/labctl up failed (rc %d):\n%s%s" % (p.returncode, p.stdout[-2000:], p.stderr[-4000:]))
     hosts = ["spark-%d" % i for i in range(1, int((STATE / "nhosts").read_text().strip()) + 1)]

@@ -84,7 +84,7 @@ def test_egress_guard_rejects_metadata_probe_inside_host(lab):
     assert p.stdout.startswith("REFUSED"), p.stdout
     assert time.monotonic() - t0 < 5
     # the guard recorded it in the host's own netns
-    p = lab.run(["ip", "netns", "exec", "sfl-spark-1", "nft", "list", "set", "inet", "sfl_egress", "seen"])
+    p = lab.run(["ip", "netns", "exec", lab.netns("spark-1"), "nft", "list", "set", "inet", "sfl_egress", "seen"])
     assert "169.254.169.254 . tcp . 80" in p.stdout, p.stdout
 
 
