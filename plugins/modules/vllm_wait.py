@@ -284,8 +284,9 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
 )
 
 _C_ENV = {"LANG": "C", "LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
-# After a failing line, keep reading this long so the traceback's root cause is not cut off.
-_SETTLE_S = 1.0
+# After a failing line, read once more this much later so the rest of the traceback (written in the
+# same burst) is classified too; small enough to stay within one poll interval.
+_SETTLE_S = 0.05
 # A bare exception with no fatal marker ends the startup if nothing moves for this long.
 _WEAK_CONFIRM_S = 60.0
 
@@ -508,6 +509,7 @@ def run(module):
     missing = False
     api_ready = False
     timed_out = False
+    next_tick = start
 
     def pull():
         if source is None:
@@ -577,7 +579,9 @@ def run(module):
         if now >= deadline:
             timed_out = True
             break
-        time.sleep(max(0.05, min(p["poll_interval"], deadline - now)))
+        # Poll on a fixed beat so reading and parsing time does not stretch the interval.
+        next_tick += p["poll_interval"]
+        time.sleep(max(0.0, min(next_tick, deadline) - time.time()))
 
     snap = parser.snapshot()
     ready = (api_ready if api is not None else snap["phase"] == "ready") and snap["phase"] != "failed"

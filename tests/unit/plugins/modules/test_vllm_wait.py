@@ -107,8 +107,8 @@ def test_wait_fails_within_one_poll_interval_of_the_failing_line(run_module, tmp
     done = time.time()
     assert res["failure"]["class"] == "ray_oom_killed"
     assert res["failed_phase"] == "cuda_graphs"
-    # one poll interval plus the one-second settle for the traceback
-    assert done - appended["t"] < 1 + 1.5
+    # within one poll interval (1 s) of the line appearing, plus a little scheduling slack
+    assert done - appended["t"] < 1 + 0.3
 
 
 def test_wait_follows_progress_to_ready(run_module, tmp_path):
