@@ -299,7 +299,7 @@ _CAUSES = [
         r"Failed to connect to GCS within|"
         r"Failed to get the system config from raylet|RaySystemError|"
         r"GCS (?:server )?(?:is not|could not be) (?:reachable|reached)|"
-        r"Failed to connect to the Ray cluster|Raylet is terminated|Failed to register worker .* to Raylet|"
+        r"Failed to connect to the Ray cluster|Raylet is terminated|Failed to register worker.* to Raylet|"
         r"ray\.init\(\) .*failed|Can't find a `node_ip_address\.json`|"
         r"Version mismatch: The cluster was started with|ray client connection timeout"),
         re.compile(r"Unable to connect to GCS|Failed to connect to GCS")),
