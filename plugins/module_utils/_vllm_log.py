@@ -387,7 +387,6 @@ _SYSTEMD_EXIT_RE = re.compile(
 # Python's last traceback line: "ValueError: ...", "torch.OutOfMemoryError: ...", "KeyError".
 _EXC_LINE_RE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*(?P<name>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))\b(?::|$)")
 _FRAME_RE = re.compile(r'^(?:File "|Traceback \(|During handling|The above exception|\^+$|raise |return |\w+ = )')
-_TRACEBACK_RE = re.compile(r"^Traceback \(most recent call last\):")
 # Lines that repeat while nothing moves: they do not count as progress.
 _NO_PROGRESS_RE = re.compile(
     r"Waiting for creating a placement group|No available shared memory broadcast block|"
@@ -443,15 +442,14 @@ def _norm(line):
 class Line(object):
     """One logical log line after the wrappers are taken off."""
 
-    __slots__ = ("raw", "text", "level", "ts", "prefixes", "rank")
+    __slots__ = ("raw", "text", "level", "ts", "prefixes")
 
-    def __init__(self, raw, text, level, ts, prefixes, rank):
+    def __init__(self, raw, text, level, ts, prefixes):
         self.raw = raw
         self.text = text
         self.level = level
         self.ts = ts
         self.prefixes = prefixes
-        self.rank = rank
 
 
 def _rank_key(prefixes):
@@ -464,8 +462,7 @@ def _rank_key(prefixes):
         body = prefixes[-1]
         kv = dict(_KV_RE.findall(body))
         name = re.split(r"[ ,]", body, 1)[0]
-        if name.startswith("pid="):
-            name = "pid"
+        if "=" in name:  # "(pid=412)": no process name
             return "pid=%s" % kv.get("pid")
         return "%s pid=%s" % (name, kv["pid"]) if "pid" in kv else name
     return "local"
@@ -474,7 +471,8 @@ def _rank_key(prefixes):
 class VllmLogParser(object):
     """Incremental vLLM startup-log state machine.
 
-    ``now`` is injectable for tests; timestamps found in lines drive phase_times.
+    Wall-clock decisions (stall, process gone) belong to the caller: it reports them with
+    ``mark_stalled()`` / ``mark_exited()``. Timestamps found in lines drive ``phase_times()``.
     """
 
     def __init__(self, stall_timeout=0, rank_names=None):
@@ -510,7 +508,6 @@ class VllmLogParser(object):
         self.pg_wait_line = None
         self.progress_seq = 0  # bumps on every real progress
         self.last_progress_line = 0
-        self.in_traceback = False
         self.frame_phase = None
         self.version = None
         self.api_address = None
@@ -543,7 +540,7 @@ class VllmLogParser(object):
         if not segs:
             return
         saved = self._pending_prefixes
-        prefixes = None
+        prefixes = self._pending_prefixes or self._bar_prefixes
         for seg in segs:
             line = self._unwrap(seg, prefixes)
             if line.prefixes:
@@ -645,7 +642,7 @@ class VllmLogParser(object):
             ts = outer
         elif self._outer_clock:
             ts = None
-        return Line(raw, text.strip(), level, ts, prefixes, None)
+        return Line(raw, text.strip(), level, ts, prefixes)
 
     # ----- timestamps -----
     def _vllm_ts(self, md, hms):
@@ -684,6 +681,8 @@ class VllmLogParser(object):
     def _set_phase(self, phase, ts):
         if PHASE_INDEX[phase] <= PHASE_INDEX[self.phase]:
             return False
+        if ts is None:
+            ts = self.last_ts  # a tqdm bar carries no stamp: the phase began by the last one seen
         for p in PHASES[PHASE_INDEX[self.phase] + 1:PHASE_INDEX[phase] + 1]:
             self.phase_first_ts.setdefault(p, ts)
         self.phase = phase
@@ -702,13 +701,11 @@ class VllmLogParser(object):
         pend = self._pending_prefixes
         if pend and len(line.prefixes) < len(pend) and pend[:len(line.prefixes)] == line.prefixes:
             line.prefixes = list(pend)
-            line.rank = None
         self._pending_prefixes = None
         is_bar = "Completed |" in text or "it/s]" in text or "s/it]" in text
         if is_bar and not line.prefixes and self._bar_prefixes:
             # tqdm redraws split onto their own lines keep the rank of the bar they continue.
             line.prefixes = list(self._bar_prefixes)
-            line.rank = None
         self._bar_prefixes = line.prefixes if is_bar else None
         self.lines_seen += 1
         self._seq += 1
@@ -839,8 +836,6 @@ class VllmLogParser(object):
                 return
         if _BENIGN_RE.search(text):
             return
-        if _TRACEBACK_RE.search(text):
-            self.in_traceback = True
         if _FRAME_RE.match(text):
             m = _FRAME_FUNC_RE.match(text)
             hint = _FRAME_PHASE.get(m.group("func")) if m else None

@@ -337,3 +337,18 @@ def test_colour_codes_that_lost_their_escape():
     snap = parse(text)
     assert snap["ranks"]["192.168.200.13 pid=860"]["n"] == 2
     assert snap["failure"]["class"] == "weights_corrupt"
+
+
+def test_peeked_bar_after_a_prefix_only_line_belongs_to_that_rank():
+    p = VllmLogParser()
+    p.feed("(RayWorkerWrapper pid=860, ip=192.168.200.13) \n"
+           "Loading safetensors checkpoint shards:  10% Completed | 4/39 [01:12<10:30, 18.00s/it]")
+    p.peek_tail()
+    assert list(p.snapshot()["ranks"]) == ["192.168.200.13 pid=860"]
+
+
+def test_phase_started_by_an_unstamped_bar_still_gets_a_time():
+    text = ("INFO 10-17 09:12:13 llm_engine.py:237] Initializing an LLM engine (v0.6.3) with config: model='/m'\n"
+            "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:02<00:02,  2.00s/it]\n"
+            "INFO 10-17 09:12:43 model_runner.py:1067] Loading model weights took 67.7709 GB\n")
+    assert parse(text)["phase_times"]["loading_weights"] == 30
