@@ -530,8 +530,9 @@ def run(module):
         else:
             parser.peek_tail()
 
-        if parser.failed and not once:
-            # Let the rest of the traceback (the root cause) arrive before classifying.
+        if (parser.failed or (parser.previous_failure and parser.phase != "ready")) and not once:
+            # A failure (or a restart after one) is final. Let the rest of the traceback (the root
+            # cause) arrive before classifying.
             time.sleep(_SETTLE_S)
             pull()
             parser.finish()

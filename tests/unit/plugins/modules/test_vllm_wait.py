@@ -354,3 +354,13 @@ def test_ansible_doc_renders():
     assert doc["options"]["api_key"]["type"] == "str"
     assert doc["options"]["timeout"]["default"] == 900
     yaml.safe_load(vllm_wait.RETURN)
+
+
+def test_wait_on_a_crash_loop_fails_even_if_the_restart_arrives_in_the_same_read(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    log.write_text(_text("fail_insufficient_memory_free_v1.log") + _text("progress_placement_short.log"))
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 30, "poll_interval": 0.5})
+    assert res["failed"] is True
+    assert res["failure"]["class"] == "insufficient_memory"
+    assert res["attempts"] == 2
+    assert res["elapsed"] < 2
