@@ -28,6 +28,13 @@ def sysfs_gid(ipv4):
     return "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x" % (a, b, c, d)
 
 
+def host_pid1(lab, host):
+    """The host's systemd as the machine sees it (changes when the host reboots)."""
+    m = re.search(r"^%s: running pid1=(\d+)" % host, lab.labctl("status").stdout, re.M)
+    assert m, "%s is not running" % host
+    return int(m.group(1))
+
+
 def assert_unreachable(lab, address):
     p = lab.root_ns("ip", "route", "get", address)
     out = p.stdout + p.stderr
@@ -109,6 +116,14 @@ def test_models_is_private_per_host(lab):
         lab.ssh("spark-1", "rm -f %s" % name)
 
 
+def test_share_is_mounted_read_only_at_the_same_path(lab):
+    for host in lab.hosts:
+        p = lab.ssh(host, "findmnt -no OPTIONS /var/tmp/sparklab/share; touch /var/tmp/sparklab/share/.probe 2>&1")
+        opts, err = p.stdout.split("\n", 1)
+        assert "ro" in opts.split(","), (host, opts)
+        assert "Read-only file system" in err, (host, err)
+
+
 def test_docker_runs_inside_host_on_overlay2_without_nat(lab):
     p = lab.ssh("spark-2", "sudo docker info --format '{{.Driver}} {{.CgroupDriver}}'")
     assert p.returncode == 0, p.stderr
@@ -183,9 +198,15 @@ def test_nvidia_smi_lists_the_process_holding_the_gpu(lab):
         lab.ssh("spark-1", "kill %d" % pid)
 
 
-def test_stale_unit_knob_holds_the_gpu_and_survives_restart(lab):
+def test_stale_unit_knob_holds_the_gpu_and_comes_back_after_reboot(lab):
     lab.labctl("break", "stale-unit", "spark-2")
     try:
+        # like the old deployment on the real Sparks: enabled, so a reboot brings it back
+        before = host_pid1(lab, "spark-2")
+        lab.labctl("reboot", "spark-2", timeout=300)
+        assert host_pid1(lab, "spark-2") != before, "spark-2 did not reboot"
+        p = lab.ssh("spark-2", "systemctl is-active vllm-legacy")
+        assert p.stdout.strip() == "active", p.stdout
         p = lab.ssh("spark-2", "systemctl is-enabled vllm-legacy; systemctl show -p MainPID --value vllm-legacy")
         enabled, main_pid = p.stdout.split()
         assert enabled == "enabled"
