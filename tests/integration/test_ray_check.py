@@ -18,9 +18,14 @@ pytestmark = pytest.mark.lab
 VENV = Path("/var/tmp/sparklab/share/rayvenv")
 RAY = VENV / "bin" / "ray"
 PY = VENV / "bin" / "python"
-PORT = 6379
-# Small object store: the lab hosts share this machine's memory.
-COMMON = "--num-cpus 2 --num-gpus 1 --disable-usage-stats --object-store-memory 300000000"
+# Own GCS port, worker port range, agent port and temp dir: this cluster can run next to one the
+# roles deployed (in containers, as root) without touching it. Ours runs as user spark.
+PORT = 6390
+TEMP = "/tmp/sfl-raycheck"
+COMMON = ("--num-cpus 2 --num-gpus 1 --disable-usage-stats --object-store-memory 300000000 "  # small: shared RAM
+          "--temp-dir %s --min-worker-port 20002 --max-worker-port 20999 --dashboard-agent-listen-port 52465"
+          % TEMP)
+HEAD_ONLY = "--include-dashboard=false --ray-client-server-port 10101"
 ENV = "RAY_USAGE_STATS_ENABLED=0"
 
 PLAY = """
@@ -32,6 +37,7 @@ PLAY = """
     - name: Ray cluster check
       sparkfleet.vllm.ray_cluster_check:
         python: {py}
+        address: "{{{{ address }}}}"
         expected: "{{{{ expected }}}}"
         timeout: "{{{{ probe_timeout }}}}"
         fail_on_mismatch: "{{{{ fail_on_mismatch }}}}"
@@ -57,8 +63,8 @@ class RayLab:
         head_ip = fabric_ip(self.head)
         pin = "--node-ip-address %s" % head_ip if pin_head else ""
         self.started.append(self.head)
-        p = self.ssh(self.head, "%s %s start --head --port %d --include-dashboard=false %s %s"
-                     % (ENV, RAY, PORT, pin, COMMON))
+        p = self.ssh(self.head, "%s %s start --head --port %d %s %s %s"
+                     % (ENV, RAY, PORT, HEAD_ONLY, pin, COMMON))
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
         for w in self.workers:
             self.started.append(w)
@@ -79,6 +85,7 @@ class RayLab:
 
     def stop(self):
         for h in reversed(self.started):
+            # Stops only Ray processes of user spark on that host (the roles' Ray runs as root).
             self.ssh(h, "%s stop --force" % RAY, timeout=120)
         self.started = []
 
@@ -88,11 +95,13 @@ class RayLab:
         r = self.lab.ansible_run(private_data_dir=str(self.dir), playbook=str(self.dir / "check.yml"),
                                  inventory=str(self.lab.inventory), cmdline="--check" if check_mode else "",
                                  extravars={"expected": expected, "probe_timeout": probe_timeout,
+                                            "address": "%s:%d" % (fabric_ip(self.head), PORT),
                                             "fail_on_mismatch": fail_on_mismatch},
                                  envvars={"ANSIBLE_CONFIG": str(self.lab.repo / "ansible.cfg")})
         for ev in r["events"]:
             res = ev.get("res") or {}
             if ev["host"] == self.head and ("probes" in res or ev["event"] == "runner_on_failed"):
+                res = dict(res, _event=ev["event"])
                 return r, res
         raise AssertionError("no ray_cluster_check result in %s" % json.dumps(r)[-3000:])
 
@@ -101,9 +110,9 @@ class RayLab:
 def raylab(lab, tmp_path_factory):
     if not (VENV / ".complete").exists():
         pytest.skip("no Ray venv: run lab/build-rayvenv.sh first")
-    busy = [h for h in lab.hosts if lab.ssh(h, "pgrep -x raylet").returncode == 0]
+    busy = [h for h in lab.hosts if lab.ssh(h, "pgrep -u spark -x raylet").returncode == 0]
     if busy:
-        pytest.skip("Ray already runs on %s (another test or developer); not touching it" % ", ".join(busy))
+        pytest.skip("Ray of user spark already runs on %s (another test?); not touching it" % ", ".join(busy))
     d = tmp_path_factory.mktemp("ray_check")
     (d / "check.yml").write_text(PLAY.format(py=PY))
     rl = RayLab(lab, d)
@@ -148,8 +157,8 @@ def test_unpinned_head_fails_naming_host_and_both_ips(raylab):
     start = time.monotonic()
     r, res = raylab.check(probe_timeout=10)
     took = time.monotonic() - start
-    assert r["status"] == "failed"
-    assert res["failed"] is True and res["ok"] is False and res["changed"] is False
+    assert r["status"] == "failed" and res["_event"] == "runner_on_failed", res.get("msg")
+    assert res["ok"] is False and res["changed"] is False
     assert [(m["host"], m["registered_ip"], m["expected_ip"]) for m in res["mismatched"]] == [
         ("spark-1", "10.99.0.11", "10.99.1.11")]
     assert "spark-1 registered with Ray as 10.99.0.11, expected its fabric IP 10.99.1.11" in res["msg"]
