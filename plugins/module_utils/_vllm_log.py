@@ -931,7 +931,8 @@ class VllmLogParser(object):
             cls = best["cls"]
             evidence = []
             seen = set()
-            for c in self.candidates:
+            # Strong lines first (the exception itself), then the weak ones (warnings that led to it).
+            for c in sorted(self.candidates, key=lambda c: (not c["strong"], c["seq"])):
                 key = _norm(c["line"])
                 if c["cls"] == cls and key not in seen:
                     seen.add(key)
@@ -1039,7 +1040,7 @@ def summary(snap):
     phase = snap["phase"]
     if phase == "failed":
         f = snap["failure"]
-        first = f["evidence"][0] if f["evidence"] else ""
+        first = _norm(f["evidence"][0]) if f["evidence"] else ""
         return "failed in %s: %s%s" % (snap["failed_phase"], f["class"], (" (%s)" % first[:160]) if first else "")
     prog = snap.get("progress") or {}
     parts = [phase]
@@ -1054,6 +1055,11 @@ def summary(snap):
         return s
     if phase == "cuda_graphs" and prog.get("unit") == "graphs":
         return "cuda_graphs %d/%d graphs (%d%%)" % (prog["n"], prog["total"], prog["percent"])
+    times = snap.get("phase_times") or {}
     if phase == "placement" and snap.get("placement_wait_s"):
         parts.append("(waiting %d s for a Ray placement group)" % snap["placement_wait_s"])
+    elif phase == "ready" and times:
+        parts.append("after %d s" % sum(v for k, v in times.items() if k != "ready"))
+    elif times.get(phase) is not None:
+        parts.append("(%d s so far)" % times[phase])
     return " ".join(parts)
