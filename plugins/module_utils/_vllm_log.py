@@ -203,7 +203,7 @@ _PHASE_MARKERS = [
     ("ready", re.compile(r"Application startup complete|Uvicorn running on")),
     ("api_starting", re.compile(
         r"Starting vLLM (?:API )?server|Available routes are|Started server process|"
-        r"Waiting for application startup|init engine \(profile, create kv cache|"
+        r"Waiting for application startup|init engine \(profile, create kv cache|init engine took|"
         r"Graph capturing finished|Capturing CUDA graphs? (?:took|finished)|"
         r"vLLM to use .* as (?:the )?API|Supported_tasks|Supported tasks")),
     ("cuda_graphs", re.compile(
@@ -214,6 +214,7 @@ _PHASE_MARKERS = [
         r"Available KV cache memory|GPU KV cache size|# GPU blocks|# cpu blocks|# CPU blocks|"
         r"Maximum concurrency for|torch\.compile takes|Dynamo bytecode transform time|"
         r"Compiling a graph for|Directly load the compiled graph|Cache the graph of|"
+        r"Estimated CUDA graph memory|"
         r"Free memory on device .* usable")),
     ("loading_weights", re.compile(
         r"Starting to load model|Loading model from|checkpoint shards|Loading weights with|"
