@@ -180,7 +180,8 @@ def make_handler(state):
                     self._send(400, error_body("messages: Field required", "BadRequestError", 400))
                     return
                 prompt = "\n".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
-                max_tokens = req.get("max_completion_tokens") or req.get("max_tokens") or 64
+                max_tokens = req.get("max_completion_tokens", req.get("max_tokens"))
+                max_tokens = 64 if max_tokens is None else max_tokens
             else:
                 prompt = req.get("prompt")
                 if isinstance(prompt, list):
@@ -188,8 +189,9 @@ def make_handler(state):
                 if not isinstance(prompt, str):
                     self._send(400, error_body("prompt: Field required", "BadRequestError", 400))
                     return
-                max_tokens = req.get("max_tokens") or 16
-            if not isinstance(max_tokens, int) or max_tokens < 1:
+                max_tokens = req.get("max_tokens")
+                max_tokens = 16 if max_tokens is None else max_tokens
+            if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
                 self._send(400, error_body("max_tokens must be at least 1, got %r." % max_tokens,
                                            "BadRequestError", 400))
                 return
