@@ -190,9 +190,10 @@ def test_real_pinned_two_node_cluster_passes(run_module, probe_cmd, fixture):
     assert probe["host"] == "spark-2" and probe["ok"] is True
 
 
-def test_real_unpinned_head_trap_fails_with_both_ips_and_bounded_fetch(run_module, probe_cmd):
+@pytest.mark.parametrize("fixture", ["probe_rig_unpinned_head.stdout", "probe_lab_unpinned_head.stdout"])
+def test_real_unpinned_head_trap_fails_with_both_ips_and_bounded_fetch(run_module, probe_cmd, fixture):
     # Captured: ray status shows 2 nodes, the pinned task runs, both object fetches time out.
-    probe_cmd(0, stdout_of("probe_rig_unpinned_head.stdout"))
+    probe_cmd(0, stdout_of(fixture))
     res = run(run_module, python=VENV_PY, expected=LAB, timeout=10)
     assert res["failed"] is True and res["ok"] is False and res["changed"] is False
     assert len([n for n in res["nodes"] if n["alive"]]) == 2
