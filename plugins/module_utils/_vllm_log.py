@@ -109,7 +109,8 @@ HINTS = {
     ),
     "model_unsupported": (
         "This vLLM build does not support the model's architecture. Use a newer vLLM image "
-        "(vllm_serve_image) or a model supported by it (sparkfleet_model_id)."
+        "(vllm_serve_image) or a model supported by it (sparkfleet_model_id); a model that ships "
+        "custom code needs vllm_serve_extra_args: ['--trust-remote-code']."
     ),
     "weights_corrupt": (
         "The weight files are incomplete or corrupted. Re-run the model sync with verification "
@@ -309,7 +310,7 @@ _CAUSES = [
         r"is not supported for now|Unrecognized model in|but Transformers does not recognize this architecture|"
         r"does not recognize this architecture|The checkpoint you are trying to load has model type|"
         r"No model architectures are specified|Cannot find model module|failed to be inspected|"
-        r"Unrecognized configuration class|"
+        r"Unrecognized configuration class|contains custom code which must be executed|"
         r"is not supported by the current vLLM|not supported on this GPU|"
         r"Unsupported (?:model|architecture)|Unknown quantization method|"
         r"quantization (?:method )?.* is not supported|compute capability .* not supported|"
