@@ -195,7 +195,7 @@ missing:
   elements: dict
   sample: [{host: spark-2, expected_ip: 10.99.1.12, reason: not registered}]
 extra:
-  description: Alive nodes that match no expected host.
+  description: Alive nodes that match no expected host (always empty when O(expected) is empty).
   returned: always
   type: list
   elements: dict

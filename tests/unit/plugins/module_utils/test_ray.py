@@ -271,3 +271,8 @@ def test_probe_program_refuses_fast_when_no_gcs_listens(tmp_path):
     doc = _ray.parse_probe_output(proc.stdout)
     assert took < 10
     assert doc["error"]["kind"] == "unreachable" and "127.0.0.1:%d" % port in doc["error"]["detail"]
+
+
+def test_without_inventory_nothing_is_extra_or_missing():
+    got = _compare(raw_nodes("nodes_local_2node_pinned.json"), [])
+    assert got["extra"] == [] and got["missing"] == [] and got["mismatched"] == []

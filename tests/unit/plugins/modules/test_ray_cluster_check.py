@@ -210,3 +210,13 @@ def test_real_unpinned_head_trap_fails_with_both_ips_and_bounded_fetch(run_modul
                                  "expected its fabric IP 10.99.1.11; object fetch from spark-2")
     assert res["msg"].count("check that every node runs ray start") == 1  # advice once, at the end
     assert "--node-ip-address 10.99.1.11" in res["hint"] and "ray_cluster_node_ip" in res["hint"]
+
+
+def test_without_inventory_it_finds_the_local_cluster_and_still_probes(run_module, probe_cmd):
+    probe_cmd(0, stdout_of("probe_lab_pinned.stdout"))
+    res = run(run_module, python=VENV_PY)
+    cfg = json.loads(probe_cmd.calls[0]["args"][-1])
+    assert cfg["address"] == "auto"
+    assert res["ok"] is True and res["expected"] == []
+    # Unmatched nodes are named by the hostname Ray reports.
+    assert [p["host"] for p in res["probes"]] == ["spark-2"]
