@@ -67,6 +67,12 @@ class EngineCore:
         import ray
         from ray.util.placement_group import placement_group
         log = Logger("ray_utils.py")
+        local_gpus = 1 if os.path.exists(os.environ.get("SPARKLAB_GPU_DEVICE", "/dev/nvidia0")) else 0
+        if world > 1 and world > local_gpus:  # benign on one-GPU-per-node clusters
+            log.warning(478, "Total GPU requirement (world_size=%d) exceeds locally visible GPUs (%d). For multi-node "
+                        "Ray clusters, this may be expected if the total cluster has enough GPUs. If running "
+                        "single-node, consider reducing tensor_parallel_size (%d) or pipeline_parallel_size (%d).",
+                        world, local_gpus, self.a["tensor_parallel_size"], self.a["pipeline_parallel_size"])
         ray.init(address="auto", logging_level="ERROR")
         log.info(540, "No current placement group found. Creating a new placement group.")
         if world > ray.cluster_resources().get("GPU", 0):
