@@ -21,6 +21,7 @@ unmounted_groups() {  # enabled v1 controller groups that no mount here shows
 }
 
 in_hierarchy() {  # GROUP SCRIPT: run SCRIPT with $D = a private mount of that v1 hierarchy
+  # shellcheck disable=SC2016  # expanded by the inner bash, on purpose
   unshare -m --propagation private bash -c 'D=$(mktemp -d /tmp/.sparklab-cg.XXXXXX); rc=0
     mount -t cgroup -o "$1" cgroup "$D" && { eval "$2" || rc=$?; umount "$D"; }; rmdir "$D"; exit $rc' bash "$1" "$2"
 }

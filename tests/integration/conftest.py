@@ -54,9 +54,10 @@ class Lab:
         return "%s-%s" % (LAB_NAME, host)
 
     @staticmethod
-    def run(argv, timeout=120, check=False, input=None):
+    def run(argv, timeout=120, check=False, input=None, env_extra=None, cwd=None):
+        env = dict(os.environ, **env_extra) if env_extra else None
         return subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout,
-                              check=check, input=input)
+                              check=check, input=input, env=env, cwd=cwd)
 
     def labctl(self, *args, timeout=600, check=True):
         return self.run([LABCTL, *args], timeout=timeout, check=check)

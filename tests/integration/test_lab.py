@@ -79,6 +79,14 @@ def test_control_namespace_has_only_the_management_link(lab):
     assert "10.99.0.1/24" in p.stdout
 
 
+def test_ctl_keeps_cwd_and_environment(lab, tmp_path):
+    p = lab.run([lab.repo / "lab" / "labctl", "ctl", "--", "sh", "-c", 'pwd; echo "$SPARKLAB_PROBE"; ip -o link show mgmt0'],
+                env_extra={"SPARKLAB_PROBE": "kept"}, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    cwd, probe = p.stdout.splitlines()[:2]
+    assert (cwd, probe) == (str(tmp_path), "kept")
+
+
 def test_egress_guard_rejects_metadata_probe_inside_host(lab):
     # Ray's head probes 169.254.169.254:80 at start; inside a host it must be refused on the spot.
     probe = ("python3 -c \"import socket,sys\n"
