@@ -136,11 +136,10 @@ tar -C "$STAGE" --numeric-owner -cf "$TAR.partial" .
 mv "$TAR.partial" "$TAR"
 touch "$TAR.done"
 rm -rf "$STAGE"
-# drop older images of this recipe family from the share (they are rebuilt from cache in seconds)
-for old in "$SHARE"/sparklab-vllm-runtime-*.tar; do
-  [ "$old" = "$TAR" ] || rm -f "$old" "$old.done"
-done
 # END-FINAL-RECIPE
+# Keep the three newest image tars: a playbook that read runtime-image.txt a minute ago can still import its tag.
+find "$SHARE" -maxdepth 1 -name 'sparklab-vllm-runtime-*.tar' -printf '%T@ %p\n' | sort -rn | tail -n +4 |
+  cut -d' ' -f2 | while read -r old; do rm -f "$old" "$old.done"; done
 echo "$TAG" >"$SHARE/runtime-image.txt.tmp" && mv "$SHARE/runtime-image.txt.tmp" "$SHARE/runtime-image.txt"
 log "built $TAG: $(du -m "$TAR" | cut -f1) MB in $(( $(date +%s) - T0 )) s"
 echo "$TAG"
