@@ -377,7 +377,8 @@ _FATAL_GENERIC_RE = re.compile(
     r"EngineCore failed to start|Engine core initialization failed|Engine process failed to start|"
     r"Engine core proc .* failed|Failed core proc|WorkerProc failed to start|"
     r"Worker failed with error|Exception in worker VllmWorkerProcess|"
-    r"EngineCore encountered a fatal error|EngineCore hit an exception|Engine core encountered an issue"
+    r"EngineCore encountered a fatal error|EngineCore hit an exception|Engine core encountered an issue|"
+    r"Got fatal signal from worker processes"
 )
 # systemd talking about the unit in `journalctl -u`: the process is gone.
 _SYSTEMD_EXIT_RE = re.compile(
@@ -387,7 +388,10 @@ _SYSTEMD_EXIT_RE = re.compile(
     r"exited with code \d+|Container .* exited"
 )
 # Python's last traceback line: "ValueError: ...", "torch.OutOfMemoryError: ...", "KeyError".
-_EXC_LINE_RE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*(?P<name>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure))\b(?::|$)")
+_EXC_LINE_RE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?P<name>(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt|Failure|Failed))"
+    r"(?:\([\w.]+\))?(?::|$)"
+)
 _FRAME_RE = re.compile(r'^(?:File "|Traceback \(|During handling|The above exception|\^+$|raise |return |\w+ = )')
 # Lines that repeat while nothing moves: they do not count as progress.
 _NO_PROGRESS_RE = re.compile(

@@ -352,3 +352,16 @@ def test_phase_started_by_an_unstamped_bar_still_gets_a_time():
             "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:02<00:02,  2.00s/it]\n"
             "INFO 10-17 09:12:43 model_runner.py:1067] Loading model weights took 67.7709 GB\n")
     assert parse(text)["phase_times"]["loading_weights"] == 30
+
+
+@pytest.mark.parametrize("last", [
+    "ray.exceptions.RayTaskError(AttributeError): ray::RayWorkerWrapper.execute_method() (pid=861, ip=192.168.200.13)",
+    "Exception: Call to collective_rpc method failed: boom",
+    "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised: LoweringException",
+])
+def test_unusual_exception_names_still_end_a_startup(last):
+    text = ("INFO 08-20 10:00:35 [gpu_model_runner.py:1953] Starting to load model /m...\n"
+            "Traceback (most recent call last):\n" + last + "\n")
+    snap = parse(text)
+    assert snap["phase"] == "failed"
+    assert snap["failure"]["class"] == "engine_init_failed"
