@@ -335,15 +335,12 @@ def run_server(args):
         if proc.is_alive():
             proc.terminate()
             proc.join(5)
-        failed = {proc.name: proc.exitcode if proc.exitcode is not None else 1}
+        # a load still running at VLLM_ENGINE_READY_TIMEOUT_S ends the same way, with no failed proc named
+        failed = {proc.name: proc.exitcode} if ready and proc.exitcode else {}
         try:
-            if not ready:
-                raise TimeoutError("Timed out waiting for engine core processes to start. This can happen if the "
-                                   "model is large and loading takes longer than VLLM_ENGINE_READY_TIMEOUT_S (%ds)."
-                                   % timeout)
             raise RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): %s"
                                % failed)
-        except (RuntimeError, TimeoutError):
+        except RuntimeError:
             sys.stdout.write("Traceback (most recent call last):\n"
                              + "".join(traceback.format_exc().splitlines(True)[1:]))
             sys.stdout.flush()
