@@ -155,6 +155,8 @@ _PREFIX_RE = re.compile(
 )
 # torch.distributed's "[rank0]: " and "[W1120 10:00:42.311 socket.cpp:755] "-style glog prefixes.
 _RANK_PREFIX_RE = re.compile(r"^\[rank\d+\]:\s?")
+# Ray's C++ log header: "[2025-08-20 10:14:40,020 E 402 402] (raylet) ".
+_GLOG_RE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,.]+ [DIWEF] \d+ \d+\] (?:\(\w+\) )?")
 _BARE_ANSI_RE = re.compile(r"\[(?:\d{1,3};)*\d{1,3}m")
 _KV_RE = re.compile(r"([A-Za-z_]+)=([^()\s,]+)")
 _REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
@@ -439,7 +441,7 @@ def _norm(line):
         if not m:
             break
         text = text[m.end():]
-    m = _VLLM_HDR_RE.match(text)
+    m = _VLLM_HDR_RE.match(text) or _GLOG_RE.match(text)
     if m:
         text = text[m.end():]
     return text.strip()[:200]
@@ -981,7 +983,8 @@ class VllmLogParser(object):
         if key is None:
             return None
         ip = key.split(" ", 1)[0]
-        return self.rank_names.get(key) or self.rank_names.get(ip) or key
+        local = None if ip[:1].isdigit() or ":" in ip else self.rank_names.get("local")
+        return self.rank_names.get(key) or self.rank_names.get(ip) or local or key
 
     def phase_times(self):
         out = {}

@@ -27,7 +27,7 @@ description:
   - "Ready means: with I(url), C(/v1/models) lists I(model) and a one-token completion succeeds; without I(url),
     the log shows C(Application startup complete)."
   - "Design for progress while waiting: a module cannot stream to the terminal, so call it in a loop with a short
-    I(timeout) (for example C(timeout: 10), C(until: result.ready), C(retries)). Each call re-reads the log of
+    I(timeout) (for example C(timeout: 10), C(until: result is failed or result.ready), C(retries)). Each call re-reads the log of
     this startup from I(since_offset) (file), I(cursor) or I(since) (journal, container), so it always sees the whole
     startup and returns C(phase), C(progress), C(ranks), C(phase_times) and a one-line C(summary). Record C(offset)
     (or C(cursor)) from a call made B(before) restarting the server and pass it back so an older run in the same
@@ -117,7 +117,9 @@ options:
     default: 5
   rank_names:
     description:
-      - 'Names to show for ranks, keyed by Ray node IP or by rank key, for example C({"192.168.200.13": "spark-2"}).'
+      - 'Names to show for ranks, keyed by Ray node IP or by rank key, for example
+        C({"192.168.200.13": "spark-2", "local": "spark-1"}).'
+      - The key C(local) names ranks on the node that runs the API server, whose lines Ray prints without an IP.
     type: dict
     default: {}
 notes:
@@ -143,9 +145,10 @@ EXAMPLES = r"""
     api_key: "{{ vllm_serve_api_key | default(omit) }}"
     model: "{{ sparkfleet_model_id }}"
     timeout: 10
-    rank_names: {"192.168.200.13": "spark-2"}
+    rank_names: {"192.168.200.13": "spark-2", "local": "spark-1"}
   register: _vllm_wait
-  until: _vllm_wait.ready
+  # Stop at ready, or at once on a failure (a failed result is final, retrying cannot fix it).
+  until: _vllm_wait is failed or _vllm_wait.ready
   retries: 180
   delay: 0
 

@@ -365,3 +365,9 @@ def test_unusual_exception_names_still_end_a_startup(last):
     snap = parse(text)
     assert snap["phase"] == "failed"
     assert snap["failure"]["class"] == "engine_init_failed"
+
+
+def test_rank_names_by_ip_and_local():
+    snap = parse(_read("progress_v1_midload.log"), rank_names={"192.168.200.13": "spark-2", "local": "spark-1"})
+    names = sorted(r["name"] for r in snap["ranks"].values())
+    assert names == ["spark-1", "spark-2"]
