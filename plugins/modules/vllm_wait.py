@@ -132,6 +132,11 @@ notes:
     ready, the earlier failure is reported (a crash loop).
   - Phase times come from timestamps in the log (vLLM, Ray, journal or docker timestamps); lines without one
     count toward the last seen timestamp.
+  - A tqdm bar redrawn with carriage returns only reaches the journal or a container log when a newline ends it;
+    the module also reads the unfinished last line of a I(log_file), and Ray forwards each worker's redraws, so
+    shard progress of Ray ranks shows while it happens.
+  - Without a process to watch (I(log_file)), a server killed without a word (for example by the kernel's OOM
+    killer) is only seen as no progress, so C(stalled) after I(stall_timeout); prefer I(unit) or I(container).
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
 """
