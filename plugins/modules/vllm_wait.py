@@ -270,6 +270,19 @@ attempts:
   description: Server runs seen in the log (restarts add one).
   returned: always
   type: int
+previous_failure:
+  description: The failure of an earlier run in the same log, when the server was restarted after it.
+  returned: always
+  type: dict
+api_address:
+  description: Address the API server announced in the log.
+  returned: always
+  type: str
+  sample: http://0.0.0.0:30000
+lines:
+  description: Log lines read.
+  returned: always
+  type: int
 benign_warnings:
   description: Known harmless warnings that were seen and ignored (first few).
   returned: always
