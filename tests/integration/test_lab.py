@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import time
 import uuid
 
@@ -290,14 +291,43 @@ def test_ansible_ping_reaches_every_host_through_the_lab_inventory(lab, tmp_path
     assert pongs == sorted(lab.hosts)
 
 
+SINK = ("import socket; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        "s.bind(('%s', 5099)); s.listen(1); s.settimeout(30); c=s.accept()[0]\n"
+        "while c.recv(1 << 20): pass")
+SEND = ("import socket, time; s=socket.create_connection(('%s', 5099), 10); b=bytes(1 << 20); t=time.monotonic()\n"
+        "for _ in range(8): s.sendall(b)\n"
+        "s.shutdown(socket.SHUT_WR); s.recv(1); print(time.monotonic() - t)")
+
+
+def fabric_seconds_for_8mib(lab):
+    """Seconds to push 8 MiB from spark-1 to spark-2 over twin A (plain TCP, no ssh in the way)."""
+    target = fabric_ip("spark-2")
+    sink = subprocess.Popen([str(lab.repo / "lab" / "labctl"), "exec", "spark-2", "python3", "-c", SINK % target],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for _ in range(50):
+            p = lab.host_exec("spark-1", "python3", "-c", SEND % target)
+            if p.returncode == 0:
+                return float(p.stdout.strip())
+            time.sleep(0.2)
+        raise AssertionError("no transfer: %s" % p.stderr)
+    finally:
+        sink.wait(timeout=30)
+
+
 def test_shape_caps_and_uncaps_the_fabric(lab):
-    lab.labctl("shape", "100mbit")
+    lab.labctl("shape", "20mbit")
     try:
         p = lab.host_exec("spark-1", "tc", "qdisc", "show", "dev", "enp1s0f1np1")
-        assert "tbf" in p.stdout and "100Mbit" in p.stdout, p.stdout
+        assert "tbf" in p.stdout and "20Mbit" in p.stdout, p.stdout
+        capped = fabric_seconds_for_8mib(lab)
     finally:
         lab.labctl("shape", "off")
     assert "tbf" not in lab.host_exec("spark-1", "tc", "qdisc", "show", "dev", "enp1s0f1np1").stdout
+    free = fabric_seconds_for_8mib(lab)
+    # 8 MiB at 20 Mbit/s is about 3.4 s (less the 1 MB burst); the veth alone does it in milliseconds
+    assert capped > 2.0, capped
+    assert free < capped / 4, (free, capped)
 
 
 # Last: it takes the lab down and brings it back (skipped while others share the lab).
