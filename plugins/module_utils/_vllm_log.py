@@ -342,7 +342,7 @@ _CAUSES = [
     ("tokenizer_error", None, re.compile(
         r"[Tt]okenizer[\w.]*(?: class)? .*(?:does not exist|not found|could not be loaded|"
         r"failed to load|is not currently imported)|"
-        r"Can't load tokenizer|Failed to load the tokenizer|Error loading tokenizer|"
+        r"Can't load tokenizer|Failed to load the tokenizer|Error loading tokenizer|No tokenizer file found|"
         r"TokenizerError|untagged enum ModelWrapper|sentencepiece.*(?:[Ee]rror|failed)|"
         r"tiktoken.*(?:error|Error)|Couldn't instantiate the backend tokenizer|"
         r"Tokenizer class .* does not exist|tokenizer_config\.json.*(?:not found|does not exist)")),
@@ -576,10 +576,10 @@ class VllmLogParser(object):
                 inherited = line.prefixes
 
     def _unwrap(self, seg, inherited):
-        # rsyslog writes ESC as "#033".
         raw = seg
-        if "#033[" in raw:
-            raw = raw.replace("#033[", "\x1b[")
+        if "#033[" in raw or "^[[" in raw:
+            # rsyslog writes ESC as "#033", `cat -v` / less as "^[".
+            raw = raw.replace("#033[", "\x1b[").replace("^[[", "\x1b[")
         if "\x1b" in raw:
             raw = _ANSI_RE.sub("", raw)
         if "m" in raw and "[" in raw:

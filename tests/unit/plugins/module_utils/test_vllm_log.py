@@ -371,3 +371,12 @@ def test_rank_names_by_ip_and_local():
     snap = parse(_read("progress_v1_midload.log"), rank_names={"192.168.200.13": "spark-2", "local": "spark-1"})
     names = sorted(r["name"] for r in snap["ranks"].values())
     assert names == ["spark-1", "spark-2"]
+
+
+@pytest.mark.parametrize("esc", ["\x1b[", "#033[", "^[["])
+def test_escape_spellings_of_colour_codes(esc):
+    text = ("%s0;36m(APIServer pid=7)%s0;0m INFO 12-28 04:44:45 [utils.py:253] non-default args: {'model': '/m'}\n"
+            "%s0;36m(APIServer pid=7)%s0;0m ValueError: No tokenizer file found in directory: /m\n") % ((esc,) * 4)
+    snap = parse(text)
+    assert snap["failure"]["class"] == "tokenizer_error"
+    assert snap["failure"]["evidence"][0].startswith("(APIServer pid=7) ValueError")
