@@ -171,8 +171,10 @@ _HOST_PROC_RE = re.compile(r"^[\w.-]+ [\w.@/-]+\[\d+\]: ?")
 _ISO_PREFIX_RE = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?[ \t|]+")
 # vLLM's own header: "INFO 05-07 00:37:03 [core.py:1136] msg" (0.8+) or "INFO 10-10 12:00:00 core.py:99] msg".
 _VLLM_HDR_RE = re.compile(
-    r"^(?P<lvl>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
-    r"\[?[\w./<>-]+(?::\d+)?\]\s?"
+    r"^(?P<lvl>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?:(?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+)?"
+    r"\[[\w./<>-]+(?::\d+)?\]\s?|"
+    r"^(?P<lvl0>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?P<md0>\d\d-\d\d) (?P<hms0>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
+    r"[\w./<>-]+(?::\d+)?\]\s?"
 )
 # Ray's own header: "2026-11-29 10:55:51,123\tINFO worker.py:1821 -- msg".
 _RAY_HDR_RE = re.compile(r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+[\w./-]+:\d+\s+--\s")
@@ -380,7 +382,7 @@ _FATAL_GENERIC_RE = re.compile(
     r"Engine core proc .* failed|Failed core proc|WorkerProc failed to start|"
     r"Worker failed with error|Exception in worker VllmWorkerProcess|"
     r"EngineCore encountered a fatal error|EngineCore hit an exception|Engine core encountered an issue|"
-    r"Got fatal signal from worker processes"
+    r"Got fatal signal from worker processes|WorkerProc initialization failed"
 )
 # systemd talking about the unit in `journalctl -u`: the process is gone.
 _SYSTEMD_EXIT_RE = re.compile(
@@ -620,8 +622,10 @@ class VllmLogParser(object):
         level = None
         m = _VLLM_HDR_RE.match(text)
         if m:
-            level = m.group("lvl")
-            ts = self._vllm_ts(m.group("md"), m.group("hms")) or ts
+            level = m.group("lvl") or m.group("lvl0")
+            md, hms = (m.group("md"), m.group("hms")) if m.group("lvl") else (m.group("md0"), m.group("hms0"))
+            if md:
+                ts = self._vllm_ts(md, hms) or ts
             text = text[m.end():]
         else:
             m = _ISO_PREFIX_RE.match(text)
