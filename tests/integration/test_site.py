@@ -1,0 +1,178 @@
+"""site.yml end to end on the lab: bare hosts to an answering API, then re-run, check mode, status, restart, stop.
+
+The tests in this module share one deployment and run in file order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+HEAD = "spark-1"
+API = "http://10.99.0.11:30000"
+API_KEY_FILE = "/var/tmp/sparklab/lab/api-key"
+
+
+def fabric_ip(host):
+    return "10.99.1.%d" % (10 + int(host.split("-")[1]))
+
+
+def play(lab, tmp_path, playbook, cmdline="", extravars=None):
+    r = lab.ansible_run(private_data_dir=str(tmp_path), playbook=str(lab.repo / playbook),
+                        inventory=str(lab.inventory), cmdline=cmdline, extravars=extravars or {},
+                        envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
+    failures = [e for e in r["events"] if e["event"] in ("runner_on_failed", "runner_on_unreachable")
+                and not (e.get("res") or {}).get("_ansible_ignore_errors")]
+    return r, failures
+
+
+def changed_total(r):
+    return sum((r["stats"] or {}).get("changed", {}).values())
+
+
+def systemctl(lab, host, *args):
+    return lab.host_exec(host, "systemctl", *args).stdout.strip()
+
+
+def api_request(lab, path, body=None, key=True):
+    """A real request to the served API, from the control namespace (the controller's side)."""
+    argv = ["curl", "-sS", "-m", "60", "-w", "\n%{http_code}"]
+    if key:
+        argv += ["-H", "Authorization: Bearer " + open(API_KEY_FILE).read().strip()]
+    if body is not None:
+        argv += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
+    p = lab.ctl(*argv, API + path, timeout=90)
+    assert p.returncode == 0, p.stderr
+    text, code = p.stdout.rsplit("\n", 1)
+    return int(code), (json.loads(text) if text.startswith("{") else text)
+
+
+@pytest.fixture(scope="module")
+def deployed(lab, tmp_path_factory):
+    staged = lab.run([lab.repo / "lab" / "stage.sh"], timeout=900)
+    assert staged.returncode == 0, staged.stderr[-3000:]
+    r, failures = play(lab, tmp_path_factory.mktemp("site"), "site.yml")
+    assert r["status"] == "successful" and not failures, failures[-3:] or r
+    return r
+
+
+def test_first_run_serves_and_answers_from_the_controller(lab, deployed):
+    assert changed_total(deployed) > 0
+    code, models = api_request(lab, "/v1/models")
+    assert code == 200 and [m["id"] for m in models["data"]] == ["sparklab/tiny-moe"]
+    code, out = api_request(lab, "/v1/completions", {"model": "sparklab/tiny-moe", "prompt": "Hello", "max_tokens": 5})
+    assert code == 200 and out["choices"][0]["text"].strip()
+    assert out["usage"]["completion_tokens"] == 5
+
+
+def test_api_key_is_enforced(lab, deployed):
+    code, _ = api_request(lab, "/v1/models", key=False)
+    assert code == 401
+
+
+def test_units_enabled_running_and_pinned_to_the_fabric(lab, deployed):
+    for host in lab.hosts:
+        assert systemctl(lab, host, "is-enabled", "sparkfleet-ray") == "enabled"
+        assert systemctl(lab, host, "is-active", "sparkfleet-ray") == "active"
+        unit = lab.host_exec(host, "cat", "/etc/systemd/system/sparkfleet-ray.service").stdout
+        assert "--node-ip-address %s" % fabric_ip(host) in unit
+        assert "--include-dashboard=false" in unit or host != HEAD
+        env = lab.host_exec(host, "stat", "-c", "%a", "/etc/sparkfleet/ray.env").stdout.strip()
+        assert env == "600"
+        envtext = lab.host_exec(host, "cat", "/etc/sparkfleet/ray.env").stdout
+        for line in ("VLLM_HOST_IP=%s" % fabric_ip(host), "RAY_NODE_IP_ADDRESS=%s" % fabric_ip(host),
+                     "NCCL_SOCKET_IFNAME=enp1s0f1np1", "GLOO_SOCKET_IFNAME=enp1s0f1np1",
+                     "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1", "RAY_memory_monitor_refresh_ms=0", "RAY_AUTH_MODE=token"):
+            assert line in envtext.splitlines(), (host, line)
+    assert systemctl(lab, HEAD, "is-active", "sparkfleet-vllm") == "active"
+    for host in lab.hosts[1:]:
+        assert systemctl(lab, host, "is-active", "sparkfleet-vllm") != "active"
+
+
+def test_ray_registered_every_node_on_its_fabric_ip(lab, deployed):
+    code = ("import json, ray; ray.init(address='auto', log_to_driver=False); "
+            "print(json.dumps(sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive'])))")
+    p = lab.host_exec(HEAD, "docker", "exec", "sparkfleet-ray", "python3", "-c", code, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == sorted(fabric_ip(h) for h in lab.hosts)
+
+
+def test_model_synced_to_every_worker(lab, deployed):
+    listing = {h: lab.host_exec(h, "sh", "-c", "cd /models/sparklab-tiny && find . -type f -printf '%p %s\\n' | sort").stdout
+               for h in lab.hosts}
+    assert "model.safetensors.index.json" in listing[HEAD]
+    for host in lab.hosts[1:]:
+        assert listing[host] == listing[HEAD]
+
+
+def test_second_run_changes_nothing(lab, deployed, tmp_path):
+    r, failures = play(lab, tmp_path, "site.yml")
+    assert r["status"] == "successful" and not failures
+    assert changed_total(r) == 0, r["stats"]
+
+
+def test_check_mode_touches_nothing(lab, deployed, tmp_path):
+    before = {h: systemctl(lab, h, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") for h in lab.hosts}
+    vllm_before = systemctl(lab, HEAD, "show", "-p", "InvocationID", "--value", "sparkfleet-vllm")
+    r, failures = play(lab, tmp_path, "site.yml", cmdline="--check --diff",
+                       extravars={"vllm_serve_gpu_memory_utilization": 0.8})
+    assert r["status"] == "successful" and not failures, failures[-3:]
+    # The changed setting is predicted on the head's unit ...
+    predicted = [e for e in r["events"] if e["event"] == "runner_on_ok" and e["host"] == HEAD
+                 and (e.get("res") or {}).get("changed")]
+    assert predicted, "check mode did not predict the unit change"
+    # ... and nothing was touched.
+    unit = lab.host_exec(HEAD, "cat", "/etc/systemd/system/sparkfleet-vllm.service").stdout
+    assert "--gpu-memory-utilization 0.85" in unit
+    assert systemctl(lab, HEAD, "show", "-p", "InvocationID", "--value", "sparkfleet-vllm") == vllm_before
+    assert {h: systemctl(lab, h, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") for h in lab.hosts} == before
+
+
+def test_status_is_read_only_and_reports_ready(lab, deployed, tmp_path):
+    r, failures = play(lab, tmp_path, "playbooks/status.yml")
+    assert r["status"] == "successful" and not failures
+    assert changed_total(r) == 0
+    summaries = [json.dumps(e.get("res")) for e in r["events"] if e["host"] == HEAD]
+    assert any(re.search(r"vllm: .*ready", s) for s in summaries), summaries[-2:]
+
+
+def test_restart_serves_again(lab, deployed, tmp_path):
+    before = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Id}}", "sparkfleet-vllm").stdout.strip()
+    r, failures = play(lab, tmp_path, "playbooks/restart.yml")
+    assert r["status"] == "successful" and not failures
+    after = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Id}}", "sparkfleet-vllm").stdout.strip()
+    assert after and after != before
+    code, _ = api_request(lab, "/v1/completions", {"model": "sparklab/tiny-moe", "prompt": "again", "max_tokens": 2})
+    assert code == 200
+
+
+def test_stale_unit_holding_the_gpu_is_stopped_and_disabled(lab, deployed, tmp_path):
+    worker = lab.hosts[-1]
+    lab.labctl("break", "stale-unit", worker)
+    try:
+        assert systemctl(lab, worker, "is-active", "vllm-legacy") == "active"
+        r, failures = play(lab, tmp_path, "site.yml", cmdline="--tags gpu_cleanup",
+                           extravars={"gpu_cleanup_stale_units": ["vllm-legacy"]})
+        assert r["status"] == "successful" and not failures, failures[-3:]
+        assert systemctl(lab, worker, "is-active", "vllm-legacy") != "active"
+        assert systemctl(lab, worker, "is-enabled", "vllm-legacy") == "disabled"
+        # Our own services were left alone.
+        assert systemctl(lab, worker, "is-active", "sparkfleet-ray") == "active"
+    finally:
+        lab.labctl("fix", "stale-unit", worker, check=False)
+
+
+def test_stop_keeps_the_model_and_stops_our_services(lab, deployed, tmp_path):
+    r, failures = play(lab, tmp_path, "playbooks/stop.yml")
+    assert r["status"] == "successful" and not failures
+    for host in lab.hosts:
+        assert systemctl(lab, host, "is-active", "sparkfleet-ray") != "active"
+        assert systemctl(lab, host, "is-enabled", "sparkfleet-ray") == "disabled"
+        assert lab.host_exec(host, "test", "-f", "/models/sparklab-tiny/model.safetensors.index.json").returncode == 0
+    assert systemctl(lab, HEAD, "is-active", "sparkfleet-vllm") != "active"
+    code = lab.ctl("curl", "-s", "-m", "5", "-o", "/dev/null", API + "/health").returncode
+    assert code != 0  # connection refused: nothing listens any more
