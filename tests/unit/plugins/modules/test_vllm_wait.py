@@ -173,8 +173,10 @@ class FakeCommands(object):
 def fake_bins(monkeypatch):
     def install(responses):
         fake = FakeCommands(responses)
-        monkeypatch.setattr(basic.AnsibleModule, "run_command",
-                            lambda self, args, **kwargs: fake(self, args, **kwargs))
+
+        def run_command(self, args, **kwargs):
+            return fake(self, args, **kwargs)
+        monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
         monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
                             lambda self, name, required=False, opt_dirs=None: "/usr/bin/" + name)
         return fake
