@@ -335,7 +335,9 @@ _CAUSES = [
     ("port_in_use", re.compile(
         r"\[Errno 98\]|Address already in use|address already in use|EADDRINUSE|"
         r"port \d+ is (?:already )?in use|port is already in use"), None),
-    ("dependency_missing", None, re.compile(
+    ("dependency_missing", re.compile(
+        r"(?:vllm|ray|python3?): (?:command )?not found|executable file not found in \$PATH|"
+        r"CUDA driver version is insufficient|NVIDIA driver on your system is too old"), re.compile(
         r"ModuleNotFoundError|No module named|ImportError: |cannot import name|"
         r"undefined symbol|libcuda\.so.*(?:not found|cannot open)|"
         r"lib[\w.+-]+\.so[.\d]*: cannot open shared object file|"
@@ -382,14 +384,15 @@ _FATAL_GENERIC_RE = re.compile(
     r"Engine core proc .* failed|Failed core proc|WorkerProc failed to start|"
     r"Worker failed with error|Exception in worker VllmWorkerProcess|"
     r"EngineCore encountered a fatal error|EngineCore hit an exception|Engine core encountered an issue|"
-    r"Got fatal signal from worker processes|WorkerProc initialization failed"
+    r"Got fatal signal from worker processes|WorkerProc initialization failed|"
+    r"^[\w./ -]+: error: (?:unrecognized arguments|argument |the following arguments are required)"
 )
 # systemd talking about the unit in `journalctl -u`: the process is gone.
 _SYSTEMD_EXIT_RE = re.compile(
     r"Main process exited, code=(?:exited|killed|dumped)|Failed with result '|"
     r"\.service: Scheduled restart job|Control process exited|"
     r"^Killed$|^Killed |Segmentation fault|core dumped|^Aborted|Fatal Python error|"
-    r"exited with code \d+|Container .* exited"
+    r"exited with code \d+|Container .* exited|terminate called after throwing an instance of"
 )
 # Python's last traceback line: "ValueError: ...", "torch.OutOfMemoryError: ...", "KeyError".
 _EXC_LINE_RE = re.compile(

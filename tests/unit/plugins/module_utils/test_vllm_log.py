@@ -380,3 +380,17 @@ def test_escape_spellings_of_colour_codes(esc):
     snap = parse(text)
     assert snap["failure"]["class"] == "tokenizer_error"
     assert snap["failure"]["evidence"][0].startswith("(APIServer pid=7) ValueError")
+
+
+@pytest.mark.parametrize("tail, cls", [
+    ("usage: vllm serve [model_tag] [options]\nvllm serve: error: unrecognized arguments: --gpu-mem 0.8\n",
+     "engine_init_failed"),
+    ("/bin/sh: 1: vllm: not found\n", "dependency_missing"),
+    ("terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: out of memory\n",
+     "cuda_oom"),
+    ("terminate called after throwing an instance of 'std::runtime_error'\n  what():  boom\n", "engine_exited"),
+])
+def test_startups_that_never_reach_python_tracebacks(tail, cls):
+    text = "INFO 08-20 10:00:01 [api_server.py:1805] vLLM API server version 0.10.1.1\n" + tail
+    snap = parse(text)
+    assert snap["failure"]["class"] == cls
