@@ -521,6 +521,7 @@ class VllmLogParser(object):
         self.pg_wait_line = None
         self.progress_seq = 0  # bumps on every real progress
         self.last_progress_line = 0
+        self.last_progress_ts = None
         self.frame_phase = None
         self.version = None
         self.api_address = None
@@ -705,7 +706,12 @@ class VllmLogParser(object):
 
     def _bump(self):
         self.progress_seq += 1
+        self._progressed()
+
+    def _progressed(self):
+        """Something moved: remember where (line count) and when (in the log's own clock)."""
         self.last_progress_line = self.lines_seen
+        self.last_progress_ts = self.last_ts
 
     def _logical(self, line):
         text = line.text
@@ -825,7 +831,7 @@ class VllmLogParser(object):
             return
         if not _ANY_PHASE_RE.search(text):
             if not _NO_PROGRESS_RE.search(text) and line.level in ("INFO", "DEBUG"):
-                self.last_progress_line = self.lines_seen
+                self._progressed()
             return
         for phase, rx in _PHASE_MARKERS:
             if rx.search(text):
@@ -836,7 +842,7 @@ class VllmLogParser(object):
                 break
         else:
             if not _NO_PROGRESS_RE.search(text) and line.level in ("INFO", "DEBUG"):
-                self.last_progress_line = self.lines_seen
+                self._progressed()
 
     def _failure_checks(self, line):
         text = line.text
@@ -930,6 +936,15 @@ class VllmLogParser(object):
         if self._weak_pending() and not self.confirmed:
             self.failure_phase = self._weak_pending()[0]["phase"]
         self._confirm()
+
+    def quiet_for(self):
+        """Seconds of the log's own clock between the last progress and the last line, or None."""
+        if self.last_ts is None:
+            return None
+        since = self.last_progress_ts if self.last_progress_ts is not None else self.first_ts
+        if since is None:
+            return None
+        return max(0, self.last_ts - since)
 
     @property
     def failed(self):

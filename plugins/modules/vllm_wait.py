@@ -105,6 +105,9 @@ options:
     description:
       - Fail with class C(stalled) when the log shows no progress (no new phase, no shard or CUDA graph step, no new
         informational line; placement-group waiting lines do not count) for this many seconds while waiting.
+      - The quiet time is measured across calls, so a loop of short calls (I(timeout=10)) still sees a stall - the
+        log's own timestamps tell how long before its last line progress stopped, and the file's modification time,
+        the journal or docker's timestamps tell when that last line was written.
       - A placement-group wait that vLLM reports as longer than this or 300 s, whichever is less, is a stall
         too, also on a single read (I(timeout=0)); a healthy cluster places the workers at once.
       - C(0) disables stall detection.
@@ -290,7 +293,9 @@ benign_warnings:
   elements: str
 """
 
+import calendar
 import json
+import os
 import re
 import time
 
@@ -336,6 +341,12 @@ class FileSource(object):
 
     def alive(self):
         return None, None
+
+    def last_write(self):
+        try:
+            return os.stat(self.path).st_mtime
+        except OSError:
+            return None
 
     def result(self):
         return {"offset": self.offset}
@@ -393,6 +404,14 @@ class JournalSource(object):
             self.unit, active, sub, props.get("Result", ""), props.get("ExecMainStatus", ""))
         return (not gone), ev
 
+    def last_write(self):
+        cmd = [self.journalctl, "-u", self.unit, "-n", "1", "-o", "short-unix", "--no-pager", "-q"]
+        rc, out, err = self.module.run_command(cmd, environ_update=_C_ENV)
+        try:
+            return float(out.split(None, 1)[0]) if rc == 0 and out.strip() else None
+        except ValueError:
+            return None
+
     def result(self):
         return {"cursor": self.cursor} if self.cursor else {}
 
@@ -410,6 +429,7 @@ class DockerSource(object):
         self.docker = module.get_bin_path("docker", required=True)
         self.consumed = 0
         self.tail = ""
+        self.last_ts = None
 
     def read(self):
         cmd = [self.docker, "logs", "--timestamps"]
@@ -433,6 +453,10 @@ class DockerSource(object):
         lines.sort(key=lambda ln: (_DOCKER_TS.match(ln).group(1) if _DOCKER_TS.match(ln) else ""))
         new = lines[self.consumed:]
         self.consumed = len(lines)
+        if lines:
+            m = _DOCKER_TS.match(lines[-1])
+            if m:
+                self.last_ts = _rfc3339(m.group(1))
         self.tail = tail
         return "\n".join(new) + ("\n" if new else "")
 
@@ -448,8 +472,19 @@ class DockerSource(object):
             self.container, status, fields[1] if len(fields) > 1 else "", fields[2] if len(fields) > 2 else "")
         return status not in ("exited", "dead", "restarting", "removing"), ev
 
+    def last_write(self):
+        return self.last_ts
+
     def result(self):
         return {}
+
+
+def _rfc3339(text):
+    """Docker's UTC stamp "2026-11-29T10:55:51.123456789Z" -> epoch seconds."""
+    try:
+        return calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
 
 
 class ApiProbe(object):
@@ -509,6 +544,23 @@ class ApiProbe(object):
         return ok
 
 
+def quiet_seconds(source, parser, now, in_call):
+    """How long the startup has shown no progress, across calls.
+
+    A role calls this module in a loop of short calls, so this call's own clock is not enough:
+    the log tells how long before its last line progress stopped (in its own clock, so time zones
+    do not matter) and the source tells how long ago that last line was written.
+    """
+    idle = in_call
+    if source is None:
+        return idle
+    quiet = parser.quiet_for()
+    written = source.last_write()
+    if quiet is not None and written is not None:
+        idle = max(idle, max(0.0, now - written) + quiet)
+    return idle
+
+
 def run(module):
     p = module.params
     parser = VllmLogParser(stall_timeout=p["stall_timeout"], rank_names=p["rank_names"])
@@ -526,7 +578,6 @@ def run(module):
     deadline = start + max(0, p["timeout"])
     mark = (parser.progress_seq, parser.last_progress_line)
     last_progress = start
-    weak_since = None
     missing = False
     api_ready = False
     timed_out = False
@@ -588,15 +639,12 @@ def run(module):
         parser.settle(final=False)
         if parser.failed:
             break
-        if parser._weak_pending():
-            weak_since = weak_since or now
-            if now - weak_since >= _WEAK_CONFIRM_S and now - last_progress >= _WEAK_CONFIRM_S:
-                parser.settle(final=True)
-                break
-        else:
-            weak_since = None
-        if source is not None and p["stall_timeout"] and now - last_progress >= p["stall_timeout"]:
-            parser.mark_stalled(int(now - last_progress))
+        idle = quiet_seconds(source, parser, now, now - last_progress)
+        if parser._weak_pending() and idle >= _WEAK_CONFIRM_S:
+            parser.settle(final=True)
+            break
+        if source is not None and p["stall_timeout"] and idle >= p["stall_timeout"]:
+            parser.mark_stalled(int(idle))
             break
         if now >= deadline:
             timed_out = True

@@ -201,10 +201,19 @@ def test_unit_journal_progress_and_cursor(run_module, fake_bins):
     assert fake.calls[-2][-2:] == ["--after-cursor", "s=3e1c;i=8f2;b=1a;m=2d;t=5f;x=77"]
 
 
+def _journal(body, last_unix):
+    """journalctl: the log with -o cat, the last entry's time with -n 1 -o short-unix."""
+    def answer(args):
+        if "-n" in args:
+            return 0, "%.6f spark-1 vllm[2211]: last line\n" % last_unix, ""
+        return 0, body + "-- cursor: s=1\n", ""
+    return answer
+
+
 def test_unit_gone_without_a_marker_is_engine_exited(run_module, fake_bins):
     body = _text("progress_v1_midload.log")
     fake_bins({
-        "journalctl": lambda a: (0, body + "-- cursor: s=1\n", ""),
+        "journalctl": _journal(body, time.time()),
         "systemctl": lambda a: (0, "ActiveState=activating\nSubState=auto-restart\nResult=signal\nExecMainStatus=9\n", ""),
     })
     res = run_module(vllm_wait, {"unit": "vllm-serve.service", "timeout": 10, "poll_interval": 0.1})
@@ -216,18 +225,21 @@ def test_unit_gone_without_a_marker_is_engine_exited(run_module, fake_bins):
 def test_unit_gone_after_a_known_cause_keeps_the_cause(run_module, fake_bins):
     body = _text("fail_dependency_missing_v0.log")
     fake_bins({
-        "journalctl": lambda a: (0, body + "-- cursor: s=1\n", ""),
+        "journalctl": _journal(body, time.time()),
         "systemctl": lambda a: (0, "ActiveState=failed\nSubState=failed\nResult=exit-code\nExecMainStatus=1\n", ""),
     })
     res = run_module(vllm_wait, {"unit": "vllm-serve.service", "timeout": 10, "poll_interval": 0.1})
     assert res["failure"]["class"] == "dependency_missing"
 
 
-def _docker_split(name):
-    """docker logs --timestamps: each line stamped, stdout and stderr on separate pipes."""
+def _docker_split(name, started=None):
+    """docker logs --timestamps: each line stamped (UTC, one second apart from ``started``), stdout and
+    stderr on separate pipes."""
+    started = time.time() - 3600 if started is None else started
     out, err = [], []
     for i, ln in enumerate(_text(name).split("\n")[:-1]):
-        stamped = "2026-11-29T10:%02d:%02d.%09dZ %s" % (i // 60 % 60, i % 60, i, ln)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started + i))
+        stamped = "%s.%09dZ %s" % (stamp, i, ln)
         (err if ("Loading" in ln or "ERROR" in ln or i % 3) else out).append(stamped)
     return "\n".join(out) + "\n", "\n".join(err) + "\n"
 
@@ -366,3 +378,52 @@ def test_wait_on_a_crash_loop_fails_even_if_the_restart_arrives_in_the_same_read
     assert res["failure"]["class"] == "insufficient_memory"
     assert res["attempts"] == 2
     assert res["elapsed"] < 2
+
+
+# ---- stall across short calls (the role's loop) ----
+
+def test_stall_is_seen_across_short_calls_from_the_file_age(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    log.write_text(_text("progress_v1_midload.log"))
+    # last written 1000 s ago: each call is short, but the startup has been quiet for longer than 900 s
+    old = time.time() - 1000
+    os.utime(str(log), (old, old))
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 5, "poll_interval": 0.5, "stall_timeout": 900})
+    assert res["failure"]["class"] == "stalled"
+    assert res["failed_phase"] == "loading_weights"
+    assert res["elapsed"] < 2
+    # written just now: the same log is still moving as far as anyone can tell
+    os.utime(str(log), None)
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 1, "poll_interval": 0.5, "stall_timeout": 900})
+    assert res.get("failed", False) is False and res["timed_out"] is True
+
+
+def test_quiet_time_inside_the_log_counts_too(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    text = _text("progress_v1_midload.log")
+    # after the last shard step, ten minutes of lines that are not progress
+    noise = ("(EngineCore_0 pid=233) WARNING 08-20 10:%02d:00 [shm_broadcast.py:466] No available shared memory "
+             "broadcast block found in 60 second.\n")
+    log.write_text(text + "".join(noise % m for m in range(10, 59)))
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 3, "poll_interval": 0.5, "stall_timeout": 600})
+    assert res["failure"]["class"] == "stalled"
+    # read once never calls a stall on the wall clock
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 0, "stall_timeout": 600})
+    assert res.get("failed", False) is False and res["phase"] == "loading_weights"
+
+
+def test_container_stall_uses_docker_stamps(run_module, fake_bins):
+    fake = {"started": time.time() - 3600}
+
+    def docker(args):
+        if args[1] == "logs":
+            return (0,) + _docker_split("progress_v1_midload.log", fake["started"])
+        return 0, "running 0 false\n", ""
+    fake_bins({"docker": docker})
+    # last line stamped about 59 minutes ago
+    res = run_module(vllm_wait, {"container": "vllm", "timeout": 2, "poll_interval": 0.5, "stall_timeout": 1800})
+    assert res["failure"]["class"] == "stalled"
+    # the same log, its last line stamped a few seconds ago: still loading
+    fake["started"] = time.time() - 60
+    res = run_module(vllm_wait, {"container": "vllm", "timeout": 1, "poll_interval": 0.5, "stall_timeout": 1800})
+    assert res.get("failed", False) is False and res["phase"] == "loading_weights"
