@@ -428,7 +428,6 @@ class DockerSource(object):
         self.since = since
         self.docker = module.get_bin_path("docker", required=True)
         self.consumed = 0
-        self.tail = ""
         self.last_ts = None
 
     def read(self):
@@ -443,21 +442,17 @@ class DockerSource(object):
             self.module.fail_json(msg="docker logs failed for %s: %s" % (self.container, err.strip()),
                                   rc=rc, stderr=err, cmd=cmd, hint="Check the container name and docker access.")
         lines = []
-        tail = ""
         for stream in (out, err):
-            parts = stream.split("\n")
-            if parts and parts[-1] != "":
-                tail = parts[-1] if not tail else tail
-            lines.extend(p for p in parts[:-1])
-        # Both streams carry RFC 3339 timestamps; merge them back into one timeline.
-        lines.sort(key=lambda ln: (_DOCKER_TS.match(ln).group(1) if _DOCKER_TS.match(ln) else ""))
+            # Complete lines only: an unfinished one is read whole on the next poll.
+            lines.extend(stream.split("\n")[:-1])
+        # Both streams carry fixed-width RFC 3339 stamps; sorting on them merges one timeline back.
+        lines.sort(key=lambda ln: ln.split(" ", 1)[0])
         new = lines[self.consumed:]
         self.consumed = len(lines)
         if lines:
             m = _DOCKER_TS.match(lines[-1])
             if m:
                 self.last_ts = _rfc3339(m.group(1))
-        self.tail = tail
         return "\n".join(new) + ("\n" if new else "")
 
     def alive(self):
