@@ -334,10 +334,11 @@ _CAUSES = [
                    r"gated repo")),
     ("port_in_use", re.compile(
         r"\[Errno 98\]|Address already in use|address already in use|EADDRINUSE|"
-        r"port \d+ is (?:already )?in use|port is already in use"), None),
+        r"port \d+ is (?:already )?in use|port is already in use|port is already allocated"), None),
     ("dependency_missing", re.compile(
         r"(?:vllm|ray|python3?): (?:command )?not found|executable file not found in \$PATH|"
-        r"CUDA driver version is insufficient|NVIDIA driver on your system is too old"), re.compile(
+        r"CUDA driver version is insufficient|NVIDIA driver on your system is too old|"
+        r"could not select device driver .* with capabilities"), re.compile(
         r"ModuleNotFoundError|No module named|ImportError: |cannot import name|"
         r"undefined symbol|libcuda\.so.*(?:not found|cannot open)|"
         r"lib[\w.+-]+\.so[.\d]*: cannot open shared object file|"
@@ -385,6 +386,7 @@ _FATAL_GENERIC_RE = re.compile(
     r"Worker failed with error|Exception in worker VllmWorkerProcess|"
     r"EngineCore encountered a fatal error|EngineCore hit an exception|Engine core encountered an issue|"
     r"Got fatal signal from worker processes|WorkerProc initialization failed|"
+    r"^docker: Error response from daemon|"
     r"^[\w./ -]+: error: (?:unrecognized arguments|argument |the following arguments are required)"
 )
 # systemd talking about the unit in `journalctl -u`: the process is gone.

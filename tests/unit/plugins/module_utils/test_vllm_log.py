@@ -394,3 +394,14 @@ def test_startups_that_never_reach_python_tracebacks(tail, cls):
     text = "INFO 08-20 10:00:01 [api_server.py:1805] vLLM API server version 0.10.1.1\n" + tail
     snap = parse(text)
     assert snap["failure"]["class"] == cls
+
+
+@pytest.mark.parametrize("line, cls", [
+    ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].',
+     "dependency_missing"),
+    ("docker: Error response from daemon: driver failed programming external connectivity on endpoint vllm: "
+     "Bind for 0.0.0.0:30000 failed: port is already allocated.", "port_in_use"),
+    ("docker: Error response from daemon: No such image: vllm/vllm-openai:v9.9.9.", "engine_init_failed"),
+])
+def test_container_that_never_started(line, cls):
+    assert parse(line + "\n")["failure"]["class"] == cls
