@@ -67,13 +67,14 @@ _PRIORITY = {
 HINTS = {
     "ray_oom_killed": (
         "Ray's memory monitor killed a worker: on GB10 unified memory it trips during CUDA graph "
-        "capture. Disable it (ray_cluster_memory_monitor_refresh_ms: 0, i.e. "
-        "RAY_memory_monitor_refresh_ms=0) or lower vllm_serve_gpu_memory_utilization (e.g. 0.85)."
+        "capture. Turn it off (ray_cluster_memory_monitor: false, i.e. RAY_memory_monitor_refresh_ms=0) "
+        "or raise ray_cluster_memory_usage_threshold, and lower vllm_serve_gpu_memory_utilization "
+        "(e.g. 0.85)."
     ),
     "cuda_oom": (
         "The GPU ran out of memory. Lower vllm_serve_gpu_memory_utilization or "
-        "vllm_serve_max_model_len / vllm_serve_max_num_seqs, and make sure gpu_cleanup freed "
-        "stale holders (nvidia-smi --query-compute-apps) on every node."
+        "vllm_serve_max_model_len (or vllm_serve_extra_args: {max-num-seqs: N}), and make sure "
+        "gpu_cleanup freed stale holders (nvidia-smi --query-compute-apps) on every node."
     ),
     "insufficient_memory": (
         "Not enough free memory for weights plus KV cache. Free the GPU first (gpu_cleanup stops "
@@ -83,7 +84,7 @@ HINTS = {
     ),
     "placement_group": (
         "Ray could not place the workers. Check `ray status` shows every node and GPU, and that "
-        "VLLM_HOST_IP equals each node's Ray IP (sparkfleet_fabric_ip); "
+        "VLLM_HOST_IP equals each node's Ray IP (ray_cluster_node_ip, default sparkfleet_fabric_ip); "
         "vllm_serve_tensor_parallel_size x vllm_serve_pipeline_parallel_size must equal the "
         "cluster's GPUs, and no stale engine may hold a GPU."
     ),
@@ -95,7 +96,7 @@ HINTS = {
     "nccl_error": (
         "NCCL failed to initialise or communicate. Check NCCL_SOCKET_IFNAME / NCCL_IB_HCA follow "
         "sparkfleet_fabric_interface on each node, MTU sparkfleet_fabric_min_mtu on both ends, "
-        "and /dev/shm size in the container; rerun with NCCL_DEBUG=INFO for detail."
+        "and /dev/shm size in the container; rerun with vllm_serve_env: {NCCL_DEBUG: INFO} for detail."
     ),
     "worker_died": (
         "A vLLM worker or engine process died. Look at the evidence and the worker node's log "
@@ -103,32 +104,33 @@ HINTS = {
         "is the usual cause."
     ),
     "ray_unreachable": (
-        "vLLM found no running Ray cluster. Start the ray_cluster role first and make sure "
-        "RAY_ADDRESS / the head address (sparkfleet_fabric_ip of the head, ray_cluster_port) is "
-        "reachable from the serving node."
+        "vLLM found no running Ray cluster. Run the ray_cluster role first and make sure the head "
+        "address (ray_cluster_head_host's sparkfleet_fabric_ip, ray_cluster_port) is reachable "
+        "from the serving node, with the same Ray version (ray_cluster_image / vllm_serve_image)."
     ),
     "model_unsupported": (
         "This vLLM build does not support the model's architecture. Use a newer vLLM image "
         "(vllm_serve_image) or a model supported by it (sparkfleet_model_id); a model that ships "
-        "custom code needs vllm_serve_extra_args: ['--trust-remote-code']."
+        "custom code needs vllm_serve_extra_args: {trust-remote-code: true}."
     ),
     "weights_corrupt": (
-        "The weight files are incomplete or corrupted. Re-run the model sync with verification "
-        "(model_sync verifies the index and sizes) so every node holds identical files in "
-        "sparkfleet_model_dir."
+        "The weight files are missing, incomplete or corrupted. Re-run the model_sync role with "
+        "model_sync_verify: true (and model_sync_checksum: true to compare hashes) so every node "
+        "holds identical, complete files in sparkfleet_model_dir."
     ),
     "port_in_use": (
         "The API port is already taken, usually by an old vLLM. Stop the stale unit/container "
-        "(gpu_cleanup) or change vllm_serve_port."
+        "(gpu_cleanup, gpu_cleanup_stale_units) or change vllm_serve_port."
     ),
     "dependency_missing": (
-        "A Python module is missing from the serving environment. Use a vLLM image or venv that "
-        "ships it (vllm_serve_image), or install the named package there."
+        "Something the server needs is missing or too old (a Python module, a library, the "
+        "driver or the container GPU runtime). Use a vLLM image that ships it (vllm_serve_image), "
+        "or install the named package there."
     ),
     "tokenizer_error": (
         "The tokenizer could not be loaded. Check sparkfleet_model_dir holds tokenizer files "
         "(tokenizer.json / tokenizer_config.json) and that the transformers version in the image "
-        "supports this model; consider vllm_serve_extra_args: ['--trust-remote-code']."
+        "supports this model; consider vllm_serve_extra_args: {trust-remote-code: true}."
     ),
     "engine_init_failed": (
         "The engine failed to start; the evidence shows the first error vLLM printed. If it took "
@@ -136,13 +138,14 @@ HINTS = {
     ),
     "engine_exited": (
         "The vLLM process stopped without printing a known failure. Check the unit or container "
-        "status (systemctl status / docker inspect), the kernel log for the OOM killer, and the "
-        "full log."
+        "(vllm_serve_unit / vllm_serve_container_name: systemctl status, docker inspect), the "
+        "kernel log for the OOM killer, and the full log."
     ),
     "stalled": (
-        "No progress for stall_timeout seconds. A placement-group wait means Ray lacks a node or "
-        "GPU (check `ray status`, VLLM_HOST_IP = sparkfleet_fabric_ip); a silent hang after "
-        "distributed init is usually NCCL on the wrong interface (sparkfleet_fabric_interface)."
+        "No progress for stall_timeout seconds (vllm_serve_stall_timeout). A placement-group wait "
+        "means Ray lacks a node or GPU (check `ray status`, VLLM_HOST_IP = ray_cluster_node_ip); a "
+        "silent hang after distributed init is usually NCCL on the wrong interface "
+        "(sparkfleet_fabric_interface)."
     ),
 }
 

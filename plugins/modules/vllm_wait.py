@@ -521,7 +521,8 @@ class ApiProbe(object):
             if ids:
                 self.module.fail_json(
                     msg="The API at %s serves %s, not %s" % (self.base, ", ".join(ids), self.model),
-                    hint="Set model to the server's --served-model-name (sparkfleet_model_id).", api=self.state)
+                    hint="Set model to the server's --served-model-name (vllm_serve_served_model_name).",
+                    api=self.state)
             self.state["error"] = "model %s not listed yet" % self.model
             return False
         model = self.model or (ids[0] if ids else None)
@@ -591,7 +592,7 @@ def run(module):
         missing = pull()
         if missing and once and source.kind == "file":
             module.fail_json(msg="Log file %s cannot be read" % p["log_file"],
-                             hint="Check the path (vllm_serve_log_file) and that this user may read it.")
+                             hint="Check the path and that this user may read it (become: true).")
         if once:
             parser.finish()
         else:

@@ -405,3 +405,24 @@ def test_startups_that_never_reach_python_tracebacks(tail, cls):
 ])
 def test_container_that_never_started(line, cls):
     assert parse(line + "\n")["failure"]["class"] == cls
+
+
+def test_hints_only_name_variables_that_exist():
+    """A hint that names a renamed or invented variable sends the operator nowhere."""
+    import glob
+    import re
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
+    sources = glob.glob(os.path.join(root, "roles", "*", "defaults", "main.yml"))
+    sources += glob.glob(os.path.join(root, "inventories", "*", "group_vars", "*", "*.yml"))
+    sources += glob.glob(os.path.join(root, "inventories", "*", "host_vars", "*.yml"))
+    if not sources:
+        pytest.skip("no roles or inventories next to the tests")
+    defined = set()
+    for path in sources:
+        with open(path) as fh:
+            defined.update(re.findall(r"^([a-z][a-z0-9_]*):", fh.read(), re.M))
+    named = set()
+    for hint in HINTS.values():
+        named.update(re.findall(r"\b((?:vllm_serve|ray_cluster|model_sync|gpu_cleanup|sparkfleet)_[a-z0-9_]+)", hint))
+    assert named, "hints must name role variables"
+    assert sorted(named - defined) == []
