@@ -1,0 +1,227 @@
+"""model_sync on the lab: spark-1 /models -> the workers over the fabric IPs, through Ansible.
+
+Run as root: lab/labctl ctl -- .venv/bin/pytest tests/integration/test_model_sync.py -m lab
+The model is generated on spark-1 (real safetensors shards, random FP8-like bytes). The head gets a
+sync key authorized on the workers by an Ansible play, as the role will do.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+MODEL = "/models/itest-model"
+KEY = "/home/spark/.ssh/sparkfleet_sync"
+SHARDS = 6
+SHARD_MB = 8
+
+GEN = textwrap.dedent(r'''
+    import json, os, struct, sys
+    root, shards, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    os.makedirs(root, exist_ok=True)
+    json.dump({"model_type": "itest"}, open(os.path.join(root, "config.json"), "w"))
+    wm = {}
+    for i in range(1, shards + 1):
+        name = "model-%05d-of-%05d.safetensors" % (i, shards)
+        n = size - i * 4096
+        hdr = json.dumps({"w%d" % i: {"dtype": "F8_E4M3", "shape": [n], "data_offsets": [0, n]}}).encode()
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(struct.pack("<Q", len(hdr)) + hdr + os.urandom(n))
+        wm["w%d" % i] = name
+    json.dump({"weight_map": wm}, open(os.path.join(root, "model.safetensors.index.json"), "w"))
+''')
+
+SETUP = """
+- name: Head gets a sync key authorized on the workers
+  hosts: spark_head
+  tasks:
+    - name: Model directory owned by spark
+      ansible.builtin.file:
+        path: /models
+        state: directory
+        owner: spark
+        group: spark
+        mode: "0755"
+    - name: Sync key
+      ansible.builtin.command: ssh-keygen -q -t ed25519 -N '' -C sparkfleet-sync -f {key}
+      args:
+        creates: {key}
+      become_user: spark
+    - name: Read the public key
+      ansible.builtin.slurp:
+        src: {key}.pub
+      register: _pub
+    - name: Generate the test model
+      ansible.builtin.command:
+        argv: [python3, -c, {gen}, {model}, "{shards}", "{size}"]
+        creates: {model}/config.json
+      become_user: spark
+
+- name: Workers accept it
+  hosts: spark_workers
+  tasks:
+    - name: Model directory owned by spark
+      ansible.builtin.file:
+        path: /models
+        state: directory
+        owner: spark
+        group: spark
+        mode: "0755"
+    - name: Authorize the head's sync key
+      ansible.builtin.lineinfile:
+        path: /home/spark/.ssh/authorized_keys
+        line: "{{{{ hostvars[groups['spark_head'][0]]._pub.content | b64decode | trim }}}}"
+        create: true
+        owner: spark
+        group: spark
+        mode: "0600"
+"""
+
+SYNC = """
+- name: Push the model over the fabric
+  hosts: spark_head
+  gather_facts: false
+  vars:
+    ansible_become: false  # the sync runs as the sync user, like the role will
+  tasks:
+    - name: Sync
+      sparkfleet.vllm.model_sync:
+        src: "{{{{ src }}}}"
+        dest: "{{{{ dest }}}}"
+        destinations: "{{{{ groups['spark_workers'] | map('extract', hostvars, 'sparkfleet_fabric_ip') | list }}}}"
+        ssh_user: spark
+        ssh_key: {key}
+        streams: 3
+        bwlimit: "{{{{ bwlimit | default(0) | int }}}}"
+        drop_cache: true
+      register: sync
+      async: "{{{{ 0 if ansible_check_mode else 600 }}}}"
+      poll: "{{{{ sync_poll | default(2) | int }}}}"
+"""
+
+
+@pytest.fixture(scope="module")
+def synclab(lab, tmp_path_factory):
+    d = tmp_path_factory.mktemp("model_sync")
+    (d / "setup.yml").write_text(SETUP.format(key=KEY, gen=json.dumps(GEN), model=MODEL, shards=SHARDS,
+                                              size=SHARD_MB * 1024 * 1024))
+    (d / "sync.yml").write_text(SYNC.format(key=KEY))
+    r = play(lab, d, "setup.yml")
+    assert r["status"] == "successful", r
+    lab.dir = d
+    lab.workers = [h for h in lab.hosts if h != "spark-1"]
+    return lab
+
+
+def play(lab, d, playbook, check=False, **extravars):
+    # ansible-runner keeps env/extravars and env/cmdline from the last call when given none: always pass both.
+    extravars = dict(dict(bwlimit=0, sync_poll=2, src=MODEL, dest="/models/itest-a"), **extravars)
+    return lab.ansible_run(private_data_dir=str(d), playbook=str(d / playbook), inventory=str(lab.inventory),
+                           extravars=extravars, cmdline="--check" if check else "--forks 8",
+                           envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
+
+
+def sync_result(r):
+    for ev in r["events"]:
+        res = ev.get("res") or {}
+        if ev["host"] == "spark-1" and ("files_total" in res or "msg" in res and ev["event"] == "runner_on_failed"):
+            return res
+    raise AssertionError("no model_sync result in %s" % json.dumps(r)[-3000:])
+
+
+def sh(lab, host, script):
+    """Run a shell script inside a lab host without ssh (labctl exec): test plumbing, not the subject."""
+    return lab.host_exec(host, "sh", "-c", script, timeout=120)
+
+
+def sums(lab, host, path):
+    return sh(lab, host, "cd %s 2>/dev/null && find . -type f -print0 | sort -z | xargs -0 sha256sum" % path).stdout
+
+
+def test_sync_then_second_run_unchanged(synclab):
+    lab = synclab
+    for h in lab.workers:
+        sh(lab, h, "rm -rf /models/itest-a")
+    r = play(lab, lab.dir, "sync.yml", src=MODEL, dest="/models/itest-a")
+    res = sync_result(r)
+    assert r["status"] == "successful", res
+    assert res["changed"] is True
+    assert res["files_total"] == SHARDS + 2
+    assert res["files_transferred"] == (SHARDS + 2) * len(lab.workers)
+    source = sums(lab, "spark-1", MODEL)
+    for h in lab.workers:
+        assert sums(lab, h, "/models/itest-a") == source
+        assert res["destinations"]["10.99.1.%d" % (10 + int(h.split("-")[1]))]["verified"] is True
+    print("first sync: %s bytes in %s s, %s MB/s" % (res["bytes_transferred"], res["transfer_seconds"],
+                                                    res["mb_per_s"]))
+
+    again = sync_result(play(lab, lab.dir, "sync.yml", src=MODEL, dest="/models/itest-a"))
+    assert again["changed"] is False and again["files_transferred"] == 0
+
+
+def test_check_mode_changes_nothing(synclab):
+    lab = synclab
+    for h in lab.workers:
+        sh(lab, h, "rm -rf /models/itest-c")
+    res = sync_result(play(lab, lab.dir, "sync.yml", check=True, src=MODEL, dest="/models/itest-c"))
+    assert res["changed"] is True
+    first = next(iter(res["destinations"].values()))
+    assert len(first["would_transfer"]) == SHARDS + 2
+    for h in lab.workers:
+        assert sh(lab, h, "test -e /models/itest-c").returncode == 1
+
+
+def test_killed_run_resumes_without_resending_finished_files(synclab):
+    lab = synclab
+    target = lab.workers[0]
+    sh(lab, target, "rm -rf /models/itest-k")
+    # 4 MiB/s over 3 streams: the 48 MB model needs ~12 s; kill it once two files have landed.
+    r = play(lab, lab.dir, "sync.yml", src=MODEL, dest="/models/itest-k", bwlimit=4096, sync_poll=0)
+    assert r["status"] == "successful", r
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        n = sh(lab, target, "ls /models/itest-k 2>/dev/null | grep -c safetensors").stdout.strip()
+        if n and int(n) >= 2:
+            break
+        time.sleep(0.2)
+    # Kill the module and its rsyncs on the head: the process group of the rsync we started.
+    # A stream may end between pgrep and ps: retry until a live one names the group.
+    p = sh(lab, "spark-1", "for i in $(seq 50); do pid=$(pgrep -o -u spark -f 'rsync .*itest-k'); "
+                           "pg=$(ps -o pgid= -p \"${pid:-0}\" | tr -d ' '); "
+                           "[ -n \"$pg\" ] && /bin/kill -s KILL -- -$pg && echo killed $pg && break; sleep 0.1; done")
+    assert "killed" in p.stdout, p.stdout + p.stderr
+    time.sleep(1)
+    landed = sh(lab, target, "cd /models/itest-k && ls").stdout.split()
+    assert len(landed) < SHARDS + 2, "the run finished before it was killed"
+    source = dict((line.split()[1][2:], line.split()[0]) for line in sums(lab, "spark-1", MODEL).splitlines())
+    for line in sums(lab, target, "/models/itest-k").splitlines():
+        digest, rel = line.split()[0], line.split()[1][2:]
+        if not rel.startswith(".sparkfleet-sync"):
+            assert source[rel] == digest, "%s is under its final name but incomplete" % rel
+
+    res = sync_result(play(lab, lab.dir, "sync.yml", src=MODEL, dest="/models/itest-k"))
+    finished = [f for f in landed if not f.startswith(".")]
+    per = res["destinations"]["10.99.1.%d" % (10 + int(target.split("-")[1]))]
+    assert per["files_transferred"] == SHARDS + 2 - len(finished), (finished, per)
+    assert sums(lab, target, "/models/itest-k") == sums(lab, "spark-1", MODEL)
+
+
+def test_corrupt_shard_on_source_fails_before_copying(synclab):
+    lab = synclab
+    bad = "/models/itest-bad"
+    sh(lab, "spark-1", "rm -rf {b} && cp -a {m} {b} && truncate -s -100 {b}/model-00002-of-{n:05d}.safetensors"
+            .format(b=bad, m=MODEL, n=SHARDS))
+    for h in lab.workers:
+        sh(lab, h, "rm -rf " + bad)
+    r = play(lab, lab.dir, "sync.yml", src=bad, dest=bad)
+    res = sync_result(r)
+    assert r["status"] == "failed"
+    assert "model-00002-of-%05d.safetensors" % SHARDS in res["msg"] and "truncated" in res["msg"]
+    for h in lab.workers:
+        assert sh(lab, h, "test -e " + bad).returncode == 1, "something was copied to %s" % h
+    sh(lab, "spark-1", "rm -rf " + bad)
