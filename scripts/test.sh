@@ -41,7 +41,9 @@ fi
 if [ $lab_ok = 1 ]; then
   stage integration lab/labctl ctl -- pytest tests/integration -m lab -q -p no:cacheprovider \
     --junitxml="$out/junit-integration.xml"
-  stage molecule lab/labctl ctl -- molecule test -s default
+  # Role scenarios share the running lab; the default scenario comes last and takes the lab down.
+  stage molecule lab/labctl ctl -- bash -c 'set -e; for s in gpu_cleanup model_sync ray_cluster vllm_serve healthcheck default; do
+    echo "--- molecule scenario $s"; molecule test -s "$s"; done'
 fi
 want lab && lab/labctl down >/dev/null 2>&1
 
