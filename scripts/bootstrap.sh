@@ -32,4 +32,4 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
   echo "$want" > "$stamp"
 fi
-log "ready: $(.venv/bin/ansible --version | head -1)"
+log "ready: $(.venv/bin/ansible --version | sed -n 1p)"
