@@ -50,6 +50,8 @@ options:
       - A Docker container whose log holds the server's output, read with C(docker logs --timestamps).
       - When the container has exited or is restarting and the log shows no known failure, the failure class is
         C(engine_exited).
+      - A container that does not exist is taken as exited (a C(--rm) container is removed when it stops) once it
+        stays missing for half of I(timeout), at most 15 seconds, or at once with I(timeout=0).
     type: str
   since_offset:
     description:
@@ -416,6 +418,7 @@ class JournalSource(object):
         return {"cursor": self.cursor} if self.cursor else {}
 
 
+_MISSING_GRACE_S = 15.0
 _DOCKER_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?\S*)\s")
 
 
@@ -575,6 +578,9 @@ def run(module):
     mark = (parser.progress_seq, parser.last_progress_line)
     last_progress = start
     missing = False
+    missing_since = None
+    # A container started with --rm disappears when it exits; one missing for this long (within one call) is gone.
+    missing_grace = min(_MISSING_GRACE_S, max(2.0, p["timeout"] / 2.0))
     api_ready = False
     timed_out = False
     next_tick = start
@@ -607,6 +613,19 @@ def run(module):
             break
         if parser.failed:
             break
+
+        if missing and source is not None and source.kind == "docker":
+            missing_since = missing_since or time.time()
+            if once or time.time() - missing_since >= missing_grace:
+                parser.finish()
+                parser.settle(final=True)
+                if not parser.failed:
+                    parser.mark_exited("docker: container %s does not exist: it exited and was removed (--rm), or never"
+                                       " started; see the unit that runs it (systemctl status, journalctl -u)"
+                                       % p["container"])
+                break
+        else:
+            missing_since = None
 
         if source is not None and parser.phase != "ready":
             alive, evidence = source.alive()

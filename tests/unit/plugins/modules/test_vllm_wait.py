@@ -265,6 +265,41 @@ def test_container_exited_is_engine_exited(run_module, fake_bins):
     assert "oom_killed=true" in res["failure"]["evidence"][-1]
 
 
+def _no_such_container(args):
+    return 1, "", "Error response from daemon: No such container: vllm\n"
+
+
+def test_container_missing_when_read_once_is_engine_exited(run_module, fake_bins):
+    fake_bins({"docker": _no_such_container})
+    res = run_module(vllm_wait, {"container": "vllm", "timeout": 0})
+    assert res["failed"] and res["failure"]["class"] == "engine_exited"
+    assert "container vllm does not exist" in res["failure"]["evidence"][-1]
+
+
+def test_container_missing_for_the_grace_period_while_waiting_is_engine_exited(run_module, fake_bins):
+    # A --rm container under a failed unit is gone for good: report it instead of waiting out the timeout.
+    fake_bins({"docker": _no_such_container})
+    t0 = time.time()
+    res = run_module(vllm_wait, {"container": "vllm", "timeout": 6, "poll_interval": 0.2})
+    assert res["failure"]["class"] == "engine_exited"
+    assert time.time() - t0 < 5.5
+
+
+def test_container_that_appears_within_the_grace_period_is_followed(run_module, fake_bins):
+    out, err = _docker_split("progress_v1_midload.log")
+    calls = {"logs": 0}
+
+    def docker(args):
+        if args[1] == "logs":
+            calls["logs"] += 1
+            return _no_such_container(args) if calls["logs"] < 3 else (0, out, err)
+        return 0, "running 0 false\n", ""
+    fake_bins({"docker": docker})
+    res = run_module(vllm_wait, {"container": "vllm", "timeout": 10, "poll_interval": 0.2, "stall_timeout": 0})
+    assert not res.get("failed"), res.get("failure")
+    assert res["phase"] == "loading_weights"
+
+
 # ---- API readiness on loopback ----
 
 class _Api(BaseHTTPRequestHandler):
