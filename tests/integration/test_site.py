@@ -60,8 +60,7 @@ def deployed(lab, tmp_path_factory):
     return r
 
 
-def test_first_run_serves_and_answers_from_the_controller(lab, deployed):
-    assert changed_total(deployed) > 0
+def test_site_serves_and_answers_from_the_controller(lab, deployed):
     code, models = api_request(lab, "/v1/models")
     assert code == 200 and [m["id"] for m in models["data"]] == ["sparklab/tiny-moe"]
     code, out = api_request(lab, "/v1/completions", {"model": "sparklab/tiny-moe", "prompt": "Hello", "max_tokens": 5})
