@@ -32,7 +32,7 @@ description:
   - In check mode, lists per destination what would be transferred or deleted (an rsync dry run) and the
     space needed, and changes nothing.
 author:
-  - sparkfleet.vllm contributors
+  - sparkfleet.vllm contributors (@sparkfleet)
 options:
   src:
     description:
@@ -166,7 +166,7 @@ transfer_seconds:
   type: float
   sample: 190.2
 mb_per_s:
-  description: O(bytes_transferred) / O(transfer_seconds) in MB/s (10^6 bytes), 0 when nothing moved.
+  description: RV(bytes_transferred) / RV(transfer_seconds) in MB/s (10^6 bytes), 0 when nothing moved.
   returned: always
   type: float
   sample: 625.8
@@ -277,8 +277,8 @@ class ModelSync(object):
         inner = rsync_argv("rsync", hop, self.dest, tgt, checksum=checksum, bwlimit=bwlimit,
                            dry_run=dry_run, delete=delete, files_from=files_from,
                            timeout=self.p["timeout"])
-        argv = self._ssh(forward_agent=True) + [host_spec(feeder, self.user),
-                                                 " ".join(shlex.quote(a) for a in inner)]
+        remote = " ".join(shlex.quote(a) for a in inner)
+        argv = self._ssh(forward_agent=True) + [host_spec(feeder, self.user), remote]
         return argv, dict(self.agent_env)
 
     # ------------------------------------------------------------------ agent
@@ -338,16 +338,16 @@ class ModelSync(object):
         try:
             if rc != 0:
                 raise ValueError(_tail(err or out))
-            info["bytes_available"] = parse_df_avail(out)
+            avail = parse_df_avail(out)
         except ValueError as exc:
             info.update(status="failed", msg="cannot read free space under %s on %s: %s" % (self.dest, host, exc))
             return info, moved
+        info["bytes_available"] = avail
         # Old versions stay until each new file is renamed into place, so the new bytes must all fit.
-        if nbytes > info["bytes_available"]:
+        if nbytes > avail:
             info.update(status="failed",
                         msg="%s has %d bytes (%.1f GB) free under %s, the sync needs %d bytes (%.1f GB)"
-                            % (host, info["bytes_available"], info["bytes_available"] / 1e9, self.dest,
-                               nbytes, nbytes / 1e9))
+                            % (host, avail, avail / 1e9, self.dest, nbytes, nbytes / 1e9))
             return info, moved
         info["status"] = "in_sync" if not names and not deleted else "pending"
         return info, moved
@@ -444,7 +444,7 @@ class ModelSync(object):
         if not hosts:
             m.fail_json(msg="destinations is empty: name at least one host to push to")
         if m.params["streams"] < 1:
-            m.fail_json(msg="streams must be 1 or more, got %d" % m.params["streams"])
+            m.fail_json(msg="streams must be 1 or more, got %s" % m.params["streams"])
 
         report, problems = check_model_dir(self.src)
         if problems:
