@@ -111,7 +111,7 @@ def case_module(streams):
                            "ssh_key": KEY, "streams": streams})
         out = subprocess.run([LABCTL, "ctl", "--", os.path.join(REPO, ".venv/bin/ansible"), "spark-1",
                               "-o", "-m", "sparkfleet.vllm.model_sync", "-a", args, "-e", "ansible_become=false"],
-                             cwd=REPO, stdout=subprocess.PIPE, universal_newlines=True).stdout
+                             cwd=REPO, stdout=subprocess.PIPE, universal_newlines=True, check=False).stdout
         res = json.loads(out.split("=> ", 1)[1])
         if res.get("failed") or res["files_transferred"] != len(files):
             raise RuntimeError(out[-2000:])
@@ -174,8 +174,8 @@ def main():
         wire = inner or secs  # the module's own transfer phase, without ansible, checks and verify
         got = int(hexec("spark-2", "du -sb --exclude=.sparkfleet-sync %s | cut -f1" % DST).split()[0])
         rows.append((label, secs, total / secs / 1e6, total / wire / 1e6, got))
-        print("  %-26s %7.2f s %8.1f MB/s%s" % (label, secs, total / secs / 1e6,
-                                               "" if got >= total else "  INCOMPLETE %d" % got), flush=True)
+        note = "" if got >= total else "  INCOMPLETE %d" % got
+        print("  %-26s %7.2f s %8.1f MB/s%s" % (label, secs, total / secs / 1e6, note), flush=True)
     base = rows[0][3]
     print("\n%-26s %9s %11s %13s %8s" % ("case", "seconds", "MB/s (all)", "MB/s (copy)", "ratio"))
     for label, secs, mbs, wire_mbs, _got in rows:

@@ -157,8 +157,8 @@ def test_sync_then_second_run_unchanged(synclab):
     for h in lab.workers:
         assert sums(lab, h, "/models/itest-a") == source
         assert res["destinations"]["10.99.1.%d" % (10 + int(h.split("-")[1]))]["verified"] is True
-    print("first sync: %s bytes in %s s, %s MB/s" % (res["bytes_transferred"], res["transfer_seconds"],
-                                                    res["mb_per_s"]))
+    print("first sync: %s bytes in %s s, %s MB/s"
+          % (res["bytes_transferred"], res["transfer_seconds"], res["mb_per_s"]))
 
     again = sync_result(play(lab, lab.dir, "sync.yml", src=MODEL, dest="/models/itest-a"))
     assert again["changed"] is False and again["files_transferred"] == 0
