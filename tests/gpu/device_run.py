@@ -57,7 +57,7 @@ def say(text=''):
 
 def run(cmd, timeout=120):
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         return proc.returncode, proc.stdout, proc.stderr
     except FileNotFoundError as exc:
         return 127, '', str(exc)
@@ -89,7 +89,7 @@ def module(name, args, check=False, label=''):
                ANSIBLE_CALLBACK_RESULT_FORMAT='json', ANSIBLE_NOCOLOR='1',
                ANSIBLE_DEPRECATION_WARNINGS='0')
     t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300, check=False)
     elapsed = round(time.time() - t0, 2)
     text = proc.stdout
     result = None

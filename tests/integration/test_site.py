@@ -69,7 +69,7 @@ def test_site_serves_and_answers_from_the_controller(lab, deployed):
 
 
 def test_api_key_is_enforced(lab, deployed):
-    code, _ = api_request(lab, "/v1/models", key=False)
+    code, _body = api_request(lab, "/v1/models", key=False)
     assert code == 401
 
 
@@ -145,7 +145,7 @@ def test_restart_serves_again(lab, deployed, tmp_path):
     assert r["status"] == "successful" and not failures
     after = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Id}}", "sparkfleet-vllm").stdout.strip()
     assert after and after != before
-    code, _ = api_request(lab, "/v1/completions", {"model": "sparklab/tiny-moe", "prompt": "again", "max_tokens": 2})
+    code, _body = api_request(lab, "/v1/completions", {"model": "sparklab/tiny-moe", "prompt": "again", "max_tokens": 2})
     assert code == 200
 
 

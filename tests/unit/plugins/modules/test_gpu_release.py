@@ -144,8 +144,7 @@ def test_gb10_memory_not_reported_is_not_a_failure(run_module, fakebin, tmp_path
     assert not result.get('failed') and result['gpu']['unified_memory'] is True
 
 
-def test_units_and_containers_are_stopped_disabled_and_unrestarted(run_module, fakebin, tmp_path,
-                                                                      monkeypatch):
+def test_units_and_containers_are_stopped_disabled_and_unrestarted(run_module, fakebin, tmp_path, monkeypatch):
     cid = 'd' * 64
     fakebin.add('nvidia-smi', smi_answers('gb10', 'stale'))
     fakebin.add('systemctl', {

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
+import gzip
 import json
 import os
+import shutil
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -16,10 +20,17 @@ from ansible_collections.sparkfleet.vllm.plugins.modules import vllm_wait
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "vllm_wait")
 EXPECTED = json.load(open(os.path.join(FIXTURES, "expected.json")))
+# The logs are stored gzipped (their tqdm carriage returns are real); the module reads plain files.
+_PLAIN = tempfile.mkdtemp(prefix="vllm_wait-fixtures-")
+atexit.register(shutil.rmtree, _PLAIN, True)
 
 
 def fixture(name):
-    return os.path.join(FIXTURES, name)
+    path = os.path.join(_PLAIN, name)
+    if not os.path.exists(path):
+        with gzip.open(os.path.join(FIXTURES, name + ".gz"), "rb") as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return path
 
 
 def _text(name):
