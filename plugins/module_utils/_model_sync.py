@@ -189,7 +189,8 @@ class FanoutScheduler(object):
         self.busy.remove((feeder, target))
         self.idle.append(feeder)
         if ok:
-            self.idle.append(target)
+            # A fresh holder feeds first: it offloads the source (often the busy Ray head).
+            self.idle.insert(0, target)
         else:
             self.failed.append(target)
 

@@ -62,8 +62,8 @@ SETUP = """
         creates: {model}/config.json
       become_user: spark
 
-- name: Workers accept it
-  hosts: spark_workers
+- name: Every node accepts it (a worker may feed another node, the head included)
+  hosts: spark
   tasks:
     - name: Model directory owned by spark
       ansible.builtin.file:
@@ -93,7 +93,7 @@ SYNC = """
       sparkfleet.vllm.model_sync:
         src: "{{{{ src }}}}"
         dest: "{{{{ dest }}}}"
-        destinations: "{{{{ groups['spark_workers'] | map('extract', hostvars, 'sparkfleet_fabric_ip') | list }}}}"
+        destinations: "{{{{ sync_destinations }}}}"
         ssh_user: spark
         ssh_key: {key}
         streams: 3
@@ -120,10 +120,16 @@ def synclab(lab, tmp_path_factory):
 
 def play(lab, d, playbook, check=False, **extravars):
     # ansible-runner keeps env/extravars and env/cmdline from the last call when given none: always pass both.
-    extravars = dict(dict(bwlimit=0, sync_poll=2, src=MODEL, dest="/models/itest-a"), **extravars)
+    workers = [fabric_ip(h) for h in lab.hosts if h != "spark-1"]
+    extravars = dict(dict(bwlimit=0, sync_poll=2, src=MODEL, dest="/models/itest-a",
+                          sync_destinations=workers), **extravars)
     return lab.ansible_run(private_data_dir=str(d), playbook=str(d / playbook), inventory=str(lab.inventory),
                            extravars=extravars, cmdline="--check" if check else "--forks 8",
                            envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
+
+
+def fabric_ip(host):
+    return "10.99.1.%d" % (10 + int(host.split("-")[1]))
 
 
 def sync_result(r):
@@ -225,3 +231,26 @@ def test_corrupt_shard_on_source_fails_before_copying(synclab):
     for h in lab.workers:
         assert sh(lab, h, "test -e " + bad).returncode == 1, "something was copied to %s" % h
     sh(lab, "spark-1", "rm -rf " + bad)
+
+
+def test_a_finished_worker_feeds_the_next_node_through_the_forwarded_agent(synclab):
+    """Tree fan-out over real sshd: spark-1 pushes to spark-2, then spark-2 (holding no key file,
+    only the forwarded per-run agent) feeds the next destination. With two lab hosts the next one
+    is spark-1's own fabric IP, into another directory."""
+    lab = synclab
+    first, second = fabric_ip(lab.workers[0]), fabric_ip("spark-1")
+    for h in lab.hosts:
+        sh(lab, h, "rm -rf /models/itest-tree")
+    r = play(lab, lab.dir, "sync.yml", src=MODEL, dest="/models/itest-tree", sync_destinations=[first, second])
+    res = sync_result(r)
+    assert r["status"] == "successful", res
+    assert res["destinations"][first]["fed_from"] == "source"
+    assert res["destinations"][second]["fed_from"] == first
+    assert res["rounds"] == [[["source", first]], [[first, second]]]
+    source = sums(lab, "spark-1", MODEL)
+    assert sums(lab, lab.workers[0], "/models/itest-tree") == source
+    assert sums(lab, "spark-1", "/models/itest-tree") == source
+    # The worker holds no private key of the head's: the hop used the forwarded agent.
+    assert "sparkfleet_sync" not in sh(lab, lab.workers[0], "ls -a /home/spark/.ssh").stdout
+    # ... and the per-run agent is gone from the head.
+    assert sh(lab, "spark-1", "pgrep -u spark -x ssh-agent").returncode == 1

@@ -194,9 +194,8 @@ def test_failed_target_never_feeds_and_the_rest_still_gets_fed():
     assert sched.next() == [("source", "b")]
     sched.done("source", "b", True)
     pairs = sched.next()
-    assert pairs == [("source", "c")]
-    assert "a" not in [f for f, _t in pairs]
-    sched.done("source", "c", True)
+    assert pairs == [("b", "c")]                  # a good holder feeds; the failed a never does
+    sched.done("b", "c", True)
     assert sched.finished()
 
 
@@ -204,9 +203,11 @@ def test_dynamic_scheduler_feeds_as_soon_as_a_feeder_is_free():
     sched = FanoutScheduler(["source"], ["a", "b", "c", "d"])
     sched.next()
     sched.done("source", "a", True)
-    assert sorted(sched.next()) == [("a", "c"), ("source", "b")]
-    sched.done("a", "c", True)       # c finished before b: a and c feed d without waiting for b
-    assert sched.next() == [("a", "d")]
+    # The fresh holder feeds first, then the source.
+    assert sched.next() == [("a", "b"), ("source", "c")]
+    sched.done("source", "c", True)  # c finished before b: c feeds d without waiting for b
+    assert sched.next() == [("c", "d")]
+    assert ("a", "b") in sched.busy
 
 
 # ------------------------------------------------------------------ rsync output

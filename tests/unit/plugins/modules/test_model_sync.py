@@ -185,8 +185,8 @@ def test_check_mode_lists_what_would_move_and_changes_nothing(run_module, lab):
     assert d["status"] == "would_sync"
     assert sorted(d["would_transfer"]) == sorted(tree(lab.src))
     assert d["bytes_needed"] == sum(len(b) for b in tree(lab.src).values())
-    # Plan: the source feeds the first; then the source (first idle holder) feeds the second.
-    assert res["rounds"] == [[["source", "10.99.1.12"]], [["source", "10.99.1.13"]]]
+    # Plan: the source feeds the first, which then feeds the second (sparing the source).
+    assert res["rounds"] == [[["source", "10.99.1.12"]], [["10.99.1.12", "10.99.1.13"]]]
     assert not os.path.exists(lab.dest("10.99.1.12"))
     assert not os.path.exists(lab.dest("10.99.1.13"))
 
