@@ -7,7 +7,7 @@
 # Env: SPARKFLEET_STAGES="lint sanity unit lab integration molecule" to run a subset.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 stages=${SPARKFLEET_STAGES:-lint sanity unit lab integration molecule}
 out=tests/output
 mkdir -p "$out"
@@ -15,7 +15,7 @@ rm -f "$out"/junit-*.xml
 declare -a results=()
 failed=0
 
-want() { case " $stages " in *" $1 "*) return 0;; esac; return 1; }
+want() { case " $stages " in *" ${1%%:*} "*) return 0;; esac; return 1; }
 stage() {  # stage NAME CMD...
   local name=$1 t0 rc; shift
   want "$name" || return 0
@@ -42,8 +42,9 @@ if [ $lab_ok = 1 ]; then
   stage integration lab/labctl ctl -- pytest tests/integration -m lab -q -p no:cacheprovider \
     --junitxml="$out/junit-integration.xml"
   # Role scenarios share the running lab; the default scenario comes last and takes the lab down.
-  stage molecule lab/labctl ctl -- bash -c 'set -e; for s in gpu_cleanup model_sync ray_cluster vllm_serve healthcheck default; do
-    echo "--- molecule scenario $s"; molecule test -s "$s"; done'
+  for s in gpu_cleanup model_sync ray_cluster vllm_serve healthcheck default; do
+    want molecule && stage "molecule:$s" lab/labctl ctl -- molecule test -s "$s"
+  done
 fi
 want lab && lab/labctl down >/dev/null 2>&1
 

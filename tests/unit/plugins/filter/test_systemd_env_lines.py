@@ -13,7 +13,7 @@ def parse_systemd_env(text):
     """Reference reader following systemd's EnvironmentFile rules (env-file.c) for the forms we emit."""
     out = {}
     for line in text.splitlines():
-        key, _, raw = line.partition("=")
+        key, _sep, raw = line.partition("=")
         if raw.startswith('"'):
             assert raw.endswith('"')
             body, value, i = raw[1:-1], [], 0

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import sys
 
-import pytest
 
 from ansible_collections.sparkfleet.vllm.plugins.modules import gpu_holders
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'fixtures', 'nvidia_smi'))
-from gpu_fakes import fakebin, fixture, holders, smi_answers, warnings_seen  # noqa: E402,F401
+# pytest fixtures are found by name in this module, so importing them is their use.
+from gpu_fakes import fakebin, fixture, holders, smi_answers, warnings_seen  # noqa: E402,F401 pylint: disable=unused-import
 
 
 def base(tmp_path, **extra):

@@ -10,7 +10,8 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils import _gpu
 from ansible_collections.sparkfleet.vllm.plugins.modules import gpu_release
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'fixtures', 'nvidia_smi'))
-from gpu_fakes import alive, fakebin, fixture, holders, smi_answers, warnings_seen  # noqa: E402,F401
+# pytest fixtures are found by name in this module, so importing them is their use.
+from gpu_fakes import alive, fakebin, fixture, holders, smi_answers, warnings_seen  # noqa: E402,F401 pylint: disable=unused-import
 
 
 def base(tmp_path, **extra):
