@@ -27,44 +27,8 @@ description:
   - Reads only; never changes anything. Run as root to see other users' processes.
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
-options:
-  nvidia_smi:
-    description:
-      - How to treat C(nvidia-smi). V(auto) uses it when installed and otherwise reports
-        holders from device files only, with a warning. V(required) fails when it is missing or
-        fails. V(skip) never runs it.
-    type: str
-    default: auto
-    choices: [auto, required, skip]
-  device_glob:
-    description:
-      - Shell pattern of the device files whose open descriptors make a process a holder.
-    type: str
-    default: /dev/nvidia[0-9]*
-  ours:
-    description:
-      - Names or shell patterns of systemd units, containers or process names that belong to
-        this collection. A holder matching one is reported with RV(holders[].status=ours).
-      - C(foo) also matches the unit C(foo.service).
-    type: list
-    elements: str
-    default: []
-  protect:
-    description:
-      - Names or shell patterns of units, containers or process names never to touch
-        (persistence daemon, DCGM, display managers).
-    type: list
-    elements: str
-    default: [nvidia-persistenced, nvidia-fabricmanager, dcgm*, nv-hostengine, nvidia-dcgm,
-              gdm*, lightdm, sddm, display-manager, Xorg, Xwayland, gnome-shell]
-  stale_units:
-    description:
-      - Names or shell patterns of systemd units and docker containers from earlier
-        deployments, listed in RV(stale) whether or not they hold the GPU now.
-      - Units and containers that also match O(ours) are left out.
-    type: list
-    elements: str
-    default: [vllm-cluster, vllm-proxy, vllm-embeddings, vllm-reranker, sglang*]
+extends_documentation_fragment:
+  - sparkfleet.vllm.gpu_holders
 notes:
   - Supports check mode; the module never changes anything.
   - On GB10 (DGX Spark) RV(gpu.memory_used_mib) and RV(gpu.memory_total_mib) are null and

@@ -27,43 +27,9 @@ description:
     It fails naming every remaining holder otherwise.
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.vllm.gpu_holders
 options:
-  nvidia_smi:
-    description:
-      - How to treat C(nvidia-smi). V(auto) uses it when installed and otherwise relies on
-        device files only, with a warning. V(required) fails when it is missing or fails.
-        V(skip) never runs it.
-    type: str
-    default: auto
-    choices: [auto, required, skip]
-  device_glob:
-    description:
-      - Shell pattern of the device files whose open descriptors make a process a holder.
-        C(/dev/nvidiactl) and C(/dev/nvidia-uvm) are left out by default because every NVML
-        client opens them without holding GPU memory.
-    type: str
-    default: /dev/nvidia[0-9]*
-  ours:
-    description:
-      - Names or shell patterns of units, containers or process names that belong to this
-        collection and are left running. C(foo) also matches C(foo.service).
-    type: list
-    elements: str
-    default: []
-  protect:
-    description:
-      - Names or shell patterns of units, containers or process names never to touch.
-    type: list
-    elements: str
-    default: [nvidia-persistenced, nvidia-fabricmanager, dcgm*, nv-hostengine, nvidia-dcgm,
-              gdm*, lightdm, sddm, display-manager, Xorg, Xwayland, gnome-shell]
-  stale_units:
-    description:
-      - Names or shell patterns of units and containers from earlier deployments to disable and
-        stop whether or not they hold the GPU now. Those also matching O(ours) are left alone.
-    type: list
-    elements: str
-    default: [vllm-cluster, vllm-proxy, vllm-embeddings, vllm-reranker, sglang*]
   grace:
     description:
       - Seconds a process gets between SIGTERM and SIGKILL; also the C(docker stop) timeout.

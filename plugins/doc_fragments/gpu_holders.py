@@ -1,0 +1,54 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    """Options shared by gpu_holders and gpu_release (their argument spec is shared in module_utils/_gpu)."""
+
+    DOCUMENTATION = r"""
+options:
+  nvidia_smi:
+    description:
+      - How to treat C(nvidia-smi). V(auto) uses it when installed and otherwise reports
+        holders from device files only, with a warning. V(required) fails when it is missing or
+        fails. V(skip) never runs it.
+    type: str
+    default: auto
+    choices: [auto, required, skip]
+  device_glob:
+    description:
+      - Shell pattern of the device files whose open descriptors make a process a holder.
+        C(/dev/nvidiactl) and C(/dev/nvidia-uvm) are left out by default because every NVML
+        client opens them without holding GPU memory.
+    type: str
+    default: /dev/nvidia[0-9]*
+  ours:
+    description:
+      - Names or shell patterns of systemd units, containers or process names that belong to
+        this collection. M(sparkfleet.vllm.gpu_holders) reports a matching holder with status C(ours);
+        M(sparkfleet.vllm.gpu_release) leaves it running.
+      - C(foo) also matches the unit C(foo.service).
+    type: list
+    elements: str
+    default: []
+  protect:
+    description:
+      - Names or shell patterns of units, containers or process names never to touch
+        (persistence daemon, DCGM, display managers).
+    type: list
+    elements: str
+    default: [nvidia-persistenced, nvidia-fabricmanager, dcgm*, nv-hostengine, nvidia-dcgm,
+              gdm*, lightdm, sddm, display-manager, Xorg, Xwayland, gnome-shell]
+  stale_units:
+    description:
+      - Names or shell patterns of systemd units and docker containers from earlier
+        deployments. M(sparkfleet.vllm.gpu_holders) lists them whether or not they hold the GPU now;
+        M(sparkfleet.vllm.gpu_release) disables (units) or removes the restart policy of and stops
+        (containers) them, so they do not come back after a reboot.
+      - Units and containers that also match O(ours) are left out.
+    type: list
+    elements: str
+    default: [vllm-cluster, vllm-proxy, vllm-embeddings, vllm-reranker, sglang*]"""
