@@ -165,6 +165,23 @@ def test_stale_unit_holding_the_gpu_is_stopped_and_disabled(lab, deployed, tmp_p
         lab.labctl("fix", "stale-unit", worker, check=False)
 
 
+def test_engine_killed_by_ray_oom_fails_with_its_class_and_hint(lab, deployed, tmp_path):
+    # The stand-in writes what Ray and vLLM write when Ray's memory monitor kills a worker during CUDA graph capture.
+    env = {"SPARKLAB_SECONDS_PER_SHARD": "0.2", "SPARKLAB_FAULT": "ray_oom_graph"}
+    r, failures = play(lab, tmp_path / "fault", "site.yml", cmdline="--tags vllm_serve",
+                       extravars={"vllm_serve_env": env})
+    assert r["status"] == "failed" and failures
+    res = failures[-1]["res"]
+    assert res["failure"]["class"] == "ray_oom_killed", res.get("summary")
+    assert res["failed_phase"] == "cuda_graphs"
+    assert "ray_cluster_memory_monitor" in res["failure"]["hint"]
+    # The same playbook without the fault serves again.
+    r, failures = play(lab, tmp_path / "healed", "site.yml", cmdline="--tags vllm_serve")
+    assert r["status"] == "successful" and not failures
+    code, _body = api_request(lab, "/v1/completions", {"model": "sparklab/tiny-moe", "prompt": "back", "max_tokens": 2})
+    assert code == 200
+
+
 def test_stop_keeps_the_model_and_stops_our_services(lab, deployed, tmp_path):
     r, failures = play(lab, tmp_path, "playbooks/stop.yml")
     assert r["status"] == "successful" and not failures
