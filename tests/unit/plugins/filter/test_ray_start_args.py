@@ -1,0 +1,50 @@
+"""ray_start_args: every node pinned to its fabric IP, the dashboard never exposed."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sparkfleet.vllm.plugins.filter.ray_start_args import ray_start_args
+
+
+def test_head_is_pinned_with_the_dashboard_off():
+    assert ray_start_args("192.168.200.12", True, "192.168.200.12") == [
+        "--head", "--port", "6379", "--include-dashboard=false",
+        "--node-ip-address", "192.168.200.12", "--num-gpus", "1", "--disable-usage-stats", "--block"]
+
+
+def test_worker_joins_the_head_on_the_fabric():
+    args = ray_start_args("192.168.200.13", False, "192.168.200.12", port=6380, num_gpus="1", num_cpus=20)
+    assert args[:2] == ["--address", "192.168.200.12:6380"]
+    assert args[args.index("--node-ip-address") + 1] == "192.168.200.13"
+    assert args[args.index("--num-cpus") + 1] == "20"
+    assert not any(a.startswith("--include-dashboard") or a == "--head" for a in args)
+
+
+def test_dashboard_only_on_loopback():
+    args = ray_start_args("10.99.1.11", True, "10.99.1.11", dashboard=True)
+    assert "--dashboard-host=127.0.0.1" in args and "--include-dashboard=true" in args
+
+
+def test_extra_arguments_come_last_and_cannot_unpin():
+    assert ray_start_args("10.99.1.12", False, "10.99.1.11", extra=["--object-store-memory", 1000])[-2:] == [
+        "--object-store-memory", "1000"]
+    with pytest.raises(AnsibleFilterError, match="must not override --node-ip-address"):
+        ray_start_args("10.99.1.12", False, "10.99.1.11", extra=["--node-ip-address=10.99.0.11"])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(node_ip="spark-2"), "node_ip 'spark-2' is not an IP address"),
+    (dict(head_ip=""), "head_ip '' is not an IP address"),
+    (dict(num_gpus=-1), "num_gpus must be at least 0"),
+    (dict(num_gpus=True), "num_gpus must be a whole number"),
+    (dict(num_cpus="many"), "num_cpus must be a whole number"),
+    (dict(port=70000), "port 70000 is out of range"),
+])
+def test_bad_values_fail_naming_them(kwargs, message):
+    args = dict(node_ip="10.99.1.12", head=False, head_ip="10.99.1.11")
+    args.update(kwargs)
+    with pytest.raises(AnsibleFilterError, match=message):
+        ray_start_args(**args)
