@@ -22,6 +22,7 @@ def fabric_ip(host):
 
 
 def play(lab, tmp_path, playbook, cmdline="", extravars=None):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     r = lab.ansible_run(private_data_dir=str(tmp_path), playbook=str(lab.repo / playbook),
                         inventory=str(lab.inventory), cmdline=cmdline, extravars=extravars or {},
                         envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
