@@ -174,7 +174,8 @@ def test_engine_killed_by_ray_oom_fails_with_its_class_and_hint(lab, deployed, t
     assert r["status"] == "failed" and failures
     res = failures[-1]["res"]
     assert res["failure"]["class"] == "ray_oom_killed", res.get("summary")
-    assert res["failed_phase"] == "cuda_graphs"
+    # Killed as capture starts: the log may not yet hold a capture bar from any rank.
+    assert res["failed_phase"] in ("profiling", "cuda_graphs")
     assert "ray_cluster_memory_monitor" in res["failure"]["hint"]
     # The same playbook without the fault serves again.
     r, failures = play(lab, tmp_path / "healed", "site.yml", cmdline="--tags vllm_serve")
