@@ -5,7 +5,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 log() { printf '[bootstrap] %s\n' "$*" >&2; }
-[ "$(id -u)" = 0 ] || { log "run as root (sudo $0)"; exit 1; }
+[ "$(id -u)" = 0 ] || { log "run as root"; exit 1; }
 
 # Controller packages; the lab adds its own list.
 pkgs=(git rsync openssh-client python3-venv iproute2 util-linux shellcheck)
