@@ -8,11 +8,15 @@
 #   base  debootstrap bookworm minbase + python3, python3-venv, iproute2, procps, ca-certificates, tini
 #   venv  /opt/venv made by the image's /usr/bin/python3 (Debian 3.11.2, same as this machine's) holding
 #         ray[default], torch (CPU wheel from /opt/wheels only), numpy
-#   final the stand-in (lab/standin/sparklab_vllm) as the `vllm` command, tarred to
+#   final the stand-in (lab/standin/sparklab_vllm) as the `vllm` command and the `vllm` Python package (the few
+#         APIs the image check asks: lab/standin/vllm), tarred to
 #         /var/tmp/sparklab/share/sparklab-vllm-runtime-<hash>.tar
 # The tag sparklab/vllm-runtime:<hash> goes to /var/tmp/sparklab/share/runtime-image.txt. Lab hosts load it with
 #   docker import --change 'ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-#     --change 'ENTRYPOINT []' /var/tmp/sparklab/share/sparklab-vllm-runtime-<hash>.tar sparklab/vllm-runtime:<hash>
+#     --change 'ENTRYPOINT ["vllm", "serve"]' /var/tmp/sparklab/share/sparklab-vllm-runtime-<hash>.tar \
+#     sparklab/vllm-runtime:<hash>
+# (the entrypoint of vllm/vllm-openai: a container started without --entrypoint runs `vllm serve ...`).
+# lab/stage.sh does that on the head only; --release 0.10.2 adds a "too old" tag (SPARKLAB_VLLM_RELEASE).
 # Network: debootstrap talks to the Debian mirror, pip (in the chroot) to PyPI; nothing else.
 set -euo pipefail
 
@@ -37,7 +41,7 @@ recipe() { sed -n "/^# $1-RECIPE/,/^# END-$1-RECIPE/p" "$0" | grep -v '^[[:space
 BASE_HASH=$(printf 'bookworm minbase %s %s\n' "$BASE_PKGS" "$(recipe BASE)" | h)
 VENV_HASH=$(printf '%s %s %s %s\n' "$BASE_HASH" "${PIP_PKGS[*]}" "$(basename "$TORCH_WHEEL")" "$(recipe VENV)" | h)
 FINAL_HASH=$( { echo "$VENV_HASH"; recipe FINAL;
-  cd "$STANDIN" && find sparklab_vllm -name '*.py' -print0 | sort -z | xargs -0 sha256sum; } | h)
+  cd "$STANDIN" && find sparklab_vllm vllm -name '*.py' -print0 | sort -z | xargs -0 sha256sum; } | h)
 TAG=sparklab/vllm-runtime:$FINAL_HASH
 TAR=$SHARE/sparklab-vllm-runtime-$FINAL_HASH.tar
 if [ "${1:-}" = "--print" ]; then echo "$TAG"; exit 0; fi
@@ -120,6 +124,7 @@ cp -al "$VROOT" "$STAGE"          # hard links: the venv layer stays untouched, 
 SPD=$STAGE/opt/venv/lib/python3.11/site-packages
 mkdir -p "$SPD/sparklab_vllm"
 (cd "$STANDIN/sparklab_vllm" && find . -name '*.py' -exec install -D -m 0644 {} "$SPD/sparklab_vllm/{}" \;)
+(cd "$STANDIN/vllm" && find . -name '*.py' -exec install -D -m 0644 {} "$SPD/vllm/{}" \;)
 cat >"$STAGE/opt/venv/bin/vllm" <<'EOF'
 #!/opt/venv/bin/python3
 # sparklab stand-in for the `vllm` command (lab only; see sparklab_vllm/__init__.py)
@@ -129,7 +134,8 @@ if __name__ == "__main__":  # multiprocessing's spawn re-imports this script in 
     sys.exit(main())
 EOF
 chmod 0755 "$STAGE/opt/venv/bin/vllm"
-chroot "$STAGE" /opt/venv/bin/python3 -m compileall -q /opt/venv/lib/python3.11/site-packages/sparklab_vllm >/dev/null
+chroot "$STAGE" /opt/venv/bin/python3 -m compileall -q /opt/venv/lib/python3.11/site-packages/sparklab_vllm \
+  /opt/venv/lib/python3.11/site-packages/vllm >/dev/null
 echo "$TAG" >"$STAGE/etc/sparklab-runtime-image"
 log "tar -> $TAR"
 tar -C "$STAGE" --numeric-owner -cf "$TAR.partial" .

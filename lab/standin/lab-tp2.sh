@@ -23,7 +23,7 @@ up() {
     if ! x "$h" docker image inspect "$TAG" >/dev/null 2>&1; then
       log "$h: docker import $TAG"
       x "$h" docker import --change 'ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-        --change 'ENTRYPOINT []' "$TAR" "$TAG" >/dev/null
+        --change 'ENTRYPOINT ["vllm", "serve"]' "$TAR" "$TAG" >/dev/null
     fi
     x "$h" python3 - --out "$MODEL" --shards "${SHARDS:-8}" --shard-mb "${SHARD_MB:-32}" <"$HERE/make_model.py"
     x "$h" docker rm -f "$C" >/dev/null 2>&1 || true
@@ -33,10 +33,10 @@ up() {
     local ip role; ip=$(ip_of "$h")
     if [ "$h" = spark-1 ]; then role=(--head --port 6379); else role=(--address "$head_ip:6379"); fi
     log "$h: ray start ${role[*]} --node-ip-address $ip --num-gpus 1"
-    x "$h" docker run -d --name "$C" --pull=never --network host --ipc host --device /dev/nvidia0 \
+    x "$h" docker run -d --name "$C" --pull=never --entrypoint ray --network host --ipc host --device /dev/nvidia0 \
       -v /models:/models -e RAY_USAGE_STATS_ENABLED=0 -e VLLM_HOST_IP="$ip" -e GLOO_SOCKET_IFNAME="$IF" \
       -e NCCL_SOCKET_IFNAME="$IF" -e SPARKLAB_SECONDS_PER_SHARD="${SECONDS_PER_SHARD:-1}" ${FAULT:+-e SPARKLAB_FAULT=$FAULT} \
-      "$TAG" ray start "${role[@]}" --node-ip-address "$ip" --num-gpus 1 --include-dashboard=false \
+      "$TAG" start "${role[@]}" --node-ip-address "$ip" --num-gpus 1 --include-dashboard=false \
       --disable-usage-stats --block >/dev/null
     [ "$h" = spark-1 ] && sleep 6
   done

@@ -108,7 +108,7 @@ def make_model(out, shards, shard_mb, name="sparklab/Qwen3-Tiny-Standin", seed=0
     layout = plan(shards, shard_mb)
     vocab = 259
     write_json(os.path.join(out, "config.json"), {
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "_name_or_path": name,
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe", "_name_or_path": name,
         "hidden_size": ROW, "intermediate_size": 3 * ROW, "num_hidden_layers": shards,
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128, "hidden_act": "silu",
         "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,

@@ -7,6 +7,8 @@ the safetensors shards, the same HTTP endpoints. Generated text is deterministic
 
 from __future__ import annotations
 
-# The vLLM release whose formats the stand-in writes (logs, /version, `vllm --version`).
-__version__ = "0.13.0"
+from .releases import current as _current_release
+
+# The vLLM release the stand-in plays (logs, /version, `vllm --version`, registry, serve flags): releases.py.
+__version__, RELEASE = _current_release()
 STANDIN_MARKER = "SPARKLAB STAND-IN"

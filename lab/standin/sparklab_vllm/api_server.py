@@ -18,7 +18,7 @@ import traceback
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import STANDIN_MARKER, __version__
+from . import RELEASE, STANDIN_MARKER, __version__
 from .cli import non_default_args
 from .formats import (UNAUTHORIZED_BODY, Logger, PrefixedStream, api_key_allows, error_body, log_line,
                       process_prefix, render_metrics, tokenize, words_from_ids)
@@ -288,6 +288,13 @@ def run_server(args):
         sys.stdout.write("Traceback (most recent call last):\n" + "".join(traceback.format_exc().splitlines(True)[1:]))
         return 1
     arch = (cfg.get("architectures") or ["LlamaForCausalLM"])[0]
+    if arch not in RELEASE["architectures"]:
+        # vLLM fails at model init (minutes in on a real GB10) when its registry lacks the architecture
+        sys.stdout.write("Traceback (most recent call last):\n  File \"vllm/model_executor/models/registry.py\", "
+                         "in inspect_model_cls\nValueError: Model architectures ['%s'] are not supported for now. "
+                         "Supported architectures: dict_keys(%r)\n" % (arch, list(RELEASE["architectures"])))
+        sys.stdout.flush()
+        return 1
     Logger("model.py").info(514, "Resolved architecture: %s", arch)
     max_model_len = args.max_model_len or int(cfg.get("max_position_embeddings", 4096))
     Logger("model.py").info(1661, "Using max model len %d", max_model_len)

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from . import STANDIN_MARKER, __version__
+from . import RELEASE, STANDIN_MARKER, __version__
 
 SUBCOMMANDS = ("chat", "complete", "serve", "bench", "collect-env", "run-batch")
 
@@ -95,7 +95,9 @@ def add_serve_args(p):
                     "safetensors, npcache, dummy, tensorizer, runai_streamer, bitsandbytes, sharded_state, gguf, "
                     "mistral, fastsafetensors, instanttensor, ...).")
     lc.add_argument("--download-dir", default=None)
-    lc.add_argument("--safetensors-load-strategy", default="lazy", choices=["eager", "lazy", "prefetch"])
+    if "--safetensors-load-strategy" not in RELEASE["serve_flags_absent"]:
+        lc.add_argument("--safetensors-load-strategy", default="lazy",
+                        choices=list(RELEASE["safetensors_load_strategies"]))
     lc.add_argument("--model-loader-extra-config", type=json.loads, default={})
     _bool_flag(lc, "--use-tqdm-on-load", "Whether to enable a progress bar for loading weights.")
     lc.add_argument("--ignore-patterns", nargs="+", default=None)

@@ -58,7 +58,7 @@ def test_real_safetensors_library_reads_every_shard(model):
 
 def test_config_files_are_realistic(model):
     cfg = json.load(open(os.path.join(model, "config.json")))
-    assert cfg["architectures"] == ["Qwen3ForCausalLM"] and cfg["model_type"] == "qwen3"
+    assert cfg["architectures"] == ["Qwen3_5MoeForConditionalGeneration"] and cfg["model_type"] == "qwen3_5_moe"
     assert cfg["num_hidden_layers"] == 3 and cfg["max_position_embeddings"] > 0
     tok = json.load(open(os.path.join(model, "tokenizer.json")))
     assert tok["model"]["type"] == "BPE" and len(tok["model"]["vocab"]) == cfg["vocab_size"]

@@ -49,7 +49,7 @@ def test_serve_accepts_the_flags_the_collection_renders():
         "serve", "/models/qwen", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "1",
         "--distributed-executor-backend", "ray", "--gpu-memory-utilization", "0.85", "--max-model-len", "32768",
         "--host", "10.99.1.11", "--port", "30000", "--served-model-name", "qwen", "--api-key", "k",
-        "--load-format", "safetensors", "--safetensors-load-strategy", "prefetch", "--enforce-eager",
+        "--load-format", "safetensors", "--safetensors-load-strategy", "eager", "--enforce-eager",
         "--trust-remote-code", "--dtype", "bfloat16", "--max-num-seqs", "8", "--kv-cache-dtype", "fp8",
         "--disable-log-requests", "--enable-prefix-caching", "--swap-space", "4", "-tp", "2"])
     assert args.model == "/models/qwen" and args.tensor_parallel_size == 2
@@ -247,3 +247,30 @@ def test_generated_words_are_deterministic_and_count_exactly():
                                         ("1.5k", 1500)])
 def test_max_model_len_accepts_vllms_human_readable_numbers(text, value):
     assert cli.parse(["serve", "m", "--max-model-len", text]).max_model_len == value
+
+
+# ------------------------------------------------------------------ releases (the image check's probe answers)
+def test_default_release_is_the_proven_qwen35_image(monkeypatch):
+    from sparklab_vllm import releases
+    monkeypatch.delenv("SPARKLAB_VLLM_RELEASE", raising=False)
+    version, rel = releases.current()
+    assert version == "0.17.1"
+    assert "Qwen3_5MoeForConditionalGeneration" in rel["architectures"]
+    assert rel["safetensors_load_strategies"] == ("eager", "lazy", "torchao")
+
+
+def test_too_old_release_lacks_qwen35_and_the_load_strategy(monkeypatch):
+    from sparklab_vllm import releases
+    monkeypatch.setenv("SPARKLAB_VLLM_RELEASE", "0.10.2")
+    version, rel = releases.current()
+    assert version == "0.10.2"
+    assert "Qwen3_5MoeForConditionalGeneration" not in rel["architectures"]
+    assert "--safetensors-load-strategy" in rel["serve_flags_absent"]
+    monkeypatch.setenv("SPARKLAB_VLLM_RELEASE", "9.9.9")
+    with pytest.raises(SystemExit, match="plays 0.10.2, 0.17.1"):
+        releases.current()
+
+
+def test_prefetch_is_not_a_017_load_strategy(capsys):
+    code, _out, err = _run_cli(["serve", "m", "--safetensors-load-strategy", "prefetch"], capsys)
+    assert code == 2 and "invalid choice: 'prefetch'" in err

@@ -57,7 +57,7 @@ def test_health_ping_version_need_no_key_and_follow_the_engine():
     st = _state(engine)
     assert call(st, "GET", "/health") == (200, "")
     assert call(st, "GET", "/ping")[0] == 200
-    assert call(st, "GET", "/version") == (200, {"version": "0.13.0"})
+    assert call(st, "GET", "/version") == (200, {"version": "0.17.1"})
     engine.dead = True
     assert call(st, "GET", "/health")[0] == 503
     assert call(st, "POST", "/ping")[0] == 503

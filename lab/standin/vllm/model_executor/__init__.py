@@ -1,0 +1,1 @@
+"""Stand-in package path (vllm.model_executor)."""
