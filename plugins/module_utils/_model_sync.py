@@ -12,6 +12,12 @@ import json
 import os
 import shlex
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import (
+    MARKER_NAME,
+    MODEL_FILES,
+    looks_like_model_dir,
+    model_path_problem,
+)
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._safetensors import (
     SafetensorsError,
     read_header,
@@ -34,10 +40,21 @@ def list_files(root):
     """Return [(relpath, size)] of every regular file under root (symlinks followed), sorted.
 
     The staging directory is skipped. A dangling symlink is listed with size -1 so that the
-    completeness check can name it.
+    completeness check can name it. A symlinked directory already walked (a loop such as
+    ``snapshot/x -> ..``) is not walked again.
     """
     out = []
+    seen = set()
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        try:
+            st_dir = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (st_dir.st_dev, st_dir.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((st_dir.st_dev, st_dir.st_ino))
         rel_dir = os.path.relpath(dirpath, root)
         if rel_dir == ".":
             rel_dir = ""
@@ -51,7 +68,7 @@ def list_files(root):
             except OSError:
                 out.append((rel, -1))
                 continue
-            if os.path.isfile(full):
+            if os.path.isfile(full) and not (rel_dir == "" and name == MARKER_NAME):
                 out.append((rel, st.st_size))
     return out
 
@@ -71,6 +88,14 @@ def check_model_dir(root):
     report = {"files": [], "weight_files": [], "tensors": 0, "index": None}
     if not os.path.isdir(root):
         return report, ["%s is not a directory" % root]
+    try:
+        top = os.listdir(root)
+    except OSError as exc:
+        return report, ["cannot list %s: %s" % (root, exc)]
+    if not looks_like_model_dir(top) and not any(n.endswith(".safetensors") for n in top):
+        # Walking an arbitrary tree (say a home directory) following symlinks is slow and pointless.
+        return report, ["%s is not a model directory: it has none of %s and no *.safetensors file"
+                        % (root, ", ".join(MODEL_FILES[:3]))]
     files = list_files(root)
     report["files"] = [f for f in files if f[1] >= 0]
     sizes = dict(files)
@@ -285,6 +310,77 @@ def compare_sizes(expected, actual):
     return problems
 
 
+# --------------------------------------------------------------------------- destination guard
+
+def dest_probe_script(dest):
+    """Shell run on a destination before anything is copied: what DEST is (after symlinks), whether it is
+    a model directory, a few entries for the message, and df of the nearest existing directory."""
+    q = shlex.quote(dest)
+    checks = " ".join(shlex.quote(n) for n in MODEL_FILES)
+    return (
+        "d=%s\n"
+        "if [ -e \"$d\" ] || [ -L \"$d\" ]; then\n"
+        "  r=$(readlink -f -- \"$d\"); echo \"real=$r\"\n"
+        "  if [ -d \"$r\" ]; then\n"
+        "    echo type=dir; echo \"count=$(ls -A -- \"$r\" | wc -l)\"\n"
+        "    for f in %s; do [ -e \"$r/$f\" ] && echo \"has=$f\"; done\n"
+        "    ls -A -- \"$r\" | grep -q '[.]safetensors$' && echo 'has=*.safetensors'\n"
+        "    ls -A -- \"$r\" | head -n 5 | sed 's/^/entry=/'\n"
+        "  else echo type=other; fi\n"
+        "else echo \"real=$(readlink -m -- \"$d\")\"; echo type=absent; fi\n"
+        "p=\"$d\"; while [ ! -d \"$p\" ]; do p=$(dirname \"$p\"); done\n"
+        "echo ---df---; df -P -B1 \"$p\"\n" % (q, checks))
+
+
+def parse_dest_probe(text):
+    """{real, type, count, has: [names], entries: [names], df: text} from dest_probe_script's output."""
+    head, _sep, df = (text or "").partition("---df---")
+    info = {"real": None, "type": None, "count": 0, "has": [], "entries": [], "df": df.strip()}
+    for line in head.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        if key in ("real", "type"):
+            info[key] = value
+        elif key == "count":
+            try:
+                info["count"] = int(value.strip())
+            except ValueError:
+                pass
+        elif key == "has":
+            info["has"].append(value)
+        elif key == "entry":
+            info["entries"].append(value)
+    return info
+
+
+def dest_problem(dest, probe):
+    """Why the sync must not write into dest on this destination, or None.
+
+    Refused: a destructive path as written or after symlinks (`/`, a system or home directory), something
+    that is not a directory, and a non-empty directory that is neither a model directory (config, weight
+    index or safetensors files at its top) nor ours (marker). With
+    ``--delete`` such a directory would be emptied of everything the model does not have.
+    """
+    why = model_path_problem(dest, "dest")
+    if why:
+        return why
+    real = probe.get("real")
+    if probe.get("type") is None or not real:
+        return "could not inspect dest %s" % dest
+    if real != dest.rstrip("/"):
+        why = model_path_problem(real, "dest (%s after symlinks)" % dest)
+        if why:
+            return why
+    if probe["type"] == "other":
+        return "dest %s exists and is not a directory" % dest
+    if probe["type"] == "dir" and probe["count"] > 0 and not probe["has"]:
+        shown = ", ".join(probe["entries"][:5]) + (", ..." if probe["count"] > 5 else "")
+        return ("dest %s holds %d entries (%s) but is not a model directory (no %s, no *.safetensors, no %s "
+                "marker)" % (dest, probe["count"], shown, ", ".join(MODEL_FILES[:2]), MARKER_NAME))
+    return None
+
+
 # --------------------------------------------------------------------------- command lines
 
 def host_spec(host, user=None):
@@ -323,6 +419,7 @@ def rsync_argv(rsync_bin, rsh, src_dir, target, checksum=False, bwlimit=0, dry_r
     """
     argv = [rsync_bin, "--recursive", "--copy-links", "--perms", "--times", "--whole-file",
             "--mkpath", "--out-format=" + OUT_FORMAT, "--exclude=/%s/" % TEMP_DIR_NAME,
+            "--exclude=/%s" % MARKER_NAME,
             "--rsh=" + " ".join(shlex.quote(a) for a in rsh)]
     if not dry_run:
         argv.append("--temp-dir=" + TEMP_DIR_NAME)

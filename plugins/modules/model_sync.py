@@ -36,12 +36,17 @@ author:
 options:
   src:
     description:
-      - Model directory on this (the source) node.
+      - Model directory on this (the source) node. It must be a model directory (C(config.json), a weight index
+        or C(*.safetensors) at its top); empty, relative, system and home directories are refused.
     type: path
     required: true
   dest:
     description:
       - Directory path on every destination. Created if missing.
+      - Refused before anything is copied when it is empty, relative, V(/), a system or home directory (also
+        after following symlinks on the destination), not a directory, or a non-empty directory that is not
+        a model directory (no C(config.json), no weight index, no C(.sparkfleet-model) marker). The module
+        writes that marker into every directory it fills; O(delete=true) never removes it.
     type: path
     required: true
   destinations:
@@ -77,7 +82,8 @@ options:
     default: 4
   bwlimit:
     description:
-      - Bandwidth limit per destination link in KiB/s, split evenly over the streams. V(0) means none.
+      - Bandwidth limit per destination link in KiB/s, split evenly over the streams. V(0) means none; a
+        negative value is refused.
     type: int
     default: 0
   checksum:
@@ -88,7 +94,8 @@ options:
     default: false
   drop_cache:
     description:
-      - When done, drop the synced files from the page cache on the source and on every destination
+      - When done, drop the model's files (those of O(src), nothing else under O(dest)) from the page cache on
+        the source and on every destination
         (per file, C(posix_fadvise DONTNEED) after a data sync; never a global C(drop_caches)). On GB10 the
         GPU shares that memory, and weights load faster from a cold cache.
     type: bool
@@ -209,13 +216,17 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import MARKER_NAME, model_path_problem
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
     TEMP_DIR_NAME,
     FanoutScheduler,
     check_model_dir,
     compare_sizes,
+    dest_probe_script,
+    dest_problem,
     host_spec,
     pack_bins,
+    parse_dest_probe,
     parse_df_avail,
     parse_itemize,
     parse_size_list,
@@ -243,8 +254,8 @@ class ModelSync(object):
         self.module = module
         p = module.params
         self.p = p
-        self.src = os.path.abspath(p["src"])
-        self.dest = p["dest"].rstrip("/") or "/"
+        self.src = os.path.normpath(p["src"])
+        self.dest = os.path.normpath(p["dest"])
         self.user = p["ssh_user"]
         self.ssh_bin = module.get_bin_path("ssh", required=True)
         self.rsync_bin = module.get_bin_path("rsync", required=True)
@@ -319,10 +330,25 @@ class ModelSync(object):
 
     # ------------------------------------------------------------------ phases
     def preflight(self, host):
-        """Dry run from the source and free space on the target. Read-only."""
+        """What dest is on the target, free space there, then a dry run from the source. Read-only."""
         info = {"status": "pending", "fed_from": None, "files_transferred": 0, "bytes_transferred": 0,
                 "files_deleted": 0, "bytes_needed": 0, "bytes_available": None, "seconds": 0.0,
                 "mb_per_s": 0.0, "streams": 0, "verified": None, "would_transfer": [], "would_delete": []}
+        # The guard comes first: nothing, not even a dry run, touches a dest that is not a model directory.
+        rc, out, err = self._remote(host, dest_probe_script(self.dest))
+        probe = parse_dest_probe(out if rc == 0 else "")
+        why = dest_problem(self.dest, probe) if rc == 0 else None
+        if why:
+            info.update(status="failed", msg="%s: refusing to sync into it: %s" % (host, why))
+            return info, []
+        try:
+            if rc != 0:
+                raise ValueError(_tail(err or out))
+            avail = parse_df_avail(probe["df"])
+        except ValueError as exc:
+            info.update(status="failed", msg="cannot read free space under %s on %s: %s" % (self.dest, host, exc))
+            return info, []
+        info["bytes_available"] = avail
         argv, _env = self._push_argv(SOURCE, host, dry_run=True, delete=self.p["delete"])
         rc, out, err = self.module.run_command(argv)
         if rc != 0:
@@ -332,17 +358,6 @@ class ModelSync(object):
         nfiles, nbytes, names, deleted = summarize(entries)
         moved = [(e["name"], e["size"]) for e in entries if e["transferred"]]
         info.update(would_transfer=names, would_delete=deleted, bytes_needed=nbytes)
-        script = ('p=%s; while [ ! -d "$p" ]; do p=$(dirname "$p"); done; df -P -B1 "$p"'
-                  % shlex.quote(self.dest))
-        rc, out, err = self._remote(host, script)
-        try:
-            if rc != 0:
-                raise ValueError(_tail(err or out))
-            avail = parse_df_avail(out)
-        except ValueError as exc:
-            info.update(status="failed", msg="cannot read free space under %s on %s: %s" % (self.dest, host, exc))
-            return info, moved
-        info["bytes_available"] = avail
         # Old versions stay until each new file is renamed into place, so the new bytes must all fit.
         if nbytes > avail:
             info.update(status="failed",
@@ -388,7 +403,9 @@ class ModelSync(object):
             else:
                 info["files_deleted"] = len(summarize(parse_itemize(out))[3])
         if not errors:
-            self._remote(target, "rmdir %s 2>/dev/null; true" % shlex.quote(staging))
+            # Mark the directory as a model directory we fill (the destination guard accepts it from now on).
+            self._remote(target, "rmdir %s 2>/dev/null; touch %s; true"
+                         % (shlex.quote(staging), shlex.quote(os.path.join(self.dest, MARKER_NAME))))
         seconds = time.time() - start
         info.update(files_transferred=nfiles, bytes_transferred=nbytes, seconds=round(seconds, 2),
                     mb_per_s=_mb_per_s(nbytes, seconds))
@@ -426,11 +443,13 @@ class ModelSync(object):
                 os.close(fd)
         return dropped
 
-    def drop_remote_cache(self, host):
+    def drop_remote_cache(self, host, names):
         # dd with count=0: fdatasync then fadvise(DONTNEED) over the whole file, written pages included.
-        script = ("cd %s && find . -path ./%s -prune -o -type f -exec dd of={} oflag=nocache "
-                  "conv=notrunc,fdatasync count=0 status=none \\;" % (shlex.quote(self.dest), TEMP_DIR_NAME))
-        rc, out, err = self._remote(host, script)
+        # Only the model's own files (sent on stdin), never whatever else lives under dest.
+        script = ("cd %s && xargs -0 -r -n 1 sh -c 'dd of=\"$1\" oflag=nocache conv=notrunc,fdatasync count=0 "
+                  "status=none' sh" % shlex.quote(self.dest))
+        data = b"".join(n.encode("utf-8", "surrogateescape") + b"\0" for n in names)
+        rc, out, err = self._remote(host, script, data=data)
         return None if rc == 0 else _tail(err or out)
 
     # ------------------------------------------------------------------ main
@@ -441,10 +460,17 @@ class ModelSync(object):
         for h in m.params["destinations"]:
             if h not in hosts:
                 hosts.append(h)
-        if not hosts:
-            m.fail_json(msg="destinations is empty: name at least one host to push to")
-        if m.params["streams"] < 1:
-            m.fail_json(msg="streams must be 1 or more, got %s" % m.params["streams"])
+        if not hosts or not all(h.strip() for h in hosts):
+            m.fail_json(msg="destinations is empty or holds an empty name: name at least one host to push to")
+        for name, low in (("streams", 1), ("bwlimit", 0), ("timeout", 0)):
+            if m.params[name] < low:
+                m.fail_json(msg="%s must be %d or more, got %s" % (name, low, m.params[name]))
+
+        for name in ("src", "dest"):
+            why = model_path_problem(m.params[name], name)
+            if why:
+                m.fail_json(msg="%s; nothing was copied" % why,
+                            hint="Set %s to the model's own directory, e.g. /models/<model-name>." % name)
 
         report, problems = check_model_dir(self.src)
         if problems:
@@ -514,7 +540,7 @@ class ModelSync(object):
             result["cache_dropped_source_files"] = self.drop_local_cache(expected)
             for h in hosts:
                 if h not in failed:
-                    err = self.drop_remote_cache(h)
+                    err = self.drop_remote_cache(h, sorted(expected))
                     if err:
                         warnings.append("page-cache drop on %s failed: %s" % (h, err))
         result["seconds"] = round(time.time() - started, 2)

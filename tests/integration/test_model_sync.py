@@ -98,6 +98,7 @@ SYNC = """
         ssh_key: {key}
         streams: 3
         bwlimit: "{{{{ bwlimit | default(0) | int }}}}"
+        delete: "{{{{ delete | default(false) | bool }}}}"
         drop_cache: true
       register: sync
       async: "{{{{ 0 if ansible_check_mode else 600 }}}}"
@@ -146,7 +147,9 @@ def sh(lab, host, script):
 
 
 def sums(lab, host, path):
-    return sh(lab, host, "cd %s 2>/dev/null && find . -type f -print0 | sort -z | xargs -0 sha256sum" % path).stdout
+    # The model's files; model_sync's marker (.sparkfleet-model) exists on destinations only.
+    return sh(lab, host, "cd %s 2>/dev/null && find . -type f ! -path ./.sparkfleet-model -print0 | sort -z "
+                         "| xargs -0 sha256sum" % path).stdout
 
 
 def test_sync_then_second_run_unchanged(synclab):
@@ -254,3 +257,23 @@ def test_a_finished_worker_feeds_the_next_node_through_the_forwarded_agent(syncl
     assert "sparkfleet_sync" not in sh(lab, lab.workers[0], "ls -a /home/spark/.ssh").stdout
     # ... and the per-run agent is gone from the head.
     assert sh(lab, "spark-1", "pgrep -u spark -x ssh-agent").returncode == 1
+
+
+@pytest.mark.parametrize("dest", ["/", "/srv/userdata"])
+def test_refuses_a_destination_that_is_not_a_model_directory(synclab, dest):
+    """Issue 11.1: `delete=true` into `/` or into a directory of other things must never run."""
+    lab = synclab
+    target = lab.workers[0]
+    sh(lab, target, "mkdir -p /srv/userdata/photos && echo keep > /srv/userdata/notes.txt")
+    before = {h: sh(lab, h, "ls -A / /srv/userdata | sha256sum").stdout for h in lab.workers}
+    r = play(lab, lab.dir, "sync.yml", src=MODEL, dest=dest, delete=True)
+    res = sync_result(r)
+    assert r["status"] == "failed", res
+    if dest == "/":
+        assert "system directory /" in res["msg"] and "nothing was copied" in res["msg"], res["msg"]
+    else:
+        assert "is not a model directory" in res["msg"] and "notes.txt" in res["msg"], res["msg"]
+    for h in lab.workers:
+        assert sh(lab, h, "ls -A / /srv/userdata | sha256sum").stdout == before[h]
+    assert sh(lab, target, "cat /srv/userdata/notes.txt").stdout.strip() == "keep"
+    sh(lab, target, "rm -rf /srv/userdata")

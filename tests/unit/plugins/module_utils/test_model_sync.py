@@ -300,3 +300,76 @@ def test_rsync_argv_dry_run_has_no_staging():
 def test_rsync_target_ipv6_brackets():
     assert rsync_target("fd00::12", "/m", "spark") == "spark@[fd00::12]:/m"
     assert rsync_target("10.99.1.12", "/m") == "10.99.1.12:/m"
+
+
+# --------------------------------------------------------------------------- destination guard
+
+def _probe(real, kind, count=0, has=(), entries=()):
+    text = "real=%s\ntype=%s\n" % (real, kind)
+    if kind == "dir":
+        text += "count=%d\n" % count + "".join("has=%s\n" % h for h in has)
+        text += "".join("entry=%s\n" % e for e in entries)
+    return text + "---df---\nFilesystem 1-blocks Used Available Capacity Mounted on\n/dev/x 100 10 90 10% /\n"
+
+
+@pytest.mark.parametrize("dest, probe, why", [
+    ("/models/m", _probe("/models/m", "absent"), None),
+    ("/models/m", _probe("/models/m", "dir"), None),
+    ("/models/m", _probe("/models/m", "dir", 40, ["config.json"], ["config.json"]), None),
+    ("/models/m", _probe("/models/m", "dir", 3, ["*.safetensors"], ["a.safetensors"]), None),
+    ("/models/m", _probe("/models/m", "dir", 1, [".sparkfleet-model"], [".sparkfleet-model"]), None),
+    # A symlink that leads to / or into the system is refused by where it leads.
+    ("/models/m", _probe("/", "dir", 20, [], ["bin", "etc"]), "after symlinks"),
+    ("/models/m", _probe("/etc", "dir", 90, [], ["passwd"]), "system directory /etc"),
+    ("/models/m", _probe("/home/spark", "dir", 9, [], [".bashrc"]), "home directory"),
+    # Something else already lives there.
+    ("/models/m", _probe("/models/m", "other"), "not a directory"),
+    ("/models/m", _probe("/models/m", "dir", 7, [], ["notes.txt", "photos", "a", "b", "c"]),
+     "holds 7 entries (notes.txt, photos, a, b, c, ...) but is not a model directory"),
+    ("/", _probe("/", "dir", 20), "system directory /"),
+    ("/models/m", "", "could not inspect"),
+])
+def test_dest_problem(dest, probe, why):
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import dest_problem, parse_dest_probe
+    problem = dest_problem(dest, parse_dest_probe(probe))
+    if why is None:
+        assert problem is None
+    else:
+        assert problem is not None and why in problem, problem
+
+
+def test_dest_probe_script_reports_a_real_directory(tmp_path):
+    import subprocess
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
+        dest_probe_script, parse_dest_probe, parse_df_avail)
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    (d / "x.safetensors").write_bytes(b"")
+    (tmp_path / "link").symlink_to(d)
+    out = subprocess.run(["sh", "-c", dest_probe_script(str(tmp_path / "link"))], capture_output=True,
+                         text=True, check=True).stdout
+    probe = parse_dest_probe(out)
+    assert probe["real"] == str(d) and probe["type"] == "dir" and probe["count"] == 2
+    assert set(probe["has"]) == {"config.json", "*.safetensors"}
+    assert parse_df_avail(probe["df"]) > 0
+    absent = parse_dest_probe(subprocess.run(["sh", "-c", dest_probe_script(str(tmp_path / "no" / "such"))],
+                                             capture_output=True, text=True, check=True).stdout)
+    assert absent["type"] == "absent" and parse_df_avail(absent["df"]) > 0
+
+
+def test_source_that_is_not_a_model_is_not_walked(tmp_path):
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / ".bashrc").write_text("x")
+    report, problems = check_model_dir(str(tmp_path / "home"))
+    assert problems == ["%s is not a model directory: it has none of config.json, "
+                        "model.safetensors.index.json, pytorch_model.bin.index.json and no *.safetensors file"
+                        % (tmp_path / "home")]
+    assert report["files"] == []
+
+
+def test_symlink_loop_in_a_snapshot_is_walked_once(model):
+    os.symlink(".", os.path.join(model, "loop"))  # loop -> the model itself
+    report, problems = check_model_dir(model)
+    assert problems == []
+    assert not any(rel.startswith("loop/") for rel, _s in report["files"])

@@ -88,9 +88,12 @@ def make_model(root, shards=4, shard_bytes=64 * 1024):
 
 
 def tree(root):
+    """{relpath: bytes} of the model files under root (model_sync's own marker aside)."""
     out = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in filenames:
+            if dirpath == root and name == ".sparkfleet-model":
+                continue
             full = os.path.join(dirpath, name)
             with open(full, "rb") as handle:
                 out[os.path.relpath(full, root)] = handle.read()
@@ -139,8 +142,9 @@ def test_first_sync_copies_everything_and_second_run_is_unchanged(run_module, la
     assert tree(lab.dest("10.99.1.12")) == tree(lab.src)
     dest = res["destinations"]["10.99.1.12"]
     assert dest["status"] == "synced" and dest["verified"] is True and dest["streams"] == 2
-    # The staging dir is gone once the run succeeded.
+    # The staging dir is gone once the run succeeded; the directory carries the marker of a model we fill.
     assert not os.path.exists(os.path.join(lab.dest("10.99.1.12"), ".sparkfleet-sync"))
+    assert os.path.isfile(os.path.join(lab.dest("10.99.1.12"), ".sparkfleet-model"))
 
     again = run_module(model_sync, lab.args())
     assert again["changed"] is False
@@ -337,3 +341,74 @@ def test_killed_run_resumes_without_resending_finished_files(lab, tmp_path):
     finished = {r for r in landed if not r.startswith(".sparkfleet-sync")}
     assert res["files_transferred"] == 7 - len(finished)
     assert tree(dest) == tree(lab.src)
+
+
+# --------------------------------------------------------------------------- destructive paths (issue 11.1)
+
+@pytest.mark.parametrize("field, value, why", [
+    ("dest", "/", "dest '/' is the system directory /"),
+    ("dest", "", "dest is empty"),
+    ("dest", "/models/..", "system directory /"),
+    ("dest", "/home/spark", "home directory"),
+    ("dest", "/etc", "system directory /etc"),
+    ("src", "", "src is empty"),
+    ("src", "/", "system directory /"),
+])
+def test_destructive_paths_are_refused_before_any_connection(run_module, lab, field, value, why):
+    res = run_module(model_sync, lab.args(delete=True, **{field: value}))
+    assert res["failed"] is True and why in res["msg"] and "nothing was copied" in res["msg"], res
+    assert "hint" in res
+    assert lab.calls() == []  # not one ssh connection, not even a probe
+
+
+def test_dest_holding_something_else_is_refused_and_left_alone(run_module, lab):
+    dest = lab.dest("10.99.1.12")
+    os.makedirs(os.path.join(dest, "photos"))
+    with open(os.path.join(dest, "notes.txt"), "w") as handle:
+        handle.write("keep me")
+    before = tree(dest)
+    for check_mode in (True, False):
+        res = run_module(model_sync, lab.args(delete=True), check_mode=check_mode)
+        assert res["failed"] is True, res
+        assert "refusing to sync into it" in res["msg"] and "is not a model directory" in res["msg"], res
+        assert "notes.txt" in res["msg"] and "photos" in res["msg"]
+    assert tree(dest) == before and sorted(os.listdir(dest)) == ["notes.txt", "photos"]
+    # Only the read-only probe ran on the destination: no dry run, no push.
+    assert all("rsync" not in c["cmd"] for c in lab.calls()), lab.calls()
+
+
+def test_dest_symlink_to_a_directory_of_other_things_is_refused(run_module, lab, tmp_path):
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "data.db").write_text("x")
+    os.makedirs(os.path.dirname(lab.dest("10.99.1.12")))
+    os.symlink(str(other), lab.dest("10.99.1.12"))
+    res = run_module(model_sync, lab.args(delete=True))
+    assert res["failed"] is True and "data.db" in res["msg"], res
+    assert os.listdir(str(other)) == ["data.db"]
+
+
+def test_a_directory_we_filled_stays_accepted_and_delete_keeps_our_marker(run_module, lab):
+    assert run_module(model_sync, lab.args()).get("failed") is not True
+    marker = os.path.join(lab.dest("10.99.1.12"), ".sparkfleet-model")
+    os.remove(os.path.join(lab.dest("10.99.1.12"), "config.json"))
+    res = run_module(model_sync, lab.args(delete=True))
+    assert res.get("failed") is not True, res
+    assert os.path.isfile(marker)
+    assert tree(lab.dest("10.99.1.12")) == tree(lab.src)
+
+
+@pytest.mark.parametrize("field, value", [("bwlimit", -5), ("timeout", -1), ("streams", 0)])
+def test_negative_numbers_are_refused(run_module, lab, field, value):
+    res = run_module(model_sync, lab.args(**{field: value}))
+    assert res["failed"] is True and field in res["msg"] and str(value) in res["msg"], res
+    assert lab.calls() == []
+
+
+def test_source_that_is_not_a_model_directory_is_refused_without_walking(run_module, lab, tmp_path):
+    home = tmp_path / "someone"
+    (home / "deep").mkdir(parents=True)
+    (home / "deep" / "x").write_text("x")
+    res = run_module(model_sync, lab.args(src=str(home)))
+    assert res["failed"] is True and "is not a model directory" in res["msg"], res
+    assert lab.calls() == []
