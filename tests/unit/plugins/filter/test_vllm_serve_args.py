@@ -94,7 +94,7 @@ def test_max_model_len_size_suffix():
     ({"served_model_name": "x"}, ["model is required"]),
     ({"model": "m", "tensor_parallel_size": 0}, ["tensor_parallel_size", "at least 1"]),
     ({"model": "m", "tensor_parallel_size": True}, ["tensor_parallel_size", "boolean"]),
-    ({"model": "m", "tensor_parallel_size": "two"}, ["tensor_parallel_size", "integer"]),
+    ({"model": "m", "tensor_parallel_size": "two"}, ["tensor_parallel_size", "'two'", "whole number"]),
     ({"model": "m", "pipeline_parallel_size": -1}, ["pipeline_parallel_size", "at least 1"]),
     ({"model": "m", "gpu_memory_utilization": 0}, ["gpu_memory_utilization", "(0, 1]"]),
     ({"model": "m", "gpu_memory_utilization": 85}, ["gpu_memory_utilization", "0.85 means 85%"]),
@@ -105,12 +105,12 @@ def test_max_model_len_size_suffix():
     ({"model": "m", "enforce_eager": "yes"}, ["enforce_eager", "true or false"]),
     ({"model": "m", "max_model_len": "lots"}, ["max_model_len", "32k"]),
     ({"model": "m", "max_model_len": 0}, ["max_model_len", "positive"]),
-    ({"model": "m", "extra_args": {"port": 1}}, ["--port", "set port instead"]),
-    ({"model": "m", "extra_args": ["--port=1"]}, ["--port", "set port instead"]),
+    ({"model": "m", "extra_args": {"port": 1}}, ["--port", "set vllm_serve_port instead"]),
+    ({"model": "m", "extra_args": ["--port=1"]}, ["--port", "set vllm_serve_port instead"]),
     ({"model": "m", "extra_args": {"api_key": "x"}}, ["--api-key"]),
     ({"model": "m", "extra_args": "--max-num-seqs 8"}, ["extra_args must be a list"]),
     ({"model": "m", "extra_args": {"bad flag": 1}}, ["bad flag", "not a flag name"]),
-    ({"model": "m", "extra_args": [True]}, ["extra_args list items"]),
+    ({"model": "m", "extra_args": [True]}, ["extra_args: list items"]),
     ({"model": "m", "served_model_name": []}, ["served_model_name"]),
     ({"model": "m\nrm -rf /"}, ["model", "newline"]),
     ({"model": "m", "served_model_name": "a$HOME"}, ["served_model_name", "'$'"]),
@@ -122,3 +122,44 @@ def test_invalid_settings_name_key_and_fix(cfg, words):
         vllm_serve_args(cfg)
     for w in words:
         assert w in str(exc.value)
+
+
+# Issue 11.3: vLLM reads underscores as dashes, short aliases and unique prefixes, so every spelling is pinned.
+@pytest.mark.parametrize("extra,words", [
+    ({"distributed_executor_backend": "mp"}, ["--distributed-executor-backend", "pinned", "Ray"]),
+    (["--distributed_executor_backend", "mp"], ["--distributed-executor-backend", "pinned"]),
+    (["-tp", "1"], ["-tp", "--tensor-parallel-size", "vllm_serve_tensor_parallel_size"]),
+    (["-pp=2"], ["-pp", "--pipeline-parallel-size", "vllm_serve_pipeline_parallel_size"]),
+    ({"-tp": 1}, ["-tp", "pinned"]),
+    (["--api_key", "k"], ["--api-key", "vllm_serve_api_key", "environment"]),
+    (["--api-k=k"], ["--api-k", "reads --api-k as --api-key"]),
+    (["--tensor_par", "1"], ["--tensor-par", "--tensor-parallel-size"]),
+    (["-t", "1"], ["-t", "--tensor-parallel-size"]),
+    (["--config", "/tmp/c.yaml"], ["--config", "pinned"]),
+    ({"served_model_name": "x"}, ["--served-model-name", "vllm_serve_served_model_name"]),
+    ({"gpu_memory_utilization": 0.5}, ["--gpu-memory-utilization", "vllm_serve_gpu_memory_utilization"]),
+    (["--tensor-paralel-size", "2"], ["--tensor-paralel-size", "not a vllm serve flag", "--tensor-parallel-size"]),
+    ({"max_num_seq": 8}, ["--max-num-seq", "abbreviation of --max-num-seqs"]),
+    ({"middleware": ["m", "--api-key"]}, ["'--api-key'", "read as a flag"]),
+    (["--max-num-seqs", "8", "--"], ["'--'"]),
+])
+def test_pinned_flags_in_every_spelling_and_unknown_flags_are_refused(extra, words):
+    cfg = dict(SEED, extra_args=extra)
+    with pytest.raises(AnsibleFilterError) as exc:
+        vllm_serve_args(cfg)
+    for w in words:
+        assert w in str(exc.value)
+
+
+def test_extra_args_are_written_as_vllm_reads_them():
+    argv = vllm_serve_args({"model": "m", "extra_args": ["--max_num_seqs=8", "-O3", "--seed", "-1",
+                                                         "--compilation_config.mode", "3", "--no-enable-prefix-caching"]})
+    assert argv == ["m", "--max-num-seqs=8", "-O3", "--seed", "-1", "--compilation-config.mode", "3",
+                    "--no-enable-prefix-caching"]
+
+
+def test_flags_without_a_key_of_their_own_stay_settable():
+    # enforce_eager is pinned only when the input carries it (the role does not).
+    assert vllm_serve_args({"model": "m", "extra_args": {"enforce_eager": True}}) == ["m", "--enforce-eager"]
+    with pytest.raises(AnsibleFilterError, match="vllm_serve_enforce_eager"):
+        vllm_serve_args({"model": "m", "enforce_eager": False, "extra_args": ["--no-enforce-eager"]})
