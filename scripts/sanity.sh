@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run `ansible-test sanity` on the collection as it ships: the files `ansible-galaxy collection build` would
-# pack (tracked files minus galaxy.yml's build_ignore: the lab, benchmarks, scripts and lab-only tests are
-# not part of the collection), laid out at ansible_collections/sparkfleet/vllm.
+# pack (tracked files minus galaxy.yml's build_ignore: the lab, benchmarks, scripts and tests are not part of
+# the collection), plus tests/unit, which ansible-test checks as the collection's own tests although it does
+# not ship; laid out at ansible_collections/sparkfleet/vllm.
 # Usage: scripts/sanity.sh [extra ansible-test args]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,7 +16,7 @@ ignore = yaml.safe_load(open("galaxy.yml")).get("build_ignore", [])
 for path in sys.stdin.read().split("\0"):
     parts = path.split("/")
     prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-    if path and not any(fnmatch.fnmatch(p, pat) for p in prefixes for pat in ignore):
+    if path and (path.startswith("tests/unit/") or not any(fnmatch.fnmatch(p, pat) for p in prefixes for pat in ignore)):
         sys.stdout.write(path + "\0")
 ' | (cd "$root" && xargs -0 cp --parents -t "$dest")
 # ansible-test downloads a pip bootstrap script from a host we cannot reach: give it an offline one.
