@@ -14,10 +14,13 @@ import ipaddress
 import json
 import os
 import re
+import stat
 
 ACTIVE = "ACTIVE"
 ROCE_V2 = "RoCE v2"
 LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
+# Ethernet + IPv4 + UDP + BTH + ICRC headers a RoCE v2 packet carries besides its IB payload.
+ROCE_V2_OVERHEAD = 58
 
 # GB10 exposes each QSFP port as two PCIe functions in different PCI domains; the domain is the
 # only difference in their names (enp1s0f1np1 <-> enP2p1s0f1np1), so dropping it pairs the twins.
@@ -372,11 +375,8 @@ def select_fabric(devices, interface=None, subnet=None, ip=None, min_mtu=9000):
 
     low = [d for d in hca_devices if (d["mtu"] or 0) < min_mtu]
     if low:
-        raise FabricError(
-            "MTU below %d on %s" % (min_mtu, ", ".join("%s (%s)" % (d["netdev"], d["mtu"]) for d in low)),
-            "set MTU %d on every fabric twin on every node, e.g. `nmcli con mod <con> "
-            "802-3-ethernet.mtu %d && nmcli con up <con>` (or `ip link set dev %s mtu %d`); "
-            "the peer must match" % (min_mtu, min_mtu, low[0]["netdev"], min_mtu))
+        # Stock Spark links run MTU 1500 (NVIDIA's netplan sets none): slower, not broken.
+        warnings.append(mtu_warning(low, min_mtu))
 
     if len(hca_devices) == 1:
         warnings.append(
@@ -412,6 +412,64 @@ def select_fabric(devices, interface=None, subnet=None, ip=None, min_mtu=9000):
     }
 
 
+def roce_path_mtu(mtu):
+    """The RoCE path MTU an Ethernet MTU allows: the largest IB MTU that fits with RoCE v2 headers."""
+    for ib_mtu in (4096, 2048, 1024, 512, 256):
+        if (mtu or 0) >= ib_mtu + ROCE_V2_OVERHEAD:
+            return ib_mtu
+    return None
+
+
+def mtu_warning(low, min_mtu):
+    """Warning text for fabric netdevs below min_mtu, with what it costs."""
+    mtus = sorted(set(d["mtu"] or 0 for d in low))
+    return (
+        "MTU below %d on %s: RoCE runs with a %s-byte path MTU instead of 4096 (about 4x the packets "
+        "and completions per byte, lower all-reduce bandwidth; NET/Socket fallback pays per 1500-byte "
+        "frame too). Stock Spark links run MTU 1500; for full bandwidth set MTU %d on every fabric twin "
+        "on both ends, e.g. `nmcli con mod <con> 802-3-ethernet.mtu %d && nmcli con up <con>`"
+        % (min_mtu, ", ".join("%s (%s)" % (d["netdev"], d["mtu"]) for d in low),
+           "/".join(str(roce_path_mtu(m)) for m in mtus), min_mtu, min_mtu))
+
+
+def mtu_mismatches(nodes):
+    """Fabric links whose ends disagree on MTU.
+
+    nodes: [{name, interface, mtu, subnet}] (one per node, from rdma_facts). Nodes sharing a subnet
+    are the two ends of a link (or ports of one switch); every MTU among them must be equal, or large
+    frames from one end are dropped by the other. Returns one message per subnet that disagrees.
+    """
+    by_subnet = {}
+    for node in nodes:
+        if not node.get("subnet"):
+            continue
+        by_subnet.setdefault(node["subnet"], []).append(node)
+    problems = []
+    for subnet in sorted(by_subnet):
+        ends = sorted(by_subnet[subnet], key=lambda n: n["name"])
+        if len(set(n.get("mtu") for n in ends)) > 1:
+            problems.append(
+                "MTU mismatch on fabric %s: %s; frames larger than the smaller MTU are dropped, so NCCL "
+                "and Ray hang or fail. Set the same MTU (9000 recommended) on both ends"
+                % (subnet, ", ".join("%s %s MTU %s" % (n["name"], n.get("interface"), n.get("mtu"))
+                                     for n in ends)))
+    return problems
+
+
+def read_char_devices(dev_dir):
+    """RDMA character devices a container needs (uverbs*, rdma_cm) under dev_dir, sorted; [] if none."""
+    found = []
+    for name in sorted(_listdir(dev_dir)):
+        if name.startswith("uverbs") or name == "rdma_cm":
+            path = os.path.join(dev_dir, name)
+            try:
+                if stat.S_ISCHR(os.stat(path).st_mode):
+                    found.append(path)
+            except OSError:
+                continue
+    return found
+
+
 def _example_cidr(net):
     if net is None:
         return "192.168.200.12/24"
@@ -444,7 +502,6 @@ def fabric_env(selection):
     """Environment block for systemd units / containers, every value a string."""
     env = {
         "VLLM_HOST_IP": selection["ip"],
-        "RAY_NODE_IP_ADDRESS": selection["ip"],
         "NCCL_SOCKET_IFNAME": selection["interface"],
         "GLOO_SOCKET_IFNAME": selection["interface"],
         "TP_SOCKET_IFNAME": selection["interface"],

@@ -23,8 +23,13 @@ description:
   - Interface names can differ between nodes (whichever port was cabled), so run it on every node
     and never copy one node's result to another.
   - Fails, naming the interfaces and the fix, when no port is ACTIVE, when the ACTIVE port has only
-    a link-local 169.254 address, when two candidates sit in one subnet, when the MTU is below
-    O(min_mtu), when O(ip) is on no interface, or when O(interface) is not an ACTIVE RDMA netdev.
+    a link-local 169.254 address, when two candidates sit in one subnet, when O(ip) is on no
+    interface, or when O(interface) is not an ACTIVE RDMA netdev.
+  - Warns (does not fail) when the MTU is below O(min_mtu): stock DGX Spark links run MTU 1500,
+    which works at lower bandwidth. A mismatch between the two ends of a link is checked across
+    nodes by the C(ray_cluster) role.
+  - Lists the RDMA character devices under O(dev_dir) that a container needs for RDMA (NCCL falls
+    back to TCP sockets silently without them).
   - Changes nothing.
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
@@ -56,10 +61,16 @@ options:
     type: str
   min_mtu:
     description:
-      - Fail when the chosen interface or any of its HCA twins has a smaller MTU.
-      - RoCE over a 200G link needs jumbo frames, and the MTU must match on both ends.
+      - Warn when the chosen interface or any of its HCA twins has a smaller MTU, naming what it
+        costs (the RoCE path MTU drops from 4096 to 1024 bytes at MTU 1500).
+      - Full RoCE bandwidth needs jumbo frames; the MTU must match on both ends of a link.
     type: int
     default: 9000
+  dev_dir:
+    description:
+      - Directory of the RDMA character devices (C(uverbs*), C(rdma_cm)) returned in RV(rdma_char_devices).
+    type: path
+    default: /dev/infiniband
 notes:
   - Runs C(ip -j addr show); needs iproute2 on the node.
   - Check mode is supported and behaves exactly like a normal run.
@@ -100,7 +111,7 @@ ansible_facts:
   type: dict
   contains:
     sparkfleet_fabric:
-      description: The same dict as the top-level keys below (interface, ip, prefix, subnet, mtu, hca, gid_index, devices, env).
+      description: The same dict as the top-level keys below (interface, ip, prefix, subnet, mtu, hca, gid_index, rdma_char_devices, devices, env).
       returned: success
       type: dict
 interface:
@@ -139,6 +150,14 @@ gid_index:
   returned: success
   type: int
   sample: 3
+rdma_char_devices:
+  description:
+    - The RDMA character devices under O(dev_dir) (C(uverbs*) and C(rdma_cm)), for C(docker run --device).
+    - Empty when the node has none (then NCCL can only use TCP sockets).
+  returned: success
+  type: list
+  elements: str
+  sample: [/dev/infiniband/rdma_cm, /dev/infiniband/uverbs0, /dev/infiniband/uverbs1]
 devices:
   description: Every RDMA device port found.
   returned: success
@@ -210,7 +229,6 @@ env:
   type: dict
   sample:
     VLLM_HOST_IP: 192.168.200.12
-    RAY_NODE_IP_ADDRESS: 192.168.200.12
     NCCL_SOCKET_IFNAME: enp1s0f1np1
     GLOO_SOCKET_IFNAME: enp1s0f1np1
     TP_SOCKET_IFNAME: enp1s0f1np1
@@ -233,6 +251,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import (
     fabric_env,
     merge_devices,
     parse_ip_addr_json,
+    read_char_devices,
     read_rdma_sysfs,
     select_fabric,
 )
@@ -260,6 +279,7 @@ def main():
             subnet=dict(type="str"),
             ip=dict(type="str"),
             min_mtu=dict(type="int", default=9000),
+            dev_dir=dict(type="path", default="/dev/infiniband"),
         ),
         supports_check_mode=True,
     )
@@ -286,6 +306,7 @@ def main():
         mtu=sel["mtu"],
         hca=sel["hca"],
         gid_index=sel["gid_index"],
+        rdma_char_devices=read_char_devices(p["dev_dir"]),
         devices=devices,
         env=fabric_env(sel),
     )

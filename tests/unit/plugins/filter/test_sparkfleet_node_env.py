@@ -13,7 +13,6 @@ FABRIC = {
     "ip": "192.168.200.12",
     "env": {
         "VLLM_HOST_IP": "192.168.200.12",
-        "RAY_NODE_IP_ADDRESS": "192.168.200.12",
         "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
         "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1",
         "NCCL_IB_GID_INDEX": "3",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import stat
 
 import pytest
 
@@ -165,3 +166,55 @@ def test_fabric_env_all_strings():
     assert env["NCCL_IB_GID_INDEX"] == "3"
     assert env["UCX_NET_DEVICES"] == "rocep1s0f1:1,roceP2p1s0f1:1"
     assert all(isinstance(v, str) for v in env.values())
+
+
+@pytest.mark.parametrize("mtu, path_mtu", [(9000, 4096), (4200, 4096), (4000, 2048), (1500, 1024), (1100, 1024),
+                                           (1000, 512), (200, None)])
+def test_roce_path_mtu(mtu, path_mtu):
+    assert _rdma.roce_path_mtu(mtu) == path_mtu
+
+
+def _end(name, mtu, interface="enp1s0f1np1", subnet="10.99.1.0/24"):
+    return {"name": name, "interface": interface, "mtu": mtu, "subnet": subnet}
+
+
+def test_mtu_mismatch_names_both_ends_and_interfaces():
+    problems = _rdma.mtu_mismatches([_end("spark-1", 9000), _end("spark-2", 1500, "enP2p1s0f1np1")])
+    assert len(problems) == 1
+    assert "spark-1 enp1s0f1np1 MTU 9000" in problems[0] and "spark-2 enP2p1s0f1np1 MTU 1500" in problems[0]
+    assert "10.99.1.0/24" in problems[0]
+
+
+@pytest.mark.parametrize("nodes", [
+    [_end("spark-1", 1500), _end("spark-2", 1500)],             # stock Sparks: slow, consistent
+    [_end("spark-1", 9000), _end("spark-2", 9000)],
+    [_end("spark-1", 9000), _end("spark-2", 1500, subnet="10.99.2.0/24")],  # different links
+    [_end("spark-1", 9000)],
+    [],
+])
+def test_mtu_consistent_links_pass(nodes):
+    assert _rdma.mtu_mismatches(nodes) == []
+
+
+def test_read_char_devices_lists_uverbs_and_rdma_cm_only(tmp_path, monkeypatch):
+    for name in ("uverbs0", "uverbs1", "rdma_cm", "issm0", "umad0", "notes.txt"):
+        (tmp_path / name).write_text("")
+    real_stat = os.stat
+
+    class _St:
+        st_mode = stat.S_IFCHR | 0o666
+
+    def fake_stat(path, *a, **k):
+        if os.path.basename(str(path)) != "notes.txt" and str(path).startswith(str(tmp_path) + "/"):
+            return _St()
+        return real_stat(path, *a, **k)
+
+    monkeypatch.setattr(_rdma.os, "stat", fake_stat)
+    assert _rdma.read_char_devices(str(tmp_path)) == [
+        str(tmp_path / "rdma_cm"), str(tmp_path / "uverbs0"), str(tmp_path / "uverbs1")]
+    assert _rdma.read_char_devices(str(tmp_path / "absent")) == []
+
+
+def test_read_char_devices_skips_non_devices(tmp_path):
+    (tmp_path / "uverbs0").write_text("")
+    assert _rdma.read_char_devices(str(tmp_path)) == []

@@ -1,0 +1,38 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filter: sparkfleet.vllm.fabric_mtu_mismatches (documented in fabric_mtu_mismatches.yml)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import mtu_mismatches
+
+_WHERE = "fabric_mtu_mismatches"
+
+
+def fabric_mtu_mismatches(hostvars, hosts):
+    """Messages naming both ends of every fabric link whose MTUs differ ([] when all agree)."""
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError("%s: hosts must be a list of inventory names, got %s"
+                                 % (_WHERE, type(hosts).__name__))
+    nodes = []
+    for name in hosts:
+        try:
+            fabric = hostvars[name].get("sparkfleet_fabric")
+        except KeyError:
+            raise AnsibleFilterError("%s: %s is not in hostvars" % (_WHERE, name))
+        if not fabric:
+            # rdma_facts did not run there (tag skipped, host failed): nothing to compare.
+            continue
+        nodes.append({"name": name, "interface": fabric.get("interface"), "mtu": fabric.get("mtu"),
+                      "subnet": fabric.get("subnet")})
+    return mtu_mismatches(nodes)
+
+
+class FilterModule:
+    """Cross-node fabric checks."""
+
+    def filters(self):
+        return {"fabric_mtu_mismatches": fabric_mtu_mismatches}
