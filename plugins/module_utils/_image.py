@@ -1,0 +1,213 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""Pure helpers for image_check and image_sync: ask a runtime image what it ships (vLLM, Ray, model
+architectures, `vllm serve` flags), judge it against a model and a command line, parse `docker load`.
+
+Private to the collection. Free of AnsibleModule so it can be unit tested on captured outputs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+
+PROBE_MARK = "SPARKFLEET-IMAGE-PROBE "
+PROBE_FORMAT = 1
+
+# Run inside the image with its own python3 (`docker run --entrypoint python3 IMAGE -c PROBE`). It asks vLLM's
+# own objects: the version, the model registry, and the parser `vllm serve` builds (FlexibleArgumentParser moved
+# from vllm.utils to vllm.utils.argparse_utils in 0.11; both are tried). Every part fails on its own, so an image
+# without Ray still reports its vLLM and the reverse.
+PROBE = r'''
+import json, sys
+out = {"format": %d, "python": sys.version.split()[0]}
+try:
+    import vllm
+    out["vllm"] = str(vllm.__version__)
+except Exception as e:
+    out["vllm_error"] = "%%s: %%s" %% (type(e).__name__, e)
+try:
+    import ray
+    out["ray"] = str(ray.__version__)
+except Exception as e:
+    out["ray_error"] = "%%s: %%s" %% (type(e).__name__, e)
+try:
+    from vllm.model_executor.models import ModelRegistry
+    out["architectures"] = sorted(ModelRegistry.get_supported_archs())
+except Exception as e:
+    out["architectures_error"] = "%%s: %%s" %% (type(e).__name__, e)
+try:
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+    parser = make_arg_parser(FlexibleArgumentParser())
+    flags = {}
+    for action in parser._actions:
+        choices = sorted(str(c) for c in action.choices) if action.choices else None
+        for opt in action.option_strings:
+            flags[opt] = {"choices": choices, "takes_value": action.nargs != 0}
+    out["flags"] = flags
+except Exception as e:
+    out["flags_error"] = "%%s: %%s" %% (type(e).__name__, e)
+sys.stdout.write("\n%s" + json.dumps(out, sort_keys=True) + "\n")
+''' % (PROBE_FORMAT, PROBE_MARK)
+
+# Values a release accepts that its parser does not list as choices (vLLM validates them later, at engine init).
+# (flag, lowest version, first version without the rule, accepted values)
+KNOWN_VALUES = (
+    ("--safetensors-load-strategy", (0, 17), (0, 18), ("eager", "lazy", "torchao")),
+)
+
+# Which loader speeds a GB10 up, per vLLM release (shown in the verdict's hint and the docs).
+LOADER_ADVICE = ("vLLM 0.17.x: --safetensors-load-strategy eager (reads each shard whole instead of mmap page faults); "
+                 "--load-format fastsafetensors only when the fastsafetensors package is in the image")
+
+
+class ProbeError(Exception):
+    """The probe's output could not be read; msg says why."""
+
+
+def image_id_key(image_id):
+    """The cache file stem for an image ID (sha256:<hex> -> <hex>); None for anything else."""
+    m = re.match(r"^(?:sha256:)?([0-9a-f]{64})$", (image_id or "").strip())
+    return m.group(1) if m else None
+
+
+def parse_probe(stdout):
+    """The probe's JSON from a container's stdout (vLLM may log before it); raises ProbeError."""
+    for line in reversed((stdout or "").splitlines()):
+        if line.startswith(PROBE_MARK):
+            try:
+                facts = json.loads(line[len(PROBE_MARK):])
+            except ValueError as exc:
+                raise ProbeError("the probe's answer is not JSON: %s" % exc)
+            if not isinstance(facts, dict) or facts.get("format") != PROBE_FORMAT:
+                raise ProbeError("the probe's answer has an unknown format: %r" % (line[:200],))
+            return facts
+    raise ProbeError("the image printed no probe answer (is python3 on its PATH?)")
+
+
+def parse_version(text):
+    """'0.17.1rc1.dev3+g1234' -> (0, 17, 1); None when there is no leading number."""
+    m = re.match(r"^\s*v?(\d+(?:\.\d+)*)", str(text or ""))
+    if not m:
+        return None
+    return tuple(int(x) for x in m.group(1).split("."))
+
+
+def _version_lt(found, wanted):
+    a, b = parse_version(found), parse_version(wanted)
+    if a is None or b is None:
+        return False
+    n = max(len(a), len(b))
+    return a + (0,) * (n - len(a)) < b + (0,) * (n - len(b))
+
+
+def argv_flags(argv):
+    """[(flag, value or None)] of a `vllm serve` argument list (after `serve`); positionals are skipped.
+
+    A value is the next word unless the flag is written --flag=value or the next word is another flag.
+    """
+    out = []
+    words = [str(w) for w in argv or []]
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w.startswith("-") and len(w) > 1 and not _is_number(w):
+            if "=" in w:
+                flag, value = w.split("=", 1)
+                out.append((flag, value))
+            elif i + 1 < len(words) and not (words[i + 1].startswith("-") and not _is_number(words[i + 1])):
+                out.append((w, words[i + 1]))
+                i += 1
+            else:
+                out.append((w, None))
+        i += 1
+    return out
+
+
+def _is_number(word):
+    try:
+        float(word)
+        return True
+    except ValueError:
+        return False
+
+
+def judge(facts, serve_args=None, architectures=None, min_vllm_version=None, min_ray_version=None):
+    """Problems (list of str, empty when the image fits) of an image's probe facts for a model and command line.
+
+    serve_args: the words after `vllm serve`; architectures: the model's config.json `architectures`.
+    """
+    problems = []
+    version = facts.get("vllm")
+    if not version:
+        problems.append("no usable vLLM in the image (%s)" % (facts.get("vllm_error") or "import vllm failed"))
+    elif min_vllm_version and _version_lt(version, min_vllm_version):
+        problems.append("vLLM %s is older than %s" % (version, min_vllm_version))
+    ray = facts.get("ray")
+    if not ray:
+        problems.append("no Ray in the image (%s); the cluster needs Ray inside the vLLM image"
+                        % (facts.get("ray_error") or "import ray failed"))
+    elif min_ray_version and _version_lt(ray, min_ray_version):
+        problems.append("Ray %s is older than %s" % (ray, min_ray_version))
+
+    if architectures:
+        known = facts.get("architectures")
+        if known is None:
+            problems.append("could not read vLLM's model registry (%s)" % facts.get("architectures_error"))
+        elif not any(a in known for a in architectures):
+            near = sorted({m for a in architectures for m in difflib.get_close_matches(a, known, n=3, cutoff=0.6)})
+            problems.append("the model's architectures %s are not in this vLLM's registry%s"
+                            % (list(architectures), " (closest: %s)" % ", ".join(near) if near else ""))
+
+    if serve_args:
+        flags = facts.get("flags")
+        if flags is None:
+            problems.append("could not read `vllm serve`'s arguments (%s)" % facts.get("flags_error"))
+        else:
+            problems.extend(_flag_problems(flags, serve_args, version))
+    return problems
+
+
+def _flag_problems(flags, serve_args, version):
+    problems = []
+    v = parse_version(version) or ()
+    for flag, value in argv_flags(serve_args):
+        spec = flags.get(flag)
+        if spec is None:
+            near = difflib.get_close_matches(flag, list(flags), n=1, cutoff=0.8)
+            problems.append("`vllm serve` of vLLM %s does not accept %s%s" % (
+                version, flag, " (did you mean %s?)" % near[0] if near else ""))
+            continue
+        if value is None or not spec.get("takes_value", True):
+            continue
+        allowed = spec.get("choices")
+        if not allowed:
+            for name, low, high, values in KNOWN_VALUES:
+                if name == flag and low <= v[:len(low)] < high:
+                    allowed = list(values)
+        if allowed and value not in allowed:
+            problems.append("vLLM %s accepts %s %s only, not %r" % (version, flag, "|".join(allowed), value))
+    return problems
+
+
+def summary(facts):
+    """One line: what the image ships."""
+    return "vLLM %s, Ray %s, %s architectures, %s serve flags" % (
+        facts.get("vllm") or "missing", facts.get("ray") or "missing",
+        len(facts.get("architectures") or []), len(facts.get("flags") or {}))
+
+
+_LOADED_ID_RE = re.compile(r"^Loaded image ID: (sha256:[0-9a-f]{64})\s*$", re.M)
+_LOADED_TAG_RE = re.compile(r"^Loaded image: (\S+)\s*$", re.M)
+
+
+def parse_docker_load(stdout):
+    """{'tags': [...], 'ids': [...]} from `docker load` output (tagged images print the tag, others the ID)."""
+    return {"tags": _LOADED_TAG_RE.findall(stdout or ""), "ids": _LOADED_ID_RE.findall(stdout or "")}

@@ -1,0 +1,251 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: image_check
+short_description: Check a vLLM runtime image can serve a model with the given flags, before anything starts
+version_added: 0.1.0
+description:
+  - Asks the image itself what it ships, in one short container (C(docker run --rm --network none
+    --entrypoint python3 IMAGE -c PROBE)) - the vLLM version, the Ray version, the model architectures vLLM's
+    registry knows (C(ModelRegistry.get_supported_archs())) and every option of the parser C(vllm serve) builds
+    (C(make_arg_parser)) with its choices.
+  - Fails, naming the image, the versions found, what is missing and the fix, when vLLM or Ray is missing or
+    older than asked, when none of the model's C(config.json) C(architectures) is registered, or when a flag of
+    O(serve_args) is unknown to that vLLM or its value is not one the release accepts (for example
+    C(--safetensors-load-strategy) on vLLM 0.17.x takes C(lazy), C(eager) or C(torchao) only).
+  - An image too old for the model otherwise fails only at model init, minutes into a deployment.
+  - The probe's answer is cached per image ID under O(cache_dir), so re-runs cost one C(docker image inspect).
+  - "Which loader speeds a GB10: vLLM 0.17.x C(--safetensors-load-strategy eager) (whole-shard reads instead of
+    mmap page faults); C(--load-format fastsafetensors) only when the C(fastsafetensors) package is in the
+    image (this check rejects flags and values the image does not accept)."
+  - Changes nothing on the node except the cache file.
+author:
+  - sparkfleet.vllm contributors (@sparkfleet)
+options:
+  image:
+    description:
+      - The runtime image (tag or ID); it must already be on this node.
+    type: str
+    required: true
+  serve_args:
+    description:
+      - The words after C(vllm serve) that will be passed (the model path first), as the
+        C(sparkfleet.vllm.vllm_serve_args) filter renders them.
+      - Every C(--flag) must be accepted by the image's vLLM; values of flags with choices must be one of them.
+    type: list
+    elements: str
+    default: []
+  model_config:
+    description:
+      - Path of the model's C(config.json) on this node; its C(architectures) must be in vLLM's registry.
+      - When the file does not exist yet (the model is downloaded later), the architecture check is skipped
+        with a warning unless O(require_model=true).
+    type: path
+  require_model:
+    description:
+      - Fail when O(model_config) does not exist.
+    type: bool
+    default: false
+  min_vllm_version:
+    description:
+      - Oldest vLLM release accepted (for example V(0.17.1), the first with Qwen3.5).
+    type: str
+  min_ray_version:
+    description:
+      - Oldest Ray release accepted (for example V(2.52), the first with token authentication).
+    type: str
+  cache_dir:
+    description:
+      - Directory (root-owned, created when missing) where the probe's answer is kept per image ID.
+    type: path
+    default: /var/lib/sparkfleet/image-checks
+  timeout:
+    description:
+      - Seconds the probe container may take (importing vLLM takes some seconds on a GB10).
+    type: int
+    default: 180
+notes:
+  - Needs C(docker) on the node. The probe runs without network and without GPU.
+  - Check mode is supported; the probe still runs (it is read-only) but the cache is not written.
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Check the image before anything starts
+  sparkfleet.vllm.image_check:
+    image: hellohal2064/vllm-qwen3.5-gb10:latest
+    model_config: /home/nvidia/models/Qwen3.5-122B-A10B-FP8/config.json
+    serve_args: "{{ _serve_cfg | sparkfleet.vllm.vllm_serve_args }}"
+    min_vllm_version: "0.17.1"
+    min_ray_version: "2.52"
+"""
+
+RETURN = r"""
+image:
+  description: The image as given.
+  returned: always
+  type: str
+image_id:
+  description: The image's ID on this node.
+  returned: success
+  type: str
+  sample: sha256:8f0c6e0d5b4f3c2a1e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f
+vllm_version:
+  description: vLLM version inside the image (null when missing).
+  returned: success
+  type: str
+  sample: 0.17.1rc1
+ray_version:
+  description: Ray version inside the image (null when missing).
+  returned: success
+  type: str
+  sample: 2.53.0
+model_architectures:
+  description: The model's C(architectures) (empty when the config was not there).
+  returned: success
+  type: list
+  elements: str
+problems:
+  description: What does not fit (empty on success).
+  returned: always
+  type: list
+  elements: str
+cached:
+  description: Whether the probe's answer came from the cache.
+  returned: success
+  type: bool
+probe_seconds:
+  description: Seconds the probe container took (0 when cached).
+  returned: success
+  type: float
+"""
+
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import (
+    LOADER_ADVICE, PROBE, ProbeError, image_id_key, judge, parse_probe, summary)
+
+
+def _inspect(module, docker, image):
+    rc, out, err = module.run_command([docker, "image", "inspect", "--format", "{{.Id}}", image])
+    if rc != 0:
+        module.fail_json(msg="image %s is not on this node: %s" % (image, err.strip()), rc=rc, stderr=err,
+                         image=image, problems=[],
+                         hint="pull or load it first (the runtime_image play does that on the head)")
+    return out.strip()
+
+
+def _read_cache(path):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def _write_cache(module, cache_dir, path, facts):
+    try:
+        if not os.path.isdir(cache_dir):
+            os.makedirs(cache_dir, 0o755)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as handle:
+            json.dump(facts, handle, sort_keys=True)
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, path)
+    except OSError as exc:
+        module.warn("could not cache the image facts in %s: %s" % (cache_dir, exc))
+
+
+def _model_architectures(module, path, required):
+    if not path:
+        return []
+    if not os.path.exists(path):
+        if required:
+            module.fail_json(msg="model config %s does not exist" % path, problems=[],
+                             hint="sync or download the model first (model_sync role)")
+        module.warn("%s does not exist yet: the model's architectures are checked once it is there" % path)
+        return []
+    try:
+        with open(path) as handle:
+            archs = json.load(handle).get("architectures") or []
+    except (OSError, ValueError, AttributeError) as exc:
+        module.fail_json(msg="cannot read the architectures of %s: %s" % (path, exc), problems=[])
+    return [str(a) for a in archs]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            image=dict(type="str", required=True),
+            serve_args=dict(type="list", elements="str", default=[]),
+            model_config=dict(type="path"),
+            require_model=dict(type="bool", default=False),
+            min_vllm_version=dict(type="str"),
+            min_ray_version=dict(type="str"),
+            cache_dir=dict(type="path", default="/var/lib/sparkfleet/image-checks"),
+            timeout=dict(type="int", default=180),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    module.run_command_environ_update = dict(LANG="C", LC_ALL="C")
+    docker = module.get_bin_path("docker", required=True)
+    image_id = _inspect(module, docker, p["image"])
+    key = image_id_key(image_id)
+    cache = os.path.join(p["cache_dir"], key + ".json") if key else None
+
+    facts = _read_cache(cache) if cache else None
+    cached = facts is not None and facts.get("image_id") == image_id
+    seconds = 0.0
+    if not cached:
+        t0 = time.monotonic()
+        timeout = module.get_bin_path("timeout")
+        argv = ([timeout, str(p["timeout"])] if timeout else []) + [
+            docker, "run", "--rm", "--pull=never", "--network", "none", "--entrypoint", "python3", image_id,
+            "-c", PROBE]
+        rc, out, err = module.run_command(argv)
+        seconds = round(time.monotonic() - t0, 1)
+        try:
+            facts = parse_probe(out)
+        except ProbeError as exc:
+            module.fail_json(msg="image %s: %s (rc %d)" % (p["image"], exc, rc), rc=rc, stdout=out[-3000:],
+                             stderr=err[-3000:], image=p["image"], image_id=image_id, problems=[str(exc)],
+                             hint="use a vLLM image with python3 on its PATH (vllm/vllm-openai, nvcr.io/nvidia/vllm)")
+        facts["image_id"] = image_id
+        if cache and not module.check_mode:
+            _write_cache(module, p["cache_dir"], cache, facts)
+
+    archs = _model_architectures(module, p["model_config"], p["require_model"])
+    problems = judge(facts, serve_args=p["serve_args"], architectures=archs,
+                     min_vllm_version=p["min_vllm_version"], min_ray_version=p["min_ray_version"])
+    result = dict(changed=False, image=p["image"], image_id=image_id, vllm_version=facts.get("vllm"),
+                  ray_version=facts.get("ray"), model_architectures=archs, problems=problems, cached=cached,
+                  probe_seconds=seconds)
+    if problems:
+        module.fail_json(
+            msg="image %s (%s) cannot serve this deployment: %s" % (p["image"], summary(facts), "; ".join(problems)),
+            hint="set sparkfleet_image to an image whose vLLM knows the model and every flag passed "
+                 "(Qwen3.5 needs vLLM >= 0.17.1 with Ray >= 2.52, e.g. hellohal2064/vllm-qwen3.5-gb10 or "
+                 "nvcr.io/nvidia/vllm:26.03-py3 and newer), or drop the flags it does not know. " + LOADER_ADVICE,
+            **result)
+    module.exit_json(msg="image %s: %s" % (p["image"], summary(facts)), **result)
+
+
+if __name__ == "__main__":
+    main()

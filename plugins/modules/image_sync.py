@@ -1,0 +1,217 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: image_sync
+short_description: Move a container image from this node to others over the fabric (docker save | ssh docker load)
+version_added: 0.1.0
+description:
+  - Runs on the node that has the image (the head) and streams it to every destination whose image ID differs,
+    as C(docker save IMAGE | ssh USER@IP LOAD_COMMAND), over the fabric addresses.
+  - Made for nodes without a route to any registry (DGX Spark workers have no management address); only the
+    head pulls.
+  - Idempotent by image ID - a destination that reports the same ID as this node is left alone, so a second
+    run changes nothing.
+  - Reports bytes, seconds and MB/s per destination.
+author:
+  - sparkfleet.vllm contributors (@sparkfleet)
+options:
+  image:
+    description:
+      - The image (tag) to move; it must be on this node. Saved by tag, so the destinations get the same tag.
+    type: str
+    required: true
+  destinations:
+    description:
+      - The nodes to move it to.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      ip:
+        description:
+          - Fabric address of the node.
+        type: str
+        required: true
+      name:
+        description:
+          - Name of the node in messages (its inventory name).
+        type: str
+      image_id:
+        description:
+          - The ID of O(image) on that node now (C(docker image inspect --format {{.Id}})); empty when it lacks it.
+        type: str
+        default: ""
+  ssh_user:
+    description:
+      - User on the destinations whose C(authorized_keys) holds O(ssh_key)'s public key.
+    type: str
+    required: true
+  ssh_key:
+    description:
+      - Private key on this node.
+    type: path
+    required: true
+  ssh_opts:
+    description:
+      - Extra C(ssh) options (for example the known-hosts file).
+    type: list
+    elements: str
+    default: []
+  load_command:
+    description:
+      - The command run on the destination, reading the image on stdin. With a C(command=) restriction on the
+        key the destination runs its own command and this one is ignored.
+    type: list
+    elements: str
+    default: [docker, load]
+  timeout:
+    description:
+      - Seconds for each ssh connection attempt (C(ConnectTimeout)); the transfer itself is not limited.
+    type: int
+    default: 30
+notes:
+  - Needs C(docker), C(bash) and C(ssh) on this node; C(docker) on the destinations.
+  - Check mode is supported and reports which destinations would get the image.
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Move the runtime image from the head to the workers
+  sparkfleet.vllm.image_sync:
+    image: hellohal2064/vllm-qwen3.5-gb10:latest
+    destinations:
+      - {name: spark-2, ip: 192.168.200.13, image_id: ""}
+    ssh_user: nvidia
+    ssh_key: /etc/sparkfleet/image-sync_ed25519
+    load_command: [sudo, -n, docker, load]
+"""
+
+RETURN = r"""
+image_id:
+  description: The image's ID on this node (and, after the run, on every destination).
+  returned: always
+  type: str
+results:
+  description: One entry per destination.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The destination's name (its IP when no name was given).
+      type: str
+    ip:
+      description: Its fabric address.
+      type: str
+    changed:
+      description: Whether the image was (or, in check mode, would be) moved there.
+      type: bool
+    bytes:
+      description: Bytes sent (the image's size; 0 when unchanged).
+      type: int
+    seconds:
+      description: Seconds the transfer took.
+      type: float
+    mb_per_s:
+      description: Throughput in MB/s.
+      type: float
+    loaded:
+      description: What C(docker load) reported (tags and IDs).
+      type: dict
+bytes_transferred:
+  description: Sum of bytes over every destination.
+  returned: always
+  type: int
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_docker_load
+
+# docker save's stdout straight into ssh; pipefail makes a failing save fail the transfer.
+_PIPE = 'image=$1; shift; "$DOCKER" save "$image" | "$@"'
+
+
+def _inspect(module, docker, image):
+    rc, out, err = module.run_command([docker, "image", "inspect", "--format", "{{.Id}} {{.Size}}", image])
+    if rc != 0:
+        module.fail_json(msg="image %s is not on this node: %s" % (image, err.strip()), rc=rc, stderr=err,
+                         hint="pull it on this node first, or load it (docker load)")
+    image_id, size = out.split()
+    return image_id, int(size)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            image=dict(type="str", required=True),
+            destinations=dict(type="list", elements="dict", required=True, options=dict(
+                ip=dict(type="str", required=True),
+                name=dict(type="str"),
+                image_id=dict(type="str", default=""),
+            )),
+            ssh_user=dict(type="str", required=True),
+            ssh_key=dict(type="path", required=True),
+            ssh_opts=dict(type="list", elements="str", default=[]),
+            load_command=dict(type="list", elements="str", default=["docker", "load"]),
+            timeout=dict(type="int", default=30),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    module.run_command_environ_update = dict(LANG="C", LC_ALL="C")
+    docker = module.get_bin_path("docker", required=True)
+    bash = module.get_bin_path("bash", required=True)
+    ssh = module.get_bin_path("ssh", required=True)
+    image_id, size = _inspect(module, docker, p["image"])
+
+    results = []
+    for dest in p["destinations"]:
+        name = dest["name"] or dest["ip"]
+        entry = dict(name=name, ip=dest["ip"], changed=dest["image_id"].strip() != image_id, bytes=0, seconds=0.0,
+                     mb_per_s=0.0, loaded={})
+        results.append(entry)
+        if not entry["changed"] or module.check_mode:
+            continue
+        ssh_argv = [ssh, "-i", p["ssh_key"], "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+                    "-o", "ConnectTimeout=%d" % p["timeout"], "-o", "ServerAliveInterval=15"] + p["ssh_opts"] + [
+                        "%s@%s" % (p["ssh_user"], dest["ip"])] + p["load_command"]
+        t0 = time.monotonic()
+        rc, out, err = module.run_command([bash, "-o", "pipefail", "-c", _PIPE, "image-sync", p["image"]] + ssh_argv,
+                                          environ_update=dict(DOCKER=docker))
+        seconds = time.monotonic() - t0
+        if rc != 0:
+            module.fail_json(
+                msg="moving %s to %s (%s) failed (rc %d): %s" % (p["image"], name, dest["ip"], rc,
+                                                                 (err.strip() or out.strip())[-500:]),
+                rc=rc, stdout=out, stderr=err, image_id=image_id, results=results,
+                hint="check that this node reaches %s@%s over ssh with %s, and that %s can run `%s` there "
+                     "(docker group or passwordless sudo)" % (p["ssh_user"], dest["ip"], p["ssh_key"], p["ssh_user"],
+                                                             " ".join(p["load_command"])))
+        entry.update(bytes=size, seconds=round(seconds, 1), mb_per_s=round(size / 1e6 / max(seconds, 1e-3), 1),
+                     loaded=parse_docker_load(out))
+    changed = any(r["changed"] for r in results)
+    total = sum(r["bytes"] for r in results)
+    module.exit_json(changed=changed, image_id=image_id, results=results, bytes_transferred=total,
+                     msg="%s: %s" % (p["image"], ", ".join(
+                         "%s %s" % (r["name"], ("%.0f MB in %.1f s" % (r["bytes"] / 1e6, r["seconds"]))
+                                    if r["bytes"] else ("would get it" if r["changed"] else "up to date"))
+                         for r in results) or "no destinations"))
+
+
+if __name__ == "__main__":
+    main()

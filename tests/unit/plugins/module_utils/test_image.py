@@ -1,0 +1,139 @@
+"""_image: the probe's answer read back, and the verdict on real captured answers (the lab image's stand-in at
+vLLM 0.17.1 and 0.10.2, an image without Ray, a python without vLLM)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _image
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "modules", "fixtures", "image_check")
+STANDIN = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "lab", "standin")
+QWEN35 = ["Qwen3_5MoeForConditionalGeneration"]
+# What the vllm_serve role renders for the lab (the model path first).
+ARGV = ["/models/m", "--served-model-name", "sparklab/tiny-moe", "--tensor-parallel-size", "2",
+        "--pipeline-parallel-size", "1", "--distributed-executor-backend", "ray", "--gpu-memory-utilization", "0.85",
+        "--max-model-len", "4096", "--host", "10.99.0.11", "--port", "30000"]
+
+
+def facts(name):
+    with open(os.path.join(FIX, name)) as handle:
+        return _image.parse_probe(handle.read())
+
+
+def test_probe_answers_of_the_lab_image():
+    new, old = facts("standin-0.17.1.out"), facts("standin-0.10.2.out")
+    assert (new["vllm"], new["ray"], old["vllm"], old["ray"]) == ("0.17.1", "2.60.0", "0.10.2", "2.60.0")
+    assert "Qwen3_5MoeForConditionalGeneration" in new["architectures"]
+    assert "Qwen3_5MoeForConditionalGeneration" not in old["architectures"]
+    assert new["flags"]["--safetensors-load-strategy"]["choices"] == ["eager", "lazy", "torchao"]
+    assert "--safetensors-load-strategy" not in old["flags"]
+    assert new["flags"]["--enforce-eager"]["takes_value"] is False
+
+
+def test_probe_runs_against_the_standin_package(tmp_path):
+    """The probe text itself works: run it against the stand-in's vllm package (no Ray here)."""
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(STANDIN), SPARKLAB_VLLM_RELEASE="0.10.2")
+    p = subprocess.run([sys.executable, "-c", _image.PROBE], capture_output=True, text=True, env=env,
+                       cwd=str(tmp_path), timeout=60, check=False)
+    got = _image.parse_probe(p.stdout)
+    assert got["vllm"] == "0.10.2" and "--tensor-parallel-size" in got["flags"]
+
+
+@pytest.mark.parametrize("stdout, error", [
+    ("", "printed no probe answer"),
+    ("INFO some vLLM log line\n", "printed no probe answer"),
+    (_image.PROBE_MARK + "{not json\n", "not JSON"),
+    (_image.PROBE_MARK + '{"format": 99}\n', "unknown format"),
+])
+def test_unreadable_probe_answers(stdout, error):
+    with pytest.raises(_image.ProbeError, match=error):
+        _image.parse_probe(stdout)
+
+
+def test_log_lines_before_the_answer_are_ignored():
+    out = "WARNING 11-30 23:59:01 [__init__.py:10] no CUDA\n" + open(os.path.join(FIX, "standin-0.17.1.out")).read()
+    assert _image.parse_probe(out)["vllm"] == "0.17.1"
+
+
+def test_the_proven_release_fits_the_lab_deployment():
+    assert _image.judge(facts("standin-0.17.1.out"), ARGV + ["--safetensors-load-strategy", "eager"], QWEN35,
+                        min_vllm_version="0.17.1", min_ray_version="2.52") == []
+
+
+def test_too_old_release_names_version_architecture_and_flag():
+    problems = _image.judge(facts("standin-0.10.2.out"), ARGV + ["--safetensors-load-strategy", "eager"], QWEN35,
+                            min_vllm_version="0.17.1")
+    assert problems[0] == "vLLM 0.10.2 is older than 0.17.1"
+    assert problems[1].startswith("the model's architectures ['Qwen3_5MoeForConditionalGeneration'] are not in")
+    assert problems[2] == "`vllm serve` of vLLM 0.10.2 does not accept --safetensors-load-strategy"
+    assert len(problems) == 3
+
+
+@pytest.mark.parametrize("extra, problem", [
+    (["--safetensors-load-strategy", "prefetch"], "vLLM 0.17.1 accepts --safetensors-load-strategy "
+                                                  "eager|lazy|torchao only, not 'prefetch'"),
+    (["--safetensors-load-strategy=prefetch"], "not 'prefetch'"),
+    (["--distributed-executor-backend", "nccl"], "not 'nccl'"),
+    (["--tensor-paralel-size", "2"], "does not accept --tensor-paralel-size (did you mean --tensor-parallel-size?)"),
+    (["--no-such-flag"], "does not accept --no-such-flag"),
+])
+def test_flags_and_values_the_image_rejects(extra, problem):
+    problems = _image.judge(facts("standin-0.17.1.out"), ARGV + extra, QWEN35)
+    assert len(problems) == 1 and problem in problems[0]
+
+
+def test_bare_boolean_flags_and_json_values_pass():
+    assert _image.judge(facts("standin-0.17.1.out"), ARGV + ["--enforce-eager", "--no-enable-prefix-caching",
+                                                             "--compilation-config", '{"level":3}', "-tp", "2"]) == []
+
+
+def test_known_values_apply_where_the_parser_lists_no_choices():
+    f = facts("standin-0.17.1.out")
+    f["flags"]["--safetensors-load-strategy"]["choices"] = None  # real vLLM validates later, not in argparse
+    problems = _image.judge(f, ARGV + ["--safetensors-load-strategy", "prefetch"])
+    assert problems == ["vLLM 0.17.1 accepts --safetensors-load-strategy eager|lazy|torchao only, not 'prefetch'"]
+    f["vllm"] = "0.20.1"  # outside the table: the parser is the only authority
+    assert _image.judge(f, ARGV + ["--safetensors-load-strategy", "prefetch"]) == []
+
+
+def test_missing_ray_and_missing_vllm():
+    assert _image.judge(facts("standin-0.17.1-no-ray.out")) == [
+        "no Ray in the image (ModuleNotFoundError: No module named 'ray'); the cluster needs Ray inside the vLLM "
+        "image"]
+    problems = _image.judge(facts("no-vllm.out"), ARGV, QWEN35)
+    assert problems[0] == "no usable vLLM in the image (ModuleNotFoundError: No module named 'vllm')"
+    assert any(p.startswith("could not read vLLM's model registry") for p in problems)
+    assert any(p.startswith("could not read `vllm serve`'s arguments") for p in problems)
+
+
+@pytest.mark.parametrize("found, wanted, older", [
+    ("0.17.1rc1", "0.17.1", False), ("0.17.1rc1.dev3+g12ab", "0.17", False), ("0.11.1", "0.17.1", True),
+    ("2.53.0", "2.52", False), ("2.51.1", "2.52", True), ("unknown", "2.52", False),
+])
+def test_version_comparison(found, wanted, older):
+    f = {"vllm": found, "ray": found, "architectures": [], "flags": {}}
+    problems = _image.judge(f, min_vllm_version=wanted)
+    assert bool(problems) is older
+
+
+def test_argv_flags():
+    assert _image.argv_flags(["/m", "--a", "1", "--b", "--c=x", "-tp", "2", "--d", "-1"]) == [
+        ("--a", "1"), ("--b", None), ("--c", "x"), ("-tp", "2"), ("--d", "-1")]
+
+
+def test_image_id_key():
+    h = "a" * 64
+    assert _image.image_id_key("sha256:" + h) == h and _image.image_id_key(h + "\n") == h
+    assert _image.image_id_key("sparklab/x:1") is None and _image.image_id_key(None) is None
+
+
+def test_docker_load_output():
+    out = ("Loaded image: sparklab/vllm-runtime:e6d599975e19\n"
+           "Loaded image ID: sha256:%s\n" % ("b" * 64))
+    assert _image.parse_docker_load(out) == {"tags": ["sparklab/vllm-runtime:e6d599975e19"],
+                                             "ids": ["sha256:" + "b" * 64]}

@@ -1,0 +1,115 @@
+"""image_check with a fake docker that answers like the lab image (captured probe outputs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from ansible_collections.sparkfleet.vllm.plugins.modules import image_check
+
+FIX = os.path.join(os.path.dirname(__file__), "fixtures", "image_check")
+IMAGE_ID = "sha256:" + "c" * 64
+DOCKER = """#!/bin/sh
+echo "$*" >> "$FAKE_LOG"
+case "$1 $2" in
+  "image inspect") [ -n "$FAKE_MISSING" ] && { echo "Error: No such image: $5" >&2; exit 1; }; echo "$FAKE_ID" ;;
+  "run --rm") cat "$FAKE_PROBE" ;;
+  *) exit 9 ;;
+esac
+"""
+ARGV = ["/models/m", "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray",
+        "--safetensors-load-strategy", "eager"]
+
+
+@pytest.fixture
+def docker(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "docker"
+    fake.write_text(DOCKER)
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "docker.log"))
+    monkeypatch.setenv("FAKE_ID", IMAGE_ID)
+    monkeypatch.setenv("FAKE_PROBE", os.path.join(FIX, "standin-0.17.1.out"))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["Qwen3_5MoeForConditionalGeneration"]}))
+
+    class D:
+        config = str(model / "config.json")
+        cache = str(tmp_path / "cache")
+
+        @staticmethod
+        def calls():
+            return (tmp_path / "docker.log").read_text().splitlines()
+
+        @staticmethod
+        def args(**extra):
+            a = {"image": "sparklab/vllm-runtime:x", "serve_args": ARGV, "model_config": D.config,
+                 "cache_dir": D.cache, "min_vllm_version": "0.17.1", "min_ray_version": "2.52"}
+            a.update(extra)
+            return a
+    return D
+
+
+def test_fitting_image_passes_and_the_verdict_is_cached_per_image_id(run_module, docker):
+    first = run_module(image_check, docker.args())
+    assert not first.get("failed"), first.get("msg")
+    assert first["changed"] is False and first["cached"] is False and first["problems"] == []
+    assert (first["vllm_version"], first["ray_version"]) == ("0.17.1", "2.60.0")
+    assert first["model_architectures"] == ["Qwen3_5MoeForConditionalGeneration"]
+    runs = [c for c in docker.calls() if c.startswith("run ")]
+    assert len(runs) == 1 and "--entrypoint python3 %s -c" % IMAGE_ID in runs[0] and "--network none" in runs[0]
+    assert os.path.exists(os.path.join(docker.cache, "c" * 64 + ".json"))
+    again = run_module(image_check, docker.args())
+    assert again["cached"] is True and again["problems"] == []
+    assert len([c for c in docker.calls() if c.startswith("run ")]) == 1
+
+
+def test_too_old_image_fails_naming_image_versions_and_fix(run_module, docker, monkeypatch):
+    monkeypatch.setenv("FAKE_PROBE", os.path.join(FIX, "standin-0.10.2.out"))
+    r = run_module(image_check, docker.args())
+    assert r["failed"] is True
+    assert r["msg"].startswith("image sparklab/vllm-runtime:x (vLLM 0.10.2, Ray 2.60.0,")
+    assert "vLLM 0.10.2 is older than 0.17.1" in r["msg"]
+    assert "['Qwen3_5MoeForConditionalGeneration'] are not in this vLLM's registry" in r["msg"]
+    assert "does not accept --safetensors-load-strategy" in r["msg"]
+    assert "set sparkfleet_image" in r["hint"] and "vLLM >= 0.17.1" in r["hint"]
+    assert len(r["problems"]) == 3
+
+
+def test_check_mode_probes_but_writes_no_cache(run_module, docker):
+    r = run_module(image_check, docker.args(), check_mode=True)
+    assert not r.get("failed") and r["changed"] is False
+    assert not os.path.exists(docker.cache)
+
+
+def test_a_cache_of_another_image_is_not_trusted(run_module, docker):
+    os.makedirs(docker.cache)
+    with open(os.path.join(docker.cache, "c" * 64 + ".json"), "w") as handle:
+        json.dump({"image_id": "sha256:" + "d" * 64, "vllm": "0.17.1"}, handle)
+    r = run_module(image_check, docker.args())
+    assert r["cached"] is False and not r.get("failed")
+
+
+def test_missing_image_and_missing_model(run_module, docker, monkeypatch, tmp_path):
+    gone = str(tmp_path / "nowhere" / "config.json")
+    r = run_module(image_check, docker.args(model_config=gone))
+    assert not r.get("failed") and r["model_architectures"] == []
+    r = run_module(image_check, docker.args(model_config=gone, require_model=True))
+    assert r["failed"] is True and r["msg"] == "model config %s does not exist" % gone
+    monkeypatch.setenv("FAKE_MISSING", "1")
+    r = run_module(image_check, docker.args())
+    assert r["failed"] is True and r["msg"].startswith("image sparklab/vllm-runtime:x is not on this node")
+
+
+def test_image_without_a_probe_answer(run_module, docker, monkeypatch, tmp_path):
+    empty = tmp_path / "empty.out"
+    empty.write_text("exec: python3: not found\n")
+    monkeypatch.setenv("FAKE_PROBE", str(empty))
+    r = run_module(image_check, docker.args())
+    assert r["failed"] is True and "printed no probe answer" in r["msg"]

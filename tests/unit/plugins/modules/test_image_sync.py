@@ -1,0 +1,85 @@
+"""image_sync with a fake docker (save prints bytes) and a fake ssh (counts stdin, answers like docker load)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from ansible_collections.sparkfleet.vllm.plugins.modules import image_sync
+
+HEAD_ID = "sha256:" + "e" * 64
+DOCKER = """#!/bin/sh
+echo "docker $*" >> "$FAKE_LOG"
+case "$1 $2" in
+  "image inspect") [ -n "$FAKE_MISSING" ] && { echo "Error: No such image" >&2; exit 1; }; echo "$FAKE_ID 3000" ;;
+  "save sparklab/vllm-runtime:x") head -c 3000 /dev/zero ;;
+  *) exit 9 ;;
+esac
+"""
+SSH = """#!/bin/sh
+n=$(wc -c)
+echo "ssh $* bytes=$n" >> "$FAKE_LOG"
+[ -n "$FAKE_SSH_FAIL" ] && { echo "sudo: a password is required" >&2; exit 1; }
+echo "Loaded image: sparklab/vllm-runtime:x"
+"""
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, text in (("docker", DOCKER), ("ssh", SSH)):
+        f = bindir / name
+        f.write_text(text)
+        f.chmod(f.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "log"))
+    monkeypatch.setenv("FAKE_ID", HEAD_ID)
+    return lambda: (tmp_path / "log").read_text().splitlines() if (tmp_path / "log").exists() else []
+
+
+def args(*dests):
+    return {"image": "sparklab/vllm-runtime:x", "destinations": list(dests), "ssh_user": "spark",
+            "ssh_key": "/etc/sparkfleet/image-sync_ed25519", "load_command": ["sudo", "-n", "docker", "load"]}
+
+
+def test_moves_the_image_only_where_the_id_differs(run_module, fake):
+    r = run_module(image_sync, args({"name": "spark-2", "ip": "10.99.1.12", "image_id": ""},
+                                    {"name": "spark-3", "ip": "10.99.1.13", "image_id": HEAD_ID}))
+    assert not r.get("failed"), r.get("msg")
+    assert r["changed"] is True and r["image_id"] == HEAD_ID and r["bytes_transferred"] == 3000
+    two, three = r["results"]
+    assert two["changed"] is True and two["bytes"] == 3000 and two["loaded"]["tags"] == ["sparklab/vllm-runtime:x"]
+    assert three["changed"] is False and three["bytes"] == 0
+    sshs = [line for line in fake() if line.startswith("ssh ")]
+    assert len(sshs) == 1 and sshs[0].endswith("spark@10.99.1.12 sudo -n docker load bytes=3000")
+    assert "-i /etc/sparkfleet/image-sync_ed25519" in sshs[0] and "BatchMode=yes" in sshs[0]
+    assert "spark-2 0 MB in" in r["msg"] and "spark-3 up to date" in r["msg"]
+
+
+def test_same_id_everywhere_is_unchanged(run_module, fake):
+    r = run_module(image_sync, args({"name": "spark-2", "ip": "10.99.1.12", "image_id": HEAD_ID + "\n"}))
+    assert r["changed"] is False and r["bytes_transferred"] == 0
+    assert not [line for line in fake() if line.startswith("ssh ")]
+
+
+def test_check_mode_reports_without_moving(run_module, fake):
+    r = run_module(image_sync, args({"ip": "10.99.1.12"}), check_mode=True)
+    assert r["changed"] is True and r["results"][0]["name"] == "10.99.1.12" and "would get it" in r["msg"]
+    assert not [line for line in fake() if line.startswith("ssh ") or "save" in line]
+
+
+def test_failed_load_names_the_node_and_the_fix(run_module, fake, monkeypatch):
+    monkeypatch.setenv("FAKE_SSH_FAIL", "1")
+    r = run_module(image_sync, args({"name": "spark-2", "ip": "10.99.1.12"}))
+    assert r["failed"] is True
+    assert r["msg"].startswith("moving sparklab/vllm-runtime:x to spark-2 (10.99.1.12) failed (rc 1)")
+    assert "sudo: a password is required" in r["msg"] and "passwordless sudo" in r["hint"]
+
+
+def test_image_missing_on_the_head(run_module, fake, monkeypatch):
+    monkeypatch.setenv("FAKE_MISSING", "1")
+    r = run_module(image_sync, args({"ip": "10.99.1.12"}))
+    assert r["failed"] is True and "is not on this node" in r["msg"]
