@@ -411,11 +411,12 @@ def ssh_argv(ssh_bin, cipher=None, key=None, opts=None, forward_agent=False, tim
 
 
 def rsync_argv(rsync_bin, rsh, src_dir, target, checksum=False, bwlimit=0, dry_run=False,
-               delete=False, files_from=False, timeout=None, compress=False):
+               delete=False, files_from=False, timeout=None, compress=False, ignore_times=False):
     """The rsync command that pushes src_dir/ to target/.
 
     --whole-file (no delta on a fast link), no compression unless asked (bench only),
     --copy-links (a Hugging Face snapshot is symlinks into blobs), staging in TEMP_DIR_NAME.
+    ignore_times sends every listed file even when size and mtime match (a content mismatch found by hash).
     """
     argv = [rsync_bin, "--recursive", "--copy-links", "--perms", "--times", "--whole-file",
             "--mkpath", "--out-format=" + OUT_FORMAT, "--exclude=/%s/" % TEMP_DIR_NAME,
@@ -427,6 +428,8 @@ def rsync_argv(rsync_bin, rsh, src_dir, target, checksum=False, bwlimit=0, dry_r
         argv.append("--compress")
     if checksum:
         argv.append("--checksum")
+    if ignore_times:
+        argv.append("--ignore-times")
     if bwlimit:
         argv.append("--bwlimit=%d" % int(bwlimit))
     if dry_run:

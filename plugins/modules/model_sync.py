@@ -13,7 +13,8 @@ version_added: 0.1.0
 description:
   - Runs on the node that holds the model (the source) and pushes C(src) to C(dest) on every host in
     C(destinations), addressed by their fabric IPs. The controller never carries model bytes.
-  - Before anything is copied, the source must be complete (C(config.json) parses; every shard named in
+  - Before anything is copied, O(src) and O(dest) must be model directories (see O(dest)) and the source must
+    be complete (C(config.json) parses; every shard named in
     C(model.safetensors.index.json) exists, is non-empty, its safetensors header parses, its data offsets
     cover the file exactly, and it holds the tensors the index puts there) and every destination must have
     room for the files that differ. Either failure stops the run before a byte moves, with the numbers.
@@ -111,6 +112,17 @@ options:
         (so every shard the index names is there).
     type: bool
     default: true
+  verify_content:
+    description:
+      - Compare a content hash (BLAKE2b) of every file between the source and each destination, and send the files
+        whose content differs even when their size and modification time match (a same-size corruption with
+        its mtime restored). After the sync, the files sent are hashed again on the destination.
+      - Hashes are cached per file under the home directory of the user on each node
+        (C(~/.cache/sparkfleet/)), keyed by size, modification time, inode and change time, so an unchanged
+        file is read once; any write moves the change time, so a repaired or damaged file is read again.
+      - Needs C(python3) on the destinations.
+    type: bool
+    default: true
   timeout:
     description:
       - Seconds for an ssh connection to be set up, and for rsync to wait on a stalled transfer.
@@ -177,6 +189,13 @@ mb_per_s:
   returned: always
   type: float
   sample: 625.8
+fingerprint:
+  description:
+    - Digest of the source model's content (every file's path, size and content hash). It changes when any
+      file of the model changes; null when O(verify_content=false).
+  returned: always
+  type: str
+  sample: 3f9a0c1e5b7d2a4468c0e1f2a3b4c5d6
 rounds:
   description:
     - Fan-out as run, each wave a list of [feeder, target] started together; C(source) is this node.
@@ -204,11 +223,13 @@ destinations:
       verified: true
       would_transfer: []
       would_delete: []
+      content_mismatch: []
 """
 
 import os
 import re
 import shlex
+import sys
 import tempfile
 import threading
 import time
@@ -216,6 +237,13 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import (
+    HASH_SCRIPT,
+    cache_file,
+    content_mismatches,
+    fingerprint,
+    parse_hashes,
+)
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import MARKER_NAME, model_path_problem
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
     TEMP_DIR_NAME,
@@ -259,6 +287,7 @@ class ModelSync(object):
         self.user = p["ssh_user"]
         self.ssh_bin = module.get_bin_path("ssh", required=True)
         self.rsync_bin = module.get_bin_path("rsync", required=True)
+        self.python = sys.executable or module.get_bin_path("python3", required=True)
         self.agent_env = {}
         self.agent_pid = None
         self.lock = threading.Lock()
@@ -276,10 +305,12 @@ class ModelSync(object):
                    files_from=False, bwlimit=0, existing_only=False):
         checksum = self.p["checksum"] if checksum is None else checksum
         tgt = rsync_target(target, self.dest, self.user)
+        # A file list holds exactly what must move, content mismatches of the same size and mtime included.
+        ignore_times = files_from
         if feeder == SOURCE:
             argv = rsync_argv(self.rsync_bin, self._ssh(), self.src, tgt, checksum=checksum,
                               bwlimit=bwlimit, dry_run=dry_run, delete=delete,
-                              files_from=files_from, timeout=self.p["timeout"])
+                              files_from=files_from, timeout=self.p["timeout"], ignore_times=ignore_times)
             if existing_only:
                 argv[1:1] = ["--existing", "--ignore-existing"]
             return argv, None
@@ -287,10 +318,51 @@ class ModelSync(object):
         hop = ssh_argv("ssh", self.p["ssh_cipher"], None, self.p["ssh_opts"], timeout=self.p["timeout"])
         inner = rsync_argv("rsync", hop, self.dest, tgt, checksum=checksum, bwlimit=bwlimit,
                            dry_run=dry_run, delete=delete, files_from=files_from,
-                           timeout=self.p["timeout"])
+                           timeout=self.p["timeout"], ignore_times=ignore_times)
         remote = " ".join(shlex.quote(a) for a in inner)
         argv = self._ssh(forward_agent=True) + [host_spec(feeder, self.user), remote]
         return argv, dict(self.agent_env)
+
+    def _names_data(self, names):
+        return b"".join(n.encode("utf-8", "surrogateescape") + b"\0" for n in names)
+
+    def local_hashes(self, names):
+        """Content hashes of the source's files (cached under this user's home)."""
+        argv = [self.python, "-c", HASH_SCRIPT, self.src, cache_file(self.src, os.path.expanduser("~"))]
+        rc, out, err = self.module.run_command(argv, data=self._names_data(names), binary_data=True)
+        if rc != 0:
+            self.module.fail_json(msg="hashing the source model %s failed: %s" % (self.src, _tail(err or out)))
+        return parse_hashes(out)
+
+    def remote_hashes(self, host, names):
+        """Content hashes of the files on a destination, or (None, error)."""
+        cache = cache_file(self.dest, "$HOME")  # hex name: safe inside double quotes, $HOME expands there
+        script = "python3 -c %s %s \"%s\"" % (shlex.quote(HASH_SCRIPT), shlex.quote(self.dest), cache)
+        rc, out, err = self._remote(host, script, data=self._names_data(names))
+        if rc != 0:
+            return None, "hashing %s on %s failed: %s" % (self.dest, host, _tail(err or out))
+        try:
+            return parse_hashes(out), None
+        except ValueError as exc:
+            return None, "hashing %s on %s: %s" % (self.dest, host, exc)
+
+    def content_check(self, host, info, moved, expected, source_hashes):
+        """Files that rsync would skip (same size and mtime) but whose content differs join the transfer."""
+        skipped = [n for n in sorted(expected) if n not in set(name for name, _s in moved)]
+        if not skipped:
+            return moved
+        hashes, err = self.remote_hashes(host, skipped)
+        if err:
+            info.update(status="failed", msg=err)
+            return moved
+        bad = content_mismatches(source_hashes, hashes, skipped)
+        info["content_mismatch"] = bad
+        if bad:
+            moved = list(moved) + [(n, expected[n]) for n in bad]
+            info["would_transfer"] = sorted(set(info["would_transfer"]) | set(bad))
+            info["bytes_needed"] += sum(expected[n] for n in bad)
+            info["status"] = "pending"
+        return moved
 
     # ------------------------------------------------------------------ agent
     def start_agent(self):
@@ -333,7 +405,8 @@ class ModelSync(object):
         """What dest is on the target, free space there, then a dry run from the source. Read-only."""
         info = {"status": "pending", "fed_from": None, "files_transferred": 0, "bytes_transferred": 0,
                 "files_deleted": 0, "bytes_needed": 0, "bytes_available": None, "seconds": 0.0,
-                "mb_per_s": 0.0, "streams": 0, "verified": None, "would_transfer": [], "would_delete": []}
+                "mb_per_s": 0.0, "streams": 0, "verified": None, "would_transfer": [], "would_delete": [],
+                "content_mismatch": []}
         # The guard comes first: nothing, not even a dry run, touches a dest that is not a model directory.
         rc, out, err = self._remote(host, dest_probe_script(self.dest))
         probe = parse_dest_probe(out if rc == 0 else "")
@@ -369,8 +442,7 @@ class ModelSync(object):
 
     def _run_stream(self, feeder, target, names, bwlimit):
         argv, env = self._push_argv(feeder, target, files_from=True, bwlimit=bwlimit)
-        data = b"".join(n.encode("utf-8", "surrogateescape") + b"\0" for n in names)
-        return self.module.run_command(argv, data=data, binary_data=True, environ_update=env)
+        return self.module.run_command(argv, data=self._names_data(names), binary_data=True, environ_update=env)
 
     def transfer(self, feeder, target, moved, info):
         """Prepare the staging dir, push in parallel streams, delete extras, tidy up."""
@@ -414,13 +486,19 @@ class ModelSync(object):
             return False, "push to %s %s failed: %s" % (target, where, "; ".join(errors))
         return True, None
 
-    def verify(self, host, expected):
+    def verify(self, host, expected, source_hashes=None, names=()):
         script = "cd %s && find . -path ./%s -prune -o -type f -printf '%%s %%P\\0'" % (
             shlex.quote(self.dest), TEMP_DIR_NAME)
         rc, out, err = self._remote(host, script)
         if rc != 0:
             return ["cannot list %s: %s" % (self.dest, _tail(err or out))]
         problems = compare_sizes(expected, parse_size_list(out))
+        if not problems and source_hashes is not None and names:
+            hashes, err = self.remote_hashes(host, names)
+            if err:
+                return [err]
+            problems = ["%s differs in content from the source" % n
+                        for n in content_mismatches(source_hashes, hashes, names)]
         if not problems and self.p["checksum"]:
             argv, _env = self._push_argv(SOURCE, host, dry_run=True, checksum=True)
             rc, out, err = self.module.run_command(argv)
@@ -480,7 +558,7 @@ class ModelSync(object):
         expected = dict(report["files"])
         result = {"changed": False, "files_total": len(expected), "files_transferred": 0,
                   "bytes_transferred": 0, "seconds": 0.0, "transfer_seconds": 0.0, "mb_per_s": 0.0,
-                  "rounds": [], "destinations": {}}
+                  "rounds": [], "destinations": {}, "fingerprint": None}
 
         moved = {}
         with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
@@ -493,6 +571,22 @@ class ModelSync(object):
             m.fail_json(msg="nothing was copied: " + "; ".join(result["destinations"][h]["msg"] for h in bad),
                         hint="Free space on the destination or fix ssh access (user, key, fabric IP), then run again.",
                         **result)
+
+        source_hashes = None
+        if m.params["verify_content"]:
+            source_hashes = self.local_hashes(sorted(expected))
+            result["fingerprint"] = fingerprint(expected.items(), source_hashes)
+            with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
+                futures = dict((h, pool.submit(self.content_check, h, result["destinations"][h], moved[h], expected,
+                                               source_hashes)) for h in hosts)
+                for h, fut in futures.items():
+                    moved[h] = fut.result()
+            bad = [h for h in hosts if result["destinations"][h]["status"] == "failed"]
+            if bad:
+                result["seconds"] = round(time.time() - started, 2)
+                m.fail_json(msg="nothing was copied: " + "; ".join(result["destinations"][h]["msg"] for h in bad),
+                            hint="Check that python3 runs on the destination for the sync user, then run again.",
+                            **result)
 
         pending = [h for h in hosts if result["destinations"][h]["status"] == "pending"]
         holders = [SOURCE] + [h for h in hosts if result["destinations"][h]["status"] == "in_sync"]
@@ -530,7 +624,8 @@ class ModelSync(object):
 
         if m.params["verify"]:
             for h in synced:
-                problems = self.verify(h, expected)
+                sent = result["destinations"][h]["would_transfer"] if h in pending else []
+                problems = self.verify(h, expected, source_hashes, [n for n in sent if n in expected])
                 result["destinations"][h]["verified"] = not problems
                 if problems:
                     result["destinations"][h].update(status="failed",
@@ -597,6 +692,7 @@ def main():
             drop_cache=dict(type="bool", default=False),
             delete=dict(type="bool", default=False),
             verify=dict(type="bool", default=True),
+            verify_content=dict(type="bool", default=True),
             timeout=dict(type="int", default=60),
         ),
         supports_check_mode=True,

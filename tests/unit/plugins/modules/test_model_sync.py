@@ -283,19 +283,80 @@ def test_verify_catches_a_destination_file_damaged_behind_rsyncs_back(run_module
     assert "model-00001-of-00004.safetensors is 10 bytes" in res["msg"]
 
 
+def _corrupt_in_place(path):
+    """Change the last bytes of a file, keeping its size and restoring its mtime (ctime moves, as always)."""
+    st = os.stat(path)
+    with open(path, "r+b") as handle:
+        handle.seek(st.st_size - 4)
+        old = handle.read(4)
+        handle.seek(st.st_size - 4)
+        handle.write(bytes(b ^ 0xFF for b in old))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
 def test_checksum_finds_same_size_same_mtime_corruption(run_module, lab):
     run_module(model_sync, lab.args())
-    target = os.path.join(lab.dest("10.99.1.12"), "model-00001-of-00004.safetensors")
-    st = os.stat(target)
-    with open(target, "r+b") as handle:
-        handle.seek(st.st_size - 4)
-        handle.write(b"\xff\xff\xff\xff")
-    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert run_module(model_sync, lab.args())["changed"] is False  # size+mtime cannot see it
-    res = run_module(model_sync, lab.args(checksum=True))
+    _corrupt_in_place(os.path.join(lab.dest("10.99.1.12"), "model-00001-of-00004.safetensors"))
+    # size+mtime alone cannot see it ...
+    assert run_module(model_sync, lab.args(verify_content=False))["changed"] is False
+    # ... rsync's full checksum can.
+    res = run_module(model_sync, lab.args(checksum=True, verify_content=False))
     assert res["changed"] is True and res["files_transferred"] == 1
     assert res["destinations"]["10.99.1.12"]["verified"] is True
     assert tree(lab.dest("10.99.1.12")) == tree(lab.src)
+
+
+def test_content_hashes_repair_a_same_size_corruption_by_default(run_module, lab):
+    first = run_module(model_sync, lab.args())
+    shard = "model-00002-of-00004.safetensors"
+    _corrupt_in_place(os.path.join(lab.dest("10.99.1.12"), shard))
+    check = run_module(model_sync, lab.args(), check_mode=True)
+    assert check["changed"] is True
+    assert check["destinations"]["10.99.1.12"]["content_mismatch"] == [shard]
+    assert check["destinations"]["10.99.1.12"]["would_transfer"] == [shard]
+    res = run_module(model_sync, lab.args())
+    assert res["changed"] is True and res["files_transferred"] == 1, res
+    assert res["destinations"]["10.99.1.12"]["verified"] is True
+    assert tree(lab.dest("10.99.1.12")) == tree(lab.src)
+    # The source did not change: same fingerprint; the next run is quiet.
+    assert res["fingerprint"] == first["fingerprint"] and len(first["fingerprint"]) == 32
+    again = run_module(model_sync, lab.args())
+    assert again["changed"] is False and again["destinations"]["10.99.1.12"]["content_mismatch"] == []
+
+
+def test_hash_cache_reads_an_unchanged_file_once_and_a_rewritten_one_again(lab, tmp_path):
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import HASH_SCRIPT, parse_hashes
+    cache = str(tmp_path / "cache" / "h.json")
+    names = sorted(os.listdir(lab.src))
+
+    def run():
+        out = subprocess.run([sys.executable, "-c", HASH_SCRIPT, lab.src, cache], check=True, capture_output=True,
+                             input=b"\0".join(n.encode() for n in names + ["absent.bin"])).stdout
+        return parse_hashes(out)
+
+    first = run()
+    assert first["absent.bin"] is None and all(first[n] for n in names)
+    with open(cache) as handle:
+        entries = json.load(handle)["files"]
+    # A cache entry whose key still matches is trusted: poison one digest, the script returns it unread.
+    entries[names[0]][1] = "0" * 32
+    with open(cache, "w") as handle:
+        json.dump({"root": os.path.realpath(lab.src), "algorithm": "blake2b-128", "files": entries}, handle)
+    assert run()[names[0]] == "0" * 32
+    # Any write moves the ctime: the file is read again even with size and mtime restored.
+    _corrupt_in_place(os.path.join(lab.src, names[0]))
+    again = run()
+    assert again[names[0]] not in ("0" * 32, first[names[0]])
+    assert all(again[n] == first[n] for n in names[1:])
+
+
+def test_fingerprint_follows_content():
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import fingerprint
+    files = [("a", 1), ("b", 2)]
+    base = fingerprint(files, {"a": "x", "b": "y"})
+    assert fingerprint(list(reversed(files)), {"a": "x", "b": "y"}) == base
+    assert fingerprint(files, {"a": "x", "b": "z"}) != base
+    assert fingerprint([("a", 1), ("b", 3)], {"a": "x", "b": "y"}) != base
 
 
 def test_drop_cache_runs_per_file_fadvise_on_destinations(run_module, lab):
