@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import ipaddress
 
+# The group names every play and role targets: the one place they are decided (tests/unit checks the plays
+# and roles use no others). A play's hosts pattern is fixed when the playbook is parsed, before any inventory
+# variable exists, so the names are not variables: name the inventory's groups like this.
+ALL_GROUP = "spark"
 HEAD_GROUP = "spark_head"
 WORKER_GROUP = "spark_workers"
 
@@ -25,14 +29,20 @@ def _as_int(value):
     return int(str(value).strip())
 
 
-def inventory_errors(hostvars, groups, head_group=HEAD_GROUP, worker_group=WORKER_GROUP):
+def inventory_errors(hostvars, groups, head_group=HEAD_GROUP, worker_group=WORKER_GROUP, all_group=ALL_GROUP):
     """Return a list of human-readable problems with the inventory (empty when it is usable).
 
-    Every message names the host and the variable, and says how to fix it.
+    Every message names the host and the variable, and says how to fix it. Never raises on odd input.
     """
     errors = []
+    groups = groups if isinstance(groups, dict) else {}
+    hostvars = hostvars if hostvars is not None else {}
     heads = list(groups.get(head_group) or [])
     workers = list(groups.get(worker_group) or [])
+    members = list(groups.get(all_group) or [])
+    if all_group not in groups:
+        errors.append("inventory: group '%s' is missing; make it the parent of '%s' and '%s' (the plays that"
+                      " clean GPUs and run Ray target it)" % (all_group, head_group, worker_group))
     if head_group not in groups:
         errors.append("inventory: group '%s' is missing; put the node that runs the Ray head and the API in it" % head_group)
     elif len(heads) != 1:
@@ -42,6 +52,15 @@ def inventory_errors(hostvars, groups, head_group=HEAD_GROUP, worker_group=WORKE
         errors.append("inventory: group '%s' is missing; define it (it may be empty for a single node)" % worker_group)
     for host in sorted(set(heads) & set(workers)):
         errors.append("%s: is in both '%s' and '%s'; a node is either the head or a worker" % (host, head_group, worker_group))
+    if all_group in groups:
+        for host in sorted(set(members) - set(heads) - set(workers)):
+            errors.append("%s: is in '%s' but in neither '%s' nor '%s', so it would get GPU cleanup and Ray but no"
+                          " model; put it in '%s' or remove it from '%s'"
+                          % (host, all_group, head_group, worker_group, worker_group, all_group))
+        for host in sorted((set(heads) | set(workers)) - set(members)):
+            errors.append("%s: is in '%s' but not in '%s', so it would get no GPU cleanup and no Ray; make '%s' and"
+                          " '%s' children of '%s'" % (host, head_group if host in heads else worker_group, all_group,
+                                                        head_group, worker_group, all_group))
 
     nodes = heads + [w for w in workers if w not in heads]
     subnet = None
@@ -93,31 +112,12 @@ def inventory_errors(hostvars, groups, head_group=HEAD_GROUP, worker_group=WORKE
             errors.append("%s: the head has no reachable address; set ansible_host (or sparkfleet_mgmt_ip) to its"
                           " management address" % host)
 
-    if nodes:
-        gpus = 0
-        for host in nodes:
-            raw = _get(hostvars, host, "sparkfleet_gpus_per_node", 1)
-            try:
-                count = _as_int(raw)
-                if count < 1:
-                    raise ValueError
-                gpus += count
-            except (TypeError, ValueError):
-                errors.append("%s: sparkfleet_gpus_per_node '%s' must be a whole number >= 1" % (host, raw))
-        head = heads[0] if heads else nodes[0]
-        sizes = {}
-        for name in ("vllm_serve_tensor_parallel_size", "vllm_serve_pipeline_parallel_size"):
-            raw = _get(hostvars, head, name, 1)
-            try:
-                sizes[name] = _as_int(raw)
-                if sizes[name] < 1:
-                    raise ValueError
-            except (TypeError, ValueError):
-                errors.append("%s: %s '%s' must be a whole number >= 1" % (head, name, raw))
-        if len(sizes) == 2 and gpus and not any("gpus_per_node" in e for e in errors):
-            tp, pp = sizes["vllm_serve_tensor_parallel_size"], sizes["vllm_serve_pipeline_parallel_size"]
-            if tp * pp != gpus:
-                errors.append("%s: vllm_serve_tensor_parallel_size (%d) x vllm_serve_pipeline_parallel_size (%d) = %d,"
-                              " but the inventory declares %d GPU(s) on %d node(s) (sparkfleet_gpus_per_node); make"
-                              " them equal" % (head, tp, pp, tp * pp, gpus, len(nodes)))
+    # tensor x pipeline parallel = GPUs is checked with the vllm_serve variables (_validate.serving_errors).
+    for host in nodes:
+        raw = _get(hostvars, host, "sparkfleet_gpus_per_node", 1)
+        try:
+            if _as_int(raw) < 1:
+                raise ValueError
+        except (TypeError, ValueError):
+            errors.append("%s: sparkfleet_gpus_per_node '%s' must be a whole number >= 1" % (host, raw))
     return errors

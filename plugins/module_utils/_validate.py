@@ -557,11 +557,12 @@ def _shown(name, value):
     return "(hidden)" if name == "vllm_serve_api_key" else repr(value)
 
 
-def serving_errors(settings, host="head", template_errors=None):
+def serving_errors(settings, host="head", template_errors=None, gpus=None):
     """Every problem with the vllm_serve variables of one host, each naming host, variable, value and fix.
 
     settings: variable -> templated value (a missing variable is not checked); template_errors: variable ->
-    the templating error (a Jinja error in an inventory value). Never raises.
+    the templating error (a Jinja error in an inventory value); gpus: the GPUs the inventory declares, which
+    tensor x pipeline parallel must equal. Never raises.
     """
     errors = []
     if not isinstance(settings, dict):
@@ -587,6 +588,11 @@ def serving_errors(settings, host="head", template_errors=None):
             errors.append("%s: %s %s %s" % (host, name, _shown(name, value), problem))
         else:
             good[name] = normal
+    tp, pp = good.get("vllm_serve_tensor_parallel_size"), good.get("vllm_serve_pipeline_parallel_size")
+    if isinstance(gpus, int) and not isinstance(gpus, bool) and tp is not None and pp is not None and tp * pp != gpus:
+        errors.append("%s: vllm_serve_tensor_parallel_size (%d) x vllm_serve_pipeline_parallel_size (%d) = %d, but the"
+                      " inventory declares %d GPU(s) (sparkfleet_gpus_per_node over the nodes); make them equal"
+                      % (host, tp, pp, tp * pp, gpus))
     key, addr = good.get("vllm_serve_api_key"), good.get("vllm_serve_host")
     if key == "" and addr is not None and not is_loopback(addr) and good.get("vllm_serve_allow_open_api") is not True:
         errors.append("%s: vllm_serve_api_key is empty, so the API on %s:%s would be open to anyone who reaches it;"
