@@ -1,0 +1,300 @@
+"""The collection as a user gets it: the Galaxy tarball, installed into an empty collections path, run from
+outside the repo (no ansible.cfg, no ./collections); the execution environment; the released changelog.
+
+Offline. One build and one install per run (module-scoped fixtures), all in a temp dir.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.dirname(sys.executable)
+GALAXY = yaml.safe_load(open(os.path.join(ROOT, "galaxy.yml"), encoding="utf-8"))
+FQ = "%s.%s" % (GALAXY["namespace"], GALAXY["name"])
+TARBALL = "%s-%s-%s.tar.gz" % (GALAXY["namespace"], GALAXY["name"], GALAXY["version"])
+VLLM_LOG = os.path.join(ROOT, "tests", "unit", "plugins", "modules", "fixtures", "vllm_wait", "ok_v1_010_ray.log.gz")
+
+# What a user runs, and the metadata ansible-galaxy adds. Anything else at the top of the tarball is a leak.
+SHIPPED_TOP = {"MANIFEST.json", "FILES.json", "README.md", "LICENSE", "CHANGELOG.rst",
+               "meta", "plugins", "roles", "playbooks", "docs", "changelogs"}
+# Source trees that must ship whole (every tracked file in them).
+SHIPPED_TREES = ("plugins/", "roles/", "playbooks/", "meta/")
+
+
+def _tool(name):
+    path = os.path.join(BIN, name)
+    assert os.path.exists(path), "%s is not installed next to %s: pip install -r requirements.txt" % (
+        name, sys.executable)
+    return path
+
+
+def _run(argv, cwd, env, timeout=120):
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, "%s failed (rc=%d):\n%s\n%s" % (
+        " ".join(argv), proc.returncode, proc.stdout[-4000:], proc.stderr[-4000:])
+    return proc
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("packaging")
+
+
+@pytest.fixture(scope="module")
+def user_env(work):
+    """An environment that knows nothing of the repo: empty config file, collections only from the install."""
+    home = work / "home"
+    home.mkdir()
+    cfg = work / "ansible.cfg"
+    cfg.write_text("[defaults]\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "PYTHONPATH"))}
+    env.update({
+        "HOME": str(home),
+        "PATH": BIN + os.pathsep + env.get("PATH", "/usr/bin:/bin"),
+        "ANSIBLE_CONFIG": str(cfg),
+        "ANSIBLE_HOME": str(home / ".ansible"),
+        "ANSIBLE_LOCAL_TEMP": str(home / "tmp"),
+        "ANSIBLE_COLLECTIONS_PATH": str(work / "collections"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "NO_COLOR": "1",
+    })
+    return env
+
+
+@pytest.fixture(scope="module")
+def tarball(work, user_env):
+    dist = work / "dist"
+    _run([_tool("ansible-galaxy"), "collection", "build", ROOT, "--output-path", str(dist)], str(work), user_env)
+    path = dist / TARBALL
+    assert path.exists(), sorted(os.listdir(dist))
+    return path
+
+
+@pytest.fixture(scope="module")
+def members(tarball):
+    with tarfile.open(tarball) as tar:
+        return [m.name for m in tar.getmembers()]
+
+
+@pytest.fixture(scope="module")
+def installed(work, tarball, user_env):
+    _run([_tool("ansible-galaxy"), "collection", "install", "--offline", "-p", str(work / "collections"),
+          str(tarball)], str(work), user_env)
+    path = work / "collections" / "ansible_collections" / GALAXY["namespace"] / GALAXY["name"]
+    assert (path / "MANIFEST.json").exists()
+    return path
+
+
+@pytest.fixture(scope="module")
+def userdir(work):
+    """Where the user's playbook and inventory live: no ansible.cfg, no collections/ next to them."""
+    path = work / "user"
+    path.mkdir()
+    (path / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {
+        "spark": {"hosts": {"spark-a": {}, "spark-b": {}}},
+        "spark_head": {"hosts": {"spark-a": {}}},
+    }}}), encoding="utf-8")
+    return path
+
+
+def _tracked(prefixes):
+    out = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--"] + list(prefixes),
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        pytest.skip("not a git checkout: cannot list tracked files")
+    return [p for p in out.stdout.split("\0") if p]
+
+
+# --- the artifact -------------------------------------------------------------------------------------------
+
+def test_tarball_ships_only_what_a_user_runs(members):
+    top = {m.split("/", 1)[0] for m in members}
+    assert top <= SHIPPED_TOP, "unexpected in the tarball: %s" % sorted(top - SHIPPED_TOP)
+    leaks = [m for m in members
+             if any(part.startswith(".") for part in m.split("/"))     # .ansible/ (a 2nd copy), .git, caches
+             or m.split("/", 1)[0] in ("inventories", "tests", "lab", "collections", "ansible.cfg", "site.yml")
+             or "__pycache__" in m]
+    assert not leaks, leaks[:20]
+    # The issue's tarball had 2,090 entries (1,773 sysfs fixture files); the collection itself is ~150.
+    assert len(members) < 400, len(members)
+
+
+def test_tarball_holds_every_tracked_file_of_the_collection(members):
+    shipped = set(members)
+    missing = [p for p in _tracked(SHIPPED_TREES) if p not in shipped]
+    assert not missing, "tracked but not shipped (build_ignore too broad?): %s" % missing
+
+
+def test_tarball_metadata_license_and_changelog(tarball, members):
+    for required in ("LICENSE", "README.md", "CHANGELOG.rst", "changelogs/changelog.yaml", "meta/runtime.yml",
+                     "meta/execution-environment.yml"):
+        assert required in members, required
+    with tarfile.open(tarball) as tar:
+        manifest = json.load(tar.extractfile("MANIFEST.json"))["collection_info"]
+        license_text = tar.extractfile("LICENSE").read().decode("utf-8")
+    assert manifest["license"] == ["GPL-3.0-or-later"]
+    assert license_text.split()[:5] == ["GNU", "GENERAL", "PUBLIC", "LICENSE", "Version"]
+    assert "Version 3, 29 June 2007" in license_text and "END OF TERMS AND CONDITIONS" in license_text
+    # The source files say GPL v3 or later; the artifact must carry the same licence.
+    with open(os.path.join(ROOT, "plugins", "modules", "vllm_wait.py"), encoding="utf-8") as f:
+        assert "GNU General Public License v3.0+" in f.read()
+    assert manifest["version"] == GALAXY["version"]
+
+
+def test_shipped_docs_point_inside_the_collection(tarball, members):
+    with tarfile.open(tarball) as tar:
+        for name in members:
+            if name.startswith("docs/") and name.endswith((".md", ".rst")):
+                text = tar.extractfile(name).read().decode("utf-8")
+                assert "../" not in text, "%s points outside the collection" % name
+
+
+# --- using it from the install, outside the repo ------------------------------------------------------------
+
+def test_every_shipped_playbook_syntax_checks_by_fqcn(installed, userdir, user_env):
+    playbooks = sorted(f[:-4] for f in os.listdir(installed / "playbooks") if f.endswith(".yml"))
+    assert len(playbooks) == len(_tracked(["playbooks/*.yml"]))
+    for name in playbooks:
+        _run([_tool("ansible-playbook"), "--syntax-check", "-i", "hosts.yml", "%s.%s" % (FQ, name)],
+             str(userdir), user_env)
+
+
+def _include_role_targets(installed):
+    """(role, tasks_from) of every include_role in the shipped playbooks: syntax-check does not load them."""
+    found = set()
+    for name in os.listdir(installed / "playbooks"):
+        with open(installed / "playbooks" / name, encoding="utf-8") as f:
+            plays = yaml.safe_load(f) or []
+        for play in plays:
+            for task in play.get("tasks", []) + play.get("pre_tasks", []) + play.get("post_tasks", []):
+                inc = task.get("ansible.builtin.include_role") or task.get("include_role")
+                if inc:
+                    found.add((inc["name"], inc.get("tasks_from", "main.yml")))
+    return found
+
+
+def test_user_playbook_uses_every_role_and_module_by_fqcn(installed, userdir, user_env):
+    roles = sorted(os.listdir(installed / "roles"))
+    modules = sorted(f[:-3] for f in os.listdir(installed / "plugins" / "modules") if not f.startswith("_"))
+    assert {"preflight", "gpu_cleanup", "model_sync", "ray_cluster", "vllm_serve", "healthcheck"} <= set(roles)
+    assert {"rdma_facts", "gpu_holders", "gpu_release", "model_sync", "ray_cluster_check", "vllm_wait"} <= set(modules)
+    targets = _include_role_targets(installed)
+    assert targets, "the shipped playbooks include role task files (restart, stop, status)"
+    # import_role is static: a role or task file that does not resolve from the install fails the syntax check.
+    tasks = [{"name": "Role %s" % r, "ansible.builtin.import_role": {"name": "%s.%s" % (FQ, r)}} for r in roles]
+    tasks += [{"name": "Role %s tasks %s" % (r, t), "ansible.builtin.import_role": {"name": r, "tasks_from": t}}
+              for r, t in sorted(targets)]
+    # A module that does not resolve fails task parsing ("couldn't resolve module/action").
+    tasks += [{"name": "Module %s" % m, "%s.%s" % (FQ, m): {}} for m in modules]
+    play = [{"name": "Everything by FQCN", "hosts": "spark", "gather_facts": False, "tasks": tasks}]
+    (userdir / "everything.yml").write_text(yaml.safe_dump(play, sort_keys=False), encoding="utf-8")
+    out = _run([_tool("ansible-playbook"), "--syntax-check", "-i", "hosts.yml", "everything.yml"],
+               str(userdir), user_env)
+    assert "everything.yml" in out.stdout
+
+
+def test_a_module_and_a_filter_run_on_localhost_from_the_install(installed, userdir, user_env):
+    log = userdir / "vllm.log"
+    with gzip.open(VLLM_LOG, "rb") as src:
+        log.write_bytes(src.read())
+    out = _run([_tool("ansible"), "localhost", "-m", "%s.vllm_wait" % FQ, "-a", "log_file=%s timeout=0" % log],
+               str(userdir), user_env)
+    result = json.loads(out.stdout.split("=>", 1)[1])
+    assert result["phase"] == "ready" and result["ready"] is True, result
+    # A filter by FQCN, rendered on the controller.
+    out = _run([_tool("ansible"), "localhost", "-m", "ansible.builtin.debug", "-a",
+                "msg={{ {'NCCL_SOCKET_IFNAME': 'enp1s0f1np1'} | %s.systemd_env_lines }}" % FQ],
+               str(userdir), user_env)
+    assert "NCCL_SOCKET_IFNAME=enp1s0f1np1" in out.stdout, out.stdout
+
+
+def test_ansible_lint_production_is_clean_on_the_installed_collection(installed, user_env):
+    out = _run([_tool("ansible-lint"), "--nocolor", "--offline", "--profile", "production"], str(installed),
+               user_env, timeout=300)
+    text = out.stdout + out.stderr
+    assert re.search(r"Passed: 0 failure\(s\), 0 warning\(s\)", text), text[-3000:]
+
+
+# --- AWX / Tower execution environment ----------------------------------------------------------------------
+
+def _pins():
+    pins = {}
+    with open(os.path.join(ROOT, "requirements.txt"), encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line.strip())
+            if m:
+                pins[m.group(1).lower()] = m.group(2)
+    return pins
+
+
+def test_execution_environment_build_context(work, tarball, user_env):
+    ee_dir = work / "ee"
+    (ee_dir / "dist").mkdir(parents=True)
+    shutil.copy(os.path.join(ROOT, "execution-environment.yml"), ee_dir)
+    shutil.copy(tarball, ee_dir / "dist")
+    _run([_tool("ansible-builder"), "create", "--file", "execution-environment.yml", "--context", "ctx",
+          "--output-filename", "Containerfile"], str(ee_dir), user_env)
+    ctx = ee_dir / "ctx"
+    # The collection goes in from the tarball just built (its name carries galaxy.yml's version).
+    assert (ctx / "_build" / TARBALL).is_file()
+    reqs = yaml.safe_load((ctx / "_build" / "requirements.yml").read_text(encoding="utf-8"))
+    assert [c["name"] for c in reqs["collections"]] == ["/build/" + TARBALL]
+    containerfile = (ctx / "Containerfile").read_text(encoding="utf-8")
+    # The controller runs what the collection is tested with.
+    pins = _pins()
+    refs = re.search(r'ANSIBLE_INSTALL_REFS="([^"]*)"', containerfile).group(1).split()
+    assert sorted(refs) == sorted(["ansible-core==" + pins["ansible-core"], "ansible-runner==" + pins["ansible-runner"]])
+    assert re.search(r'PYCMD="/usr/bin/python3\.1[1-9]"', containerfile)   # ansible-core 2.19 needs >= 3.11
+
+
+def test_execution_environment_requirements_of_the_installed_collection(installed, user_env, work):
+    """What ansible-builder reads from the collection inside the build: an SSH client, no Python packages."""
+    out = _run([_tool("ansible-builder"), "introspect", str(installed.parents[2])], str(work), user_env)
+    data = yaml.safe_load(out.stdout.split("# Dependency data for", 1)[1].split("\n", 1)[1]) \
+        if "# Dependency data for" in out.stdout else yaml.safe_load(out.stdout)
+    system = " ".join(data.get("system", []))
+    assert "openssh-client [platform:dpkg]" in system and "openssh-clients [platform:rpm]" in system, out.stdout
+    assert not data.get("python"), out.stdout
+
+
+# --- the changelog --------------------------------------------------------------------------------------------
+
+def test_changelog_released_and_generated(work, user_env):
+    _run([_tool("antsibull-changelog"), "lint"], ROOT, user_env)
+    with open(os.path.join(ROOT, "changelogs", "changelog.yaml"), encoding="utf-8") as f:
+        changes = yaml.safe_load(f)
+    releases = changes["releases"]
+    latest = max(releases, key=lambda v: tuple(int(x) for x in v.split(".")))
+    assert latest == GALAXY["version"], "galaxy.yml says %s, the latest release is %s" % (GALAXY["version"], latest)
+    for version, release in releases.items():
+        assert release["changes"].get("release_summary"), "release %s has no summary" % version
+        # New modules and plugins are listed by antsibull-changelog itself; a fragment must not repeat them.
+        names = {p["name"] for p in release.get("modules", [])}
+        names |= {p["name"] for kind in release.get("plugins", {}).values() for p in kind}
+        for section, entries in release["changes"].items():
+            for entry in entries if isinstance(entries, list) else []:
+                if " - " in entry:   # the "name - what it does" form of a new-plugin entry
+                    head = entry.split(" - ", 1)[0]
+                    assert not any(n in re.split(r"[ ,]+", head) for n in names), (version, section, entry)
+    # CHANGELOG.rst is generated from changelog.yaml, not hand-edited.
+    copy = work / "changelog-copy"
+    shutil.copytree(os.path.join(ROOT, "changelogs"), copy / "changelogs",
+                    ignore=shutil.ignore_patterns("fragments", ".plugin-cache.yaml"))
+    (copy / "changelogs" / "fragments").mkdir()
+    shutil.copy(os.path.join(ROOT, "galaxy.yml"), copy)
+    _run([_tool("antsibull-changelog"), "generate"], str(copy), user_env)
+    with open(os.path.join(ROOT, "CHANGELOG.rst"), encoding="utf-8") as f:
+        assert f.read() == (copy / "CHANGELOG.rst").read_text(encoding="utf-8"), \
+            "CHANGELOG.rst differs from `antsibull-changelog generate`"
