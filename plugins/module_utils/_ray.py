@@ -10,6 +10,7 @@ Nothing here touches the network or runs a command; the module does that.
 from __future__ import annotations
 
 import json
+import math
 
 # The probe program prints exactly one line starting with this marker, followed by JSON.
 # A marker (rather than "the whole stdout is JSON") survives Ray's own chatter on stdout.
@@ -227,23 +228,24 @@ emit(0)
 '''
 
 
-CONNECT_TIMEOUT = 60
-
-
 def probe_config(address, probe=True, object_size_mb=16, timeout=20, reverse_from="task",
                  deadline=None, workers=1):
-    """The JSON argument for PROBE_PROGRAM and the hard deadline (seconds) it runs under."""
+    """The JSON argument for PROBE_PROGRAM and the hard deadline (seconds) it runs under.
+
+    Connecting (ray.init, with or without an address) waits at most timeout seconds, like every other wait.
+    """
     if deadline is None:
         deadline = probe_deadline(timeout, workers if probe else 0)
     cfg = {"address": address, "probe": bool(probe), "object_size_mb": float(object_size_mb),
            "timeout": float(timeout), "reverse_from": reverse_from, "deadline": float(deadline),
-           "connect_timeout": float(min(CONNECT_TIMEOUT, deadline))}
+           "connect_timeout": float(min(timeout, deadline))}
     return json.dumps(cfg, sort_keys=True), deadline
 
 
-def probe_deadline(timeout, workers, connect=CONNECT_TIMEOUT):
-    """Worst case of the probe program: connect, then per worker schedule + wait + fetch + pull."""
-    return int(connect + max(workers, 0) * (4 * timeout + 10) + 15)
+def probe_deadline(timeout, workers, connect=None):
+    """Worst case of the probe program: connect (timeout), then per worker schedule + wait + fetch + pull."""
+    connect = timeout if connect is None else connect
+    return int(math.ceil(connect + max(workers, 0) * (4 * timeout + 10) + 15))
 
 
 def parse_probe_output(stdout):

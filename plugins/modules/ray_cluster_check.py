@@ -81,8 +81,9 @@ options:
     default: 16
   timeout:
     description:
-      - Seconds each wait of a probe may take (task start, object fetch in each direction).
-      - The whole run is bounded by C(60 + workers * (4 * timeout + 10) + 15) seconds.
+      - Seconds each wait may take, connecting to Ray included (with or without O(address)), then each wait of a probe
+        (task start, object fetch in each direction). Must be positive.
+      - The whole run is bounded by C(timeout + workers * (4 * timeout + 10) + 15) seconds.
     type: float
     default: 20
   reverse_from:
@@ -239,6 +240,8 @@ error:
   sample: null
 """
 
+import math
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._ray import (
@@ -327,7 +330,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if p["timeout"] <= 0 or p["object_size_mb"] <= 0:
+    if not (math.isfinite(p["timeout"]) and math.isfinite(p["object_size_mb"])) \
+            or p["timeout"] <= 0 or p["object_size_mb"] <= 0:
         module.fail_json(msg="timeout and object_size_mb must be positive",
                          hint="timeout is seconds per probe wait, object_size_mb the object size in MiB")
 

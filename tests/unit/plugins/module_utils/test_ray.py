@@ -257,6 +257,19 @@ def test_probe_program_watchdog_ends_a_hung_connect(tmp_path):
     assert doc["error"]["kind"] in ("timeout", "deadline")
 
 
+def test_probe_program_without_address_honours_timeout(tmp_path):
+    # Issue 11.6: address auto (no GCS to test first) waited a fixed 60 s whatever timeout said.
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "__init__.py").write_text(
+        "import time\n__version__ = '2.60.0'\n\ndef init(**kwargs):\n    time.sleep(600)\n")
+    cfg, deadline = _ray.probe_config("auto", timeout=2, probe=False)
+    assert json.loads(cfg)["connect_timeout"] == 2 and deadline == 2 + 15
+    proc, took = _run_program(cfg, tmp_path)
+    doc = _ray.parse_probe_output(proc.stdout)
+    assert took < 8
+    assert doc["error"] == {"phase": "connect", "kind": "timeout", "detail": "ray.init() did not return within 2.0 s"}
+
+
 def test_probe_program_refuses_fast_when_no_gcs_listens(tmp_path):
     import socket
     sock = socket.socket()

@@ -220,3 +220,19 @@ def test_without_inventory_it_finds_the_local_cluster_and_still_probes(run_modul
     assert res["ok"] is True and res["expected"] == []
     # Unmatched nodes are named by the hostname Ray reports.
     assert [p["host"] for p in res["probes"]] == ["spark-2"]
+
+
+@pytest.mark.parametrize("timeout", [-1, 0, float("nan"), float("inf")])
+def test_timeout_must_be_a_positive_number(run_module, probe_cmd, timeout):
+    res = run(run_module, python=VENV_PY, expected=LOCAL, timeout=timeout)
+    assert res["failed"] and "timeout and object_size_mb must be positive" in res["msg"]
+    assert probe_cmd.calls == []
+
+
+def test_without_an_address_the_connect_wait_is_timeout(run_module, probe_cmd):
+    # Issue 11.6: with no address (and no head in expected) the connect used to wait a fixed 60 s.
+    probe_cmd(0, stdout_of("probe_ok_local.stdout"))
+    run(run_module, python=VENV_PY, probe=False, timeout=5)
+    cfg = json.loads(probe_cmd.calls[0]["args"][6])
+    assert cfg["address"] == "auto" and cfg["connect_timeout"] == 5
+    assert int(probe_cmd.calls[0]["args"][3]) <= 5 + 15 + 15
