@@ -64,6 +64,7 @@ options:
       - Warn when the chosen interface or any of its HCA twins has a smaller MTU, naming what it
         costs (the RoCE path MTU drops from 4096 to 1024 bytes at MTU 1500).
       - Full RoCE bandwidth needs jumbo frames; the MTU must match on both ends of a link.
+      - Between 68 (the smallest IPv4 MTU) and 65535.
     type: int
     default: 9000
   dev_dir:
@@ -271,6 +272,10 @@ def read_links(module):
                          hint="the node's iproute2 is too old for -j; install iproute2 >= 4.14")
 
 
+# An interface MTU: IPv4's minimum to the largest a netdev takes.
+MIN_MTU_RANGE = (68, 65535)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -284,6 +289,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    if not MIN_MTU_RANGE[0] <= p["min_mtu"] <= MIN_MTU_RANGE[1]:
+        module.fail_json(msg="min_mtu must be between %d and %d, got %d" % (MIN_MTU_RANGE + (p["min_mtu"],)),
+                         hint="set min_mtu (sparkfleet_fabric_min_mtu) to the MTU the fabric should run, e.g. 9000")
     ib_dir = os.path.join(p["sysfs_root"], "class", "infiniband")
     if not os.path.isdir(ib_dir):
         module.fail_json(
