@@ -1,0 +1,151 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nccl_transport
+short_description: Prove which transport NCCL chose (NET/IB or NET/Socket) on every node
+version_added: 0.1.0
+description:
+  - Reads the C(NCCL_DEBUG=INFO) lines of a running vLLM server from its container's log (Ray forwards every
+    worker's lines to the API container, prefixed with the worker node's IP) and reports, per NCCL process and per
+    node, the interface and the transport NCCL uses (C(IB) for RoCE/InfiniBand, including plugins such as
+    C(IBext_v11); C(Socket) for TCP; C(local) for P2P/SHM inside one node).
+  - Fails, naming the node and the fix, when a node that has RDMA devices (O(nodes)) runs NCCL over C(NET/Socket):
+    NCCL falls back to TCP silently when the container lacks C(/dev/infiniband) or an unlimited locked-memory
+    limit, and serving then runs at a fraction of the fabric's bandwidth.
+  - With O(allow_tcp_fallback) the same finding is a warning.
+  - Warns when the log holds no NCCL INFO lines (C(NCCL_DEBUG) not C(INFO), or serving on one GPU).
+  - Changes nothing.
+author:
+  - sparkfleet.vllm contributors (@sparkfleet)
+options:
+  container:
+    description: The Docker container of the vLLM API server (the Ray driver), read with C(docker logs).
+    type: str
+    required: true
+  nodes:
+    description:
+      - The cluster's nodes by fabric IP, each with its inventory C(name) and C(rdma_devices) (the
+        C(rdma_char_devices) list of C(sparkfleet.vllm.rdma_facts)); a node with devices must not use C(NET/Socket).
+      - NCCL processes whose IP is not listed are reported under their host name and never fail the check.
+    type: dict
+    default: {}
+  allow_tcp_fallback:
+    description: Report NET/Socket on an RDMA node as a warning instead of failing.
+    type: bool
+    default: false
+notes:
+  - Check mode is supported and behaves exactly like a normal run.
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Prove NCCL runs over RDMA on every node
+  sparkfleet.vllm.nccl_transport:
+    container: sparkfleet-vllm
+    nodes:
+      192.168.200.12: {name: spark-a1, rdma_devices: [/dev/infiniband/uverbs0]}
+      192.168.200.13: {name: spark-b2, rdma_devices: [/dev/infiniband/uverbs0]}
+"""
+
+RETURN = r"""
+transports:
+  description: The transport per node (inventory name when the IP is in O(nodes), else NCCL's host name).
+  returned: always
+  type: dict
+  sample: {spark-a1: IB, spark-b2: IB}
+processes:
+  description: Every NCCL process found in the log.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    host:
+      description: Host name NCCL printed.
+      type: str
+    pid:
+      description: Process ID NCCL printed.
+      type: int
+    ip:
+      description: The node's IP (Ray's prefix, or NCCL's bootstrap address).
+      type: str
+    interface:
+      description: The socket interface NCCL bootstrapped on.
+      type: str
+    network:
+      description: The network NCCL announced (C(IB), C(IBext_v11), C(Socket)).
+      type: str
+    channels:
+      description: The distinct C(via) paths of its channels (C(NET/IB/0), C(NET/Socket/0), C(P2P/CUMEM)).
+      type: list
+      elements: str
+    ib_devices:
+      description: RDMA devices NET/IB uses.
+      type: list
+      elements: str
+    transport:
+      description: C(IB), C(Socket) or C(local).
+      type: str
+    warnings:
+      description: NCCL WARN lines of that process.
+      type: list
+      elements: str
+problems:
+  description: On failure, one message per node on NET/Socket despite RDMA devices.
+  returned: failure
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._nccl import judge, parse, summary
+
+_C_ENV = {"LANG": "C", "LC_ALL": "C"}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            container=dict(type="str", required=True),
+            nodes=dict(type="dict", default={}),
+            allow_tcp_fallback=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    nodes = {}
+    for ip, info in p["nodes"].items():
+        if not isinstance(info, dict):
+            module.fail_json(msg="nodes[%s] must be a dict with name and rdma_devices, got %r" % (ip, info),
+                             hint="pass {ip: {name: host, rdma_devices: [...]}} from hostvars")
+        nodes[str(ip)] = info
+    docker = module.get_bin_path("docker", required=True)
+    cmd = [docker, "logs", p["container"]]
+    rc, out, err = module.run_command(cmd, environ_update=_C_ENV)
+    if rc != 0:
+        module.fail_json(msg="cannot read the log of container %s" % p["container"], rc=rc, stdout=out,
+                         stderr=err, cmd=cmd, hint="is vLLM running? `systemctl status sparkfleet-vllm`")
+    procs = parse(out + "\n" + err)
+    problems, warnings = judge(procs, nodes, p["allow_tcp_fallback"])
+    for w in warnings:
+        module.warn(w)
+    result = dict(changed=False, transports=summary(procs, nodes), processes=procs)
+    if problems:
+        module.fail_json(msg="; ".join(problems), problems=problems, **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""nccl_transport on captured and composed container logs (fixtures/nccl_transport)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ansible.module_utils import basic
+
+from ansible_collections.sparkfleet.vllm.plugins.modules import nccl_transport
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "nccl_transport")
+DEVS = ["/dev/infiniband/uverbs0"]
+NODES = {"192.168.200.12": {"name": "spark-a1", "rdma_devices": DEVS},
+         "192.168.200.13": {"name": "spark-b2", "rdma_devices": DEVS}}
+
+
+@pytest.fixture
+def logs(monkeypatch, run_module):
+    calls = []
+
+    def _run(fixture, rc=0, check_mode=False, **args):
+        text = open(os.path.join(FIXTURES, fixture)).read() if fixture else ""
+
+        def fake_run_command(self, cmd, **kwargs):
+            calls.append(cmd)
+            return (rc, text, "" if rc == 0 else "Error: No such container: sparkfleet-vllm")
+
+        warned = []
+        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/" + name)
+        monkeypatch.setattr(basic.AnsibleModule, "run_command", fake_run_command)
+        monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, w: warned.append(w))
+        args.setdefault("container", "sparkfleet-vllm")
+        result = run_module(nccl_transport, args, check_mode=check_mode)
+        result["warned"] = warned
+        return result
+
+    _run.calls = calls
+    return _run
+
+
+def test_ib_everywhere_passes(logs):
+    result = logs("spark_ray_ib.log", nodes=NODES)
+    assert not result.get("failed"), result
+    assert result["changed"] is False and result["transports"] == {"spark-a1": "IB", "spark-b2": "IB"}
+    assert logs.calls == [["/usr/bin/docker", "logs", "sparkfleet-vllm"]]
+
+
+def test_socket_on_rdma_nodes_fails_naming_the_node(logs):
+    result = logs("spark_ray_socket_worker.log", nodes=NODES, check_mode=True)
+    assert result["failed"]
+    assert "spark-b2 (192.168.200.13): NCCL uses NET/Socket" in result["msg"]
+    assert result["transports"]["spark-b2"] == "Socket"
+
+
+def test_socket_allowed_warns(logs):
+    result = logs("spark_ray_socket_worker.log", nodes=NODES, allow_tcp_fallback=True)
+    assert not result.get("failed") and any("spark-b2" in w for w in result["warned"])
+
+
+def test_real_h200_socket_without_rdma_nodes_passes(logs):
+    result = logs("h200_net_no_ib_device.log")
+    assert not result.get("failed") and result["transports"] == {"vm": "Socket"}
+
+
+def test_no_container_fails_with_hint(logs):
+    result = logs(None, rc=1)
+    assert result["failed"] and "sparkfleet-vllm" in result["msg"] and "systemctl" in result["hint"]
+
+
+def test_bad_nodes_entry_names_it(logs):
+    result = logs("spark_ray_ib.log", nodes={"192.168.200.12": "spark-a1"})
+    assert result["failed"] and "nodes[192.168.200.12]" in result["msg"]
