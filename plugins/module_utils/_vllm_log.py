@@ -28,6 +28,7 @@ PHASE_INDEX = dict((p, i) for i, p in enumerate(PHASES))
 FAILURE_CLASSES = (
     "ray_oom_killed",
     "cuda_oom",
+    "gpu_arch_unsupported",
     "insufficient_memory",
     "placement_group",
     "rendezvous_failed",
@@ -38,19 +39,25 @@ FAILURE_CLASSES = (
     "weights_corrupt",
     "port_in_use",
     "dependency_missing",
+    "worker_env_mismatch",
     "tokenizer_error",
     "engine_init_failed",
     "engine_exited",
     "stalled",
+    "log_missing",
 )
+# Classes the caller decides (no log line can show them).
+CALLER_CLASSES = ("log_missing",)
 
 # Lower number wins when several causes show up in one failed startup.
 _PRIORITY = {
     "ray_oom_killed": 10,
     "cuda_oom": 20,
+    "gpu_arch_unsupported": 22,
     "insufficient_memory": 25,
     "port_in_use": 30,
     "dependency_missing": 35,
+    "worker_env_mismatch": 37,
     "model_unsupported": 40,
     "tokenizer_error": 45,
     "weights_corrupt": 50,
@@ -62,6 +69,7 @@ _PRIORITY = {
     "stalled": 85,
     "engine_exited": 90,
     "engine_init_failed": 100,
+    "log_missing": 110,
 }
 
 HINTS = {
@@ -75,6 +83,11 @@ HINTS = {
         "The GPU ran out of memory. Lower vllm_serve_gpu_memory_utilization or "
         "vllm_serve_max_model_len (or vllm_serve_extra_args: {max-num-seqs: N}), and make sure "
         "gpu_cleanup freed stale holders (nvidia-smi --query-compute-apps) on every node."
+    ),
+    "gpu_arch_unsupported": (
+        "The image's CUDA kernels (PyTorch, vLLM, NCCL or Triton) were not built for this GPU: GB10 is "
+        "compute capability 12.1 (sm_121) on aarch64. Use an image built for it in vllm_serve_image and "
+        "ray_cluster_image (both default to sparkfleet_image), the same one on every node."
     ),
     "insufficient_memory": (
         "Not enough free memory for weights plus KV cache. Free the GPU first (gpu_cleanup stops "
@@ -127,6 +140,12 @@ HINTS = {
         "driver or the container GPU runtime). Use a vLLM image that ships it (vllm_serve_image), "
         "or install the named package there."
     ),
+    "worker_env_mismatch": (
+        "A Ray worker runs other Python packages (vLLM, Ray, torch, Python itself) than the driver on the "
+        "head node, so the engine breaks even when the API answers. Run one image on every node "
+        "(vllm_serve_image and ray_cluster_image, both default to sparkfleet_image; pin it by digest) and "
+        "restart the Ray cluster (ray_cluster role) so the workers use it."
+    ),
     "tokenizer_error": (
         "The tokenizer could not be loaded. Check sparkfleet_model_dir holds tokenizer files "
         "(tokenizer.json / tokenizer_config.json) and that the transformers version in the image "
@@ -141,6 +160,11 @@ HINTS = {
         "(vllm_serve_unit / vllm_serve_container_name: systemctl status, docker inspect), the "
         "kernel log for the OOM killer, and the full log."
     ),
+    "log_missing": (
+        "The log file does not exist. Check log_file names the file the server writes (its unit's "
+        "StandardOutput= or the shell redirect) and that the server was started; or follow the unit or "
+        "container instead (unit / container)."
+    ),
     "stalled": (
         "No progress for stall_timeout seconds (vllm_serve_stall_timeout). A placement-group wait "
         "means Ray lacks a node or GPU (check `ray status`, VLLM_HOST_IP = ray_cluster_node_ip); a "
@@ -152,17 +176,20 @@ HINTS = {
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
 # One process prefix: "(APIServer pid=1) ", "(RayWorkerWrapper pid=860, ip=192.168.200.13) ",
 # "(EngineCore_DP0 pid=12)", "(VllmWorker rank=1 pid=9)", "(raylet, ip=10.0.0.2)".
+# Every part is bounded so a line of thousands of "(a=b, " costs linear time.
 _PREFIX_RE = re.compile(
-    r"^\s*\((?P<body>[A-Za-z_][\w.:\-]*(?:[ ,]+[A-Za-z_]+=[^()\s,]+)*|"
-    r"[A-Za-z_]+=[^()\s,]+(?:[ ,]+[A-Za-z_]+=[^()\s,]+)*)\)\s?"
+    r"\s{0,8}\((?P<body>[A-Za-z_][\w.:\-]{0,80}(?:[ ,]{1,4}[A-Za-z_]{1,40}=[^()\s,]{1,80}){0,8}|"
+    r"[A-Za-z_]{1,40}=[^()\s,]{1,80}(?:[ ,]{1,4}[A-Za-z_]{1,40}=[^()\s,]{1,80}){0,8})\)\s?"
 )
+# At most this many nested process prefixes are taken off one line.
+_MAX_PREFIXES = 8
 # torch.distributed's "[rank0]: " and "[W1120 10:00:42.311 socket.cpp:755] "-style glog prefixes.
 _RANK_PREFIX_RE = re.compile(r"^\[rank\d+\]:\s?")
 # Ray's C++ log header: "[2025-08-20 10:14:40,020 E 402 402] (raylet) ".
 _GLOG_RE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,.]+ [DIWEF] \d+ \d+\] (?:\(\w+\) )?")
 _BARE_ANSI_RE = re.compile(r"\[(?:\d{1,3};)*\d{1,3}m")
-_KV_RE = re.compile(r"([A-Za-z_]+)=([^()\s,]+)")
-_REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_KV_RE = re.compile(r"(?<![A-Za-z_])([A-Za-z_]{1,40})=([^()\s,]{1,80})")
+_REPEATED_RE = re.compile(r"\[repeated \d{1,9}x across cluster\]\s{0,8}$")
 # Outer line prefixes added by log collectors.
 _DOCKER_TS_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s")
 _SYSLOG_RE = re.compile(
@@ -185,24 +212,54 @@ _RAY_HDR_RE = re.compile(r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+[\w./-]
 _UVICORN_RE = re.compile(r"^(?P<lvl>INFO|WARNING|ERROR|CRITICAL):\s+")
 
 PLACEMENT_STALL_S = 300
+# Longest physical line kept (characters). Longer lines are cut before any pattern sees them, so the work
+# per line is bounded whatever arrives (a 1 MB line, /dev/zero); tqdm redraws joined by carriage returns
+# keep their first segment (the rank prefix) and their newest ones.
+MAX_LINE_CHARS = 16384
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def scrub(text):
+    """Text that is valid UTF-8 whatever came in: bytes are decoded with replacement characters, and lone
+    surrogates (what ``surrogateescape`` makes of invalid bytes) become U+FFFD, so a result always serialises."""
+    if text is None:
+        return ""
+    if isinstance(text, bytes):
+        return text.decode("utf-8", "replace")
+    if not isinstance(text, str):
+        text = str(text)
+    return _SURROGATE_RE.sub("\ufffd", text)
+
+
+def cap_line(line, limit=MAX_LINE_CHARS):
+    """``line`` cut to at most ``limit`` characters (see MAX_LINE_CHARS)."""
+    if len(line) <= limit:
+        return line
+    if "\r" in line:
+        head = line.split("\r", 1)[0][:limit // 4]
+        tail = line[-(limit // 2):]
+        at = tail.find("\r")
+        if at >= 0:
+            return head + tail[at:]
+        return head
+    return line[:limit]
 _YEAR = 2000
 _MONTHS = dict((m, i + 1) for i, m in enumerate(
     ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]))
 
 # "Loading safetensors checkpoint shards:  44% Completed | 17/39 [05:06<06:40, 18.20s/it]"
-_SHARD_BAR_RE = re.compile(
-    r"(?P<desc>[^:|\r]*?(?:checkpoint shards|[Ss]hards?|safetensors[^:|]*|weights?))\s*:\s*"
-    r"(?P<pct>\d{1,3})%\s*(?:Completed\s*)?\|[^|]*?(?P<n>\d+)/(?P<total>\d+)\s*"
-    r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+)(?:,\s*(?P<rate>[^\]]*))?\]"
+# Found from the ": NN% ... |" head (one start per colon, bounded after it), the description is the text
+# before that colon: linear on any line (a description group searched from every position is not).
+_SHARD_HEAD_RE = re.compile(r":[ \t]{0,8}(?P<pct>\d{1,3})%[ \t]{0,8}(?P<completed>Completed[ \t]{0,8})?\|")
+_SHARD_TAIL_RE = re.compile(
+    r"[^\[\]\r]{0,200}?(?P<n>\d{1,9})/(?P<total>\d{1,9})[ \t]{0,8}"
+    r"\[(?P<elapsed>[\d:]{1,16})<(?P<remaining>[\d:?]{1,16})(?:,[ \t]{0,8}(?P<rate>[^\]]{0,80}))?\]"
 )
-_SHARD_BAR_ALT_RE = re.compile(
-    r"(?P<desc>Loading[^:|]*)\s*:\s*(?P<pct>\d{1,3})%\s*Completed\s*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*"
-    r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+)(?:,\s*(?P<rate>[^\]]*))?\]"
-)
+_SHARD_DESC_RE = re.compile(r"(?:checkpoint shards|[Ss]hards?|weights?)[ \t]*$")
 # "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 45%|####5| 30/67 [00:02<00:03, 12.1it/s]"
 _GRAPH_BAR_RE = re.compile(
-    r"Capturing (?:CUDA|cuda) ?graph[^:]*:\s*(?P<pct>\d{1,3})%\s*(?:Completed\s*)?\|[^|]*\|?\s*"
-    r"(?P<n>\d+)/(?P<total>\d+)"
+    r"Capturing (?:CUDA|cuda) ?graph[^:]{0,200}:\s{0,8}(?P<pct>\d{1,3})%\s{0,8}(?:Completed\s{0,8})?\|[^|]{0,200}\|?"
+    r"\s{0,8}(?P<n>\d{1,9})/(?P<total>\d{1,9})"
 )
 _PG_WAIT_RE = re.compile(r"Waiting for creating a placement group of specs for (\d+) seconds")
 
@@ -213,7 +270,7 @@ _PHASE_MARKERS = [
         r"Starting vLLM (?:API )?server|Available routes are|Started server process|"
         r"Waiting for application startup|init engine \(profile, create kv cache|init engine took|"
         r"Graph capturing finished|Capturing CUDA graphs? (?:took|finished)|"
-        r"vLLM to use .* as (?:the )?API|Supported_tasks|Supported tasks")),
+        r"vLLM to use .{0,400}? as (?:the )?API|Supported_tasks|Supported tasks")),
     ("cuda_graphs", re.compile(
         r"Capturing (?:CUDA|cuda) ?graph|Capturing cudagraph|Capturing the model for CUDA graphs|"
         r"CUDA graphs can take additional")),
@@ -223,7 +280,7 @@ _PHASE_MARKERS = [
         r"Maximum concurrency for|torch\.compile takes|Dynamo bytecode transform time|"
         r"Compiling a graph for|Directly load the compiled graph|Cache the graph of|"
         r"Estimated CUDA graph memory|"
-        r"Free memory on device .* usable")),
+        r"Free memory on device .{0,400}? usable")),
     ("loading_weights", re.compile(
         r"Starting to load model|Loading model from|checkpoint shards|Loading weights with|"
         r"Using model weights format|Loading safetensors|Loading pt checkpoint|"
@@ -242,7 +299,16 @@ _PHASE_MARKERS = [
 _ANY_PHASE_RE = re.compile("|".join("(?:%s)" % rx.pattern for _p, rx in _PHASE_MARKERS))
 _VERSION_RE = re.compile(r"vLLM API server version ([\w.+-]+)|LLM engine \(v([\w.+-]+)\)")
 _API_ADDR_RE = re.compile(r"(?:Starting vLLM (?:API )?server(?: \d+)? on|Uvicorn running on) (https?://\S+)")
-_AFTER_READY_RE = re.compile(r"rrno|in use|vLLM API server version|non-default args|args: Namespace")
+# After "startup complete" only these lines are looked at: a late bind failure, a new run, or an engine
+# that is up but broken (a worker that cannot import or run what the driver sends it).
+_ENGINE_BROKEN_RE = re.compile(
+    r"EngineDeadError|EngineCore encountered a fatal error|Engine core proc .{0,200}? died|RayTaskError|"
+    r"RayActorError|ActorDiedError|failed to import on the worker|Version mismatch: The cluster|"
+    r"Can't get attribute '")
+_AFTER_READY_CAUSE_RE = re.compile(_ENGINE_BROKEN_RE.pattern + r"|ModuleNotFoundError|No module named|ImportError|"
+                                   r"invalid device function|no kernel image|out of memory|OutOfMemoryError")
+_AFTER_READY_RE = re.compile(r"rrno|in use|vLLM API server version|non-default args|args: Namespace|"
+                             + _AFTER_READY_CAUSE_RE.pattern)
 _NEW_RUN_RE = re.compile(r"vLLM API server version|non-default args:|^args: Namespace\(")
 
 # Lines that look alarming but are expected on one-GPU-per-node Ray clusters and elsewhere.
@@ -255,7 +321,8 @@ _BENIGN_RE = re.compile(
     r"Exception ignored in:|"
     r"errno: 97 - Address family not supported|"
     r"DeprecationWarning|FutureWarning|UserWarning|"
-    r"ERROR\s+\d\d-\d\d \d\d:\d\d:\d\d.*\bWARNING\b"
+    r"(?<!\d)0 Workers \(tasks / actors\) killed due to memory pressure|"
+    r"ERROR\s+\d\d-\d\d \d\d:\d\d:\d\d.{0,400}?\bWARNING\b"
 )
 
 # Root causes: (class, strong regex, weak regex). A strong line ends the startup by itself; a weak
@@ -264,15 +331,26 @@ _CAUSES = [
     ("ray_oom_killed", re.compile(
         r"ray\.exceptions\.OutOfMemoryError|node running low on memory|"
         r"Ray killed this worker|memory usage threshold of|"
-        r"Workers \(tasks / actors\) killed due to memory pressure"), None),
+        r"Workers \(tasks / actors\) killed due to memory pressure|killed due to memory pressure \(OOM\)|"
+        r"NODE_OUT_OF_MEMORY|Killing worker with task .{0,400}?[Mm]emory|"
+        r"Memory on the node .{0,400}? exceeds the (?:memory usage )?threshold"), None),
     ("cuda_oom", re.compile(
         r"CUDA out of memory|torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError|OutOfMemoryError: CUDA|"
         r"CUDA error: out of memory|CUDA driver error: out of memory|cudaErrorMemoryAllocation|"
         r"CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory|out of memory on device|"
-        r"cudaMalloc.*out of memory|CUDA_ERROR_OUT_OF_MEMORY|"
+        r"cudaMalloc.{0,400}?out of memory|CUDA_ERROR_OUT_OF_MEMORY|"
         r"Failed to allocate memory for (?:the )?(?:KV cache|CUDA graph)"), None),
+    # Kernels missing for this GPU, reported by torch, NCCL ("Cuda failure 'invalid device function'"),
+    # the CUDA runtime or Triton's ptxas. Before nccl_error: NCCL wraps them as "unhandled cuda error".
+    ("gpu_arch_unsupported", re.compile(
+        r"no kernel image is available for execution|invalid device function|"
+        r"cudaErrorNoKernelImageForDevice|cudaErrorInvalidDeviceFunction|CUDA_ERROR_NO_BINARY_FOR_GPU|"
+        r"CUDA_ERROR_INVALID_SOURCE|no binary for GPU|"
+        r"ptxas fatal\s{0,4}: Value 'sm_\w{1,8}' is not defined for option"),
+        re.compile(r"with CUDA capability sm_\w{1,8} is not compatible with the current PyTorch installation|"
+                   r"[Uu]nsupported (?:GPU|CUDA) architecture|CUDA arch(?:itecture)? .{0,80}? not supported")),
     ("insufficient_memory", re.compile(
-        r"Free memory on device .*less than desired GPU memory utilization|"
+        r"Free memory on device .{0,400}?less than desired GPU memory utilization|"
         r"No available memory for the cache blocks|"
         r"larger than the available KV cache memory|"
         r"Available KV cache memory: -|"
@@ -282,55 +360,55 @@ _CAUSES = [
         re.compile(r"[Ii]nsufficient memory|[Nn]ot enough memory|Cannot allocate memory")),
     ("placement_group", re.compile(
         r"Cannot provide a placement group|No available node types can fulfill resource request|"
-        r"placement group .*(?:infeasible|cannot be scheduled)|"
+        r"placement group .{0,400}?(?:infeasible|cannot be scheduled)|"
         r"does not have enough GPUs|Ray does not allocate any GPUs on the driver node|"
         r"The number of required GPUs exceeds the total number of available GPUs|"
-        r"Current node has no GPU available|The current placement group .* does not have"), None),
+        r"Current node has no GPU available|The current placement group .{0,400}? does not have"), None),
     ("rendezvous_failed", re.compile(
         r"client socket has failed to connect to any network address|connectFullMesh failed|DistNetworkError|"
         r"DistStoreError|Timed out after \d+ seconds waiting for clients|"
-        r"TCPStore.*(?:timed out|failed|Broken pipe|Connection reset)|TCP client failed to connect|"
+        r"TCPStore.{0,400}?(?:timed out|failed|Broken pipe|Connection reset)|TCP client failed to connect|"
         r"Gloo connectFullMesh|gloo/transport/tcp/pair\.cc|"
         r"RendezvousConnectionError|RendezvousTimeoutError|"
-        r"init_process_group.*(?:timed out|failed)|connect\(\) timed out\. Original timeout"),
+        r"init_process_group.{0,400}?(?:timed out|failed)|connect\(\) timed out\. Original timeout"),
         # torch warns "[c10d] The client socket has failed to connect to [host]:port" while it retries.
         re.compile(r"client socket has failed to connect|Network is unreachable|"
-                   r"Connection refused.*(?:store|rendezvous|c10d)")),
+                   r"Connection refused.{0,400}?(?:store|rendezvous|c10d)")),
     ("nccl_error", re.compile(
         r"NCCL [Ee]rror|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclInvalidUsage|"
         r"ncclRemoteError|ncclInvalidArgument|unhandled system error|unhandled cuda error|"
-        r"DistBackendError|ProcessGroupNCCL.*(?:[Ww]atchdog caught|timed? ?out|error)|"
+        r"DistBackendError|ProcessGroupNCCL.{0,400}?(?:[Ww]atchdog caught|timed? ?out|error)|"
         r"NCCL communicator was aborted|Failed to initialize NCCL|NCCL_CHECK|"
-        r"ncclCommInitRank failed|pynccl.*(?:error|failed)"),
-        re.compile(r"NCCL WARN|Call to ibv_\w+ failed|NET/IB : .*(?:failed|error)")),
+        r"ncclCommInitRank failed|pynccl.{0,400}?(?:error|failed)"),
+        re.compile(r"NCCL WARN|Call to ibv_\w+ failed|NET/IB : .{0,400}?(?:failed|error)")),
     ("ray_unreachable", re.compile(
         r"Could not find any running Ray instance|Could not read 'node_ip_address'|"
         r"Failed to connect to GCS within|"
         r"Failed to get the system config from raylet|RaySystemError|"
         r"GCS (?:server )?(?:is not|could not be) (?:reachable|reached)|"
-        r"Failed to connect to the Ray cluster|Raylet is terminated|Failed to register worker.* to Raylet|"
-        r"ray\.init\(\) .*failed|Can't find a `node_ip_address\.json`|"
-        r"Version mismatch: The cluster was started with|ray client connection timeout"),
+        r"Failed to connect to the Ray cluster|Raylet is terminated|Failed to register worker.{0,400}? to Raylet|"
+        r"ray\.init\(\) .{0,400}?failed|Can't find a `node_ip_address\.json`|"
+        r"ray client connection timeout"),
         re.compile(r"Unable to connect to GCS|Failed to connect to GCS")),
     ("model_unsupported", re.compile(
-        r"Model architectures? \[.*\] (?:are|is) not supported|are not supported for now|"
+        r"Model architectures? \[.{0,400}?\] (?:are|is) not supported|are not supported for now|"
         r"is not supported for now|Unrecognized model in|but Transformers does not recognize this architecture|"
         r"does not recognize this architecture|The checkpoint you are trying to load has model type|"
         r"No model architectures are specified|Cannot find model module|failed to be inspected|"
         r"Unrecognized configuration class|contains custom code which must be executed|"
         r"is not supported by the current vLLM|not supported on this GPU|"
         r"Unsupported (?:model|architecture)|Unknown quantization method|"
-        r"quantization (?:method )?.* is not supported|compute capability .* not supported|"
+        r"quantization (?:method )?.{0,400}? is not supported|compute capability .{0,400}? not supported|"
         r"requires (?:a )?(?:GPU|compute capability) |only supported on GPUs with compute capability"), None),
     ("weights_corrupt", re.compile(
         r"SafetensorError|safetensors_rust|Error while deserializing header|"
         r"HeaderTooLarge|MetadataIncompleteBuffer|InvalidHeaderDeserialization|"
         r"incomplete metadata, file not fully covered|"
-        r"Cannot find any model weights|No such file or directory: .*\.(?:safetensors|bin|pt)\b|"
+        r"Cannot find any model weights|No such file or directory: .{0,400}?\.(?:safetensors|bin|pt)\b|"
         r"PytorchStreamReader failed|invalid load key|storage has wrong size|"
         r"size mismatch for|not found in checkpoint|"
-        r"does not appear to have a file named|No such file or directory: .*config\.json|"
-        r"[\w.-]+\.safetensors.*(?:not found|does not exist|missing|truncated)"),
+        r"does not appear to have a file named|No such file or directory: .{0,400}?config\.json|"
+        r"\.safetensors\b.{0,400}?(?:not found|does not exist|missing|truncated)"),
         re.compile(r"unexpected EOF|KeyError: '[\w.]+\.(?:weight|bias|scale|weight_scale|qweight)\w*'|"
                    r"Repository Not Found|RepositoryNotFoundError|LocalEntryNotFoundError|"
                    r"is not a local folder and is not a valid model identifier|GatedRepoError|"
@@ -341,27 +419,51 @@ _CAUSES = [
     ("dependency_missing", re.compile(
         r"(?:vllm|ray|python3?): (?:command )?not found|executable file not found in \$PATH|"
         r"CUDA driver version is insufficient|NVIDIA driver on your system is too old|"
-        r"could not select device driver .* with capabilities"), re.compile(
+        r"could not select device driver .{0,400}? with capabilities"), re.compile(
         r"ModuleNotFoundError|No module named|ImportError: |cannot import name|"
-        r"undefined symbol|libcuda\.so.*(?:not found|cannot open)|"
+        r"undefined symbol|libcuda\.so.{0,400}?(?:not found|cannot open)|"
         r"lib[\w.+-]+\.so[.\d]*: cannot open shared object file|"
         r"requires the [`']?[\w-]+[`']? (?:package|library)|Please install [\w-]+|"
         r"pip install [\w\[\]-]+ to|Failed to find C compiler|Python\.h: No such file")),
+    # A worker whose Python packages differ from the driver's: Ray says so, or the worker cannot import or
+    # unpickle what the driver sent. Import errors raised inside a Ray worker are moved here from
+    # dependency_missing (see _failure_checks).
+    ("worker_env_mismatch", re.compile(
+        r"Version mismatch: The cluster was started with|failed to import on the worker|"
+        r"library dependencies are not installed in the worker environment|"
+        r"Can't get attribute '\w{1,80}' on <module '(?:vllm|ray|torch)|"
+        r"(?:vllm|ray|torch) version mismatch between (?:the )?driver and (?:the )?workers?"), None),
     ("tokenizer_error", None, re.compile(
-        r"[Tt]okenizer[\w.]*(?: class)? .*(?:does not exist|not found|could not be loaded|"
+        r"[Tt]okenizer[\w.]{0,80}(?: class)? .{0,400}?(?:does not exist|not found|could not be loaded|"
         r"failed to load|is not currently imported)|"
         r"Can't load tokenizer|Failed to load the tokenizer|Error loading tokenizer|No tokenizer file found|"
-        r"TokenizerError|untagged enum ModelWrapper|sentencepiece.*(?:[Ee]rror|failed)|"
-        r"tiktoken.*(?:error|Error)|Couldn't instantiate the backend tokenizer|"
-        r"Tokenizer class .* does not exist|tokenizer_config\.json.*(?:not found|does not exist)")),
+        r"TokenizerError|untagged enum ModelWrapper|sentencepiece.{0,400}?(?:[Ee]rror|failed)|"
+        r"tiktoken.{0,400}?(?:error|Error)|Couldn't instantiate the backend tokenizer|"
+        r"Tokenizer class .{0,400}? does not exist|tokenizer_config\.json.{0,400}?(?:not found|does not exist)|"
+        # transformers warns about a tokenizer_class that differs from the class it builds; the error that
+        # follows ("TypeError: not a string", an AttributeError) names no tokenizer.
+        r"tokenizer class you load from this checkpoint is not the same type|"
+        r"tokenizer class you load from this checkpoint is '|"
+        r"tokenizer_class.{0,200}?(?:does not match|mismatch|is not the same)")),
     ("worker_died", re.compile(
         r"RayActorError|ActorDiedError|actor died unexpectedly|The actor died|NodeDiedError|"
-        r"has been marked dead|died unexpectedly|Worker proc .* died|WorkerProc hit an exception|"
-        r"Engine core proc .* died|EngineDeadError|worker process .* (?:died|exited)|"
-        r"A worker died or was killed|Worker .* exited unexpectedly|Actor .* is dead|"
+        r"has been marked dead|died unexpectedly|Worker proc .{0,400}? died|WorkerProc hit an exception|"
+        r"Engine core proc .{0,400}? died|EngineDeadError|worker process .{0,400}? (?:died|exited)|"
+        r"A worker died or was killed|Worker .{0,400}? exited unexpectedly|Actor .{0,400}? is dead|"
         r"exited with code -9"), None),
 ]
 _RAY_OOM_RE = dict((c[0], c[1]) for c in _CAUSES)["ray_oom_killed"]
+# Warnings that are weak evidence of a cause (vLLM logs tolerated problems at WARNING, but these explain
+# the error that follows them).
+_WARNING_EVIDENCE_RE = re.compile(
+    _RAY_OOM_RE.pattern + r"|tokenizer class you load from this checkpoint|"
+    r"is not compatible with the current PyTorch installation")
+# Import errors raised inside a Ray worker (its prefix carries ip=, or Ray wraps the task's error).
+_RAY_WORKER_ERROR_RE = re.compile(r"ray::\w|RayTaskError\(|RayWorker\w{0,40}\.")
+# Traceback frames inside tokenizer loading: the exception that ends such a traceback is the tokenizer's.
+_TOKENIZER_FRAME_RE = re.compile(
+    r"tokenization_\w{1,60}\.py|transformers_utils/tokenizers?\b|/tokenizers?/|sentencepiece|tiktoken|"
+    r", in (?:get_tokenizer|cached_get_tokenizer|init_tokenizer_from_configs|cached_tokenizer_from_config)\b")
 # Traceback frames tell the phase when a log is only a traceback: function name -> phase.
 _FRAME_FUNC_RE = re.compile(r'^File ".*", line \d+, in (?P<func>[\w<>.]+)')
 _FRAME_PHASE = {
@@ -385,7 +487,7 @@ _EXC_IGNORE = ("StopIteration", "KeyboardInterrupt", "SystemExit", "GeneratorExi
 # Generic fatal markers: the startup is over, root cause is earlier (or later in the traceback).
 _FATAL_GENERIC_RE = re.compile(
     r"EngineCore failed to start|Engine core initialization failed|Engine process failed to start|"
-    r"Engine core proc .* failed|Failed core proc|WorkerProc failed to start|"
+    r"Engine core proc .{0,400}? failed|Failed core proc|WorkerProc failed to start|"
     r"Worker failed with error|Exception in worker VllmWorkerProcess|"
     r"EngineCore encountered a fatal error|EngineCore hit an exception|Engine core encountered an issue|"
     r"Got fatal signal from worker processes|WorkerProc initialization failed|"
@@ -397,7 +499,7 @@ _SYSTEMD_EXIT_RE = re.compile(
     r"Main process exited, code=(?:exited|killed|dumped)|Failed with result '|"
     r"\.service: Scheduled restart job|Control process exited|"
     r"^Killed$|^Killed |Segmentation fault|core dumped|^Aborted|Fatal Python error|"
-    r"exited with code \d+|Container .* exited|terminate called after throwing an instance of"
+    r"exited with code \d+|Container .{0,400}? exited|terminate called after throwing an instance of"
 )
 # Python's last traceback line: "ValueError: ...", "torch.OutOfMemoryError: ...", "KeyError".
 _EXC_LINE_RE = re.compile(
@@ -408,7 +510,7 @@ _FRAME_RE = re.compile(r'^(?:File "|Traceback \(|During handling|The above excep
 # Lines that repeat while nothing moves: they do not count as progress.
 _NO_PROGRESS_RE = re.compile(
     r"Waiting for creating a placement group|No available shared memory broadcast block|"
-    r"Waiting for engine core|still waiting|Waiting for .* to be ready|"
+    r"Waiting for engine core|still waiting|Waiting for .{0,400}? to be ready|"
     r"Avg prompt throughput: 0\.0 tokens/s, Avg generation throughput: 0\.0"
 )
 
@@ -443,10 +545,31 @@ def _parse_rate(rate):
     return None
 
 
+def _shard_bar(text):
+    """A weight-loading tqdm bar in ``text`` as a dict of its fields, or None (linear time)."""
+    for head in _SHARD_HEAD_RE.finditer(text):
+        tail = _SHARD_TAIL_RE.match(text, head.end())
+        if not tail:
+            continue
+        before = text[:head.start()]
+        desc = before[max(before.rfind(":"), before.rfind("|"), before.rfind("\r")) + 1:]
+        if "safetensors" not in desc and not _SHARD_DESC_RE.search(desc):
+            # vLLM's own bars all read "Loading ...: NN% Completed | n/total [...]".
+            at = desc.find("Loading")
+            if at < 0 or not head.group("completed"):
+                continue
+            desc = desc[at:]
+        fields = tail.groupdict()
+        fields["desc"] = desc
+        fields["pct"] = head.group("pct")
+        return fields
+    return None
+
+
 def _norm(line):
     """Evidence line without prefixes and headers, to drop the same message printed twice."""
     text = line or ""
-    while True:
+    for _i in range(_MAX_PREFIXES):
         m = _PREFIX_RE.match(text)
         if not m:
             break
@@ -499,6 +622,8 @@ class VllmLogParser(object):
         self.placement_stall_s = min(self.stall_timeout, PLACEMENT_STALL_S) if self.stall_timeout else 0
         self.rank_names = dict(rank_names or {})
         self._buf = ""
+        self._skip_rest = False  # the unfinished line was cut: drop what follows up to its newline
+        self.truncated_lines = 0
         self._pending_prefixes = None
         self._bar_prefixes = None
         self._outer_clock = False
@@ -528,6 +653,9 @@ class VllmLogParser(object):
         self.last_progress_line = 0
         self.last_progress_ts = None
         self.frame_phase = None
+        self.frame_cause = None  # a class the frames of the current traceback point to
+        self.in_ray_task = False  # the current traceback is a Ray worker's (RayTaskError)
+        self.after_ready = False  # looking at engine failures after "startup complete"
         self.version = None
         self.api_address = None
         self.benign = []
@@ -538,12 +666,36 @@ class VllmLogParser(object):
         """Feed raw text (any chunking). Complete lines are parsed now, the rest is kept."""
         if not text:
             return
-        self._buf += text
-        if "\n" not in self._buf:
+        text = scrub(text)
+        if self._skip_rest:
+            nl = text.find("\n")
+            if nl < 0:
+                return
+            self._skip_rest = False
+            text = text[nl:]
+        if "\n" not in text:
+            self._buf += text
+            if len(self._buf) > MAX_LINE_CHARS:
+                self._cut_unfinished()
             return
-        body, self._buf = self._buf.rsplit("\n", 1)
+        body, rest = text.rsplit("\n", 1)
+        first = True
         for physical in body.split("\n"):
+            if first:
+                physical, first = self._buf + physical, False
             self._physical(physical)
+        self._buf = rest
+        if len(self._buf) > MAX_LINE_CHARS:
+            self._cut_unfinished()
+
+    def _cut_unfinished(self):
+        """Keep the unfinished last line within MAX_LINE_CHARS (a line with no end must not grow memory)."""
+        self.truncated_lines += 1
+        cut = cap_line(self._buf)
+        if "\r" not in cut:
+            # No tqdm redraws to follow: keep the start, drop the rest of this line as it arrives.
+            self._skip_rest = True
+        self._buf = cut
 
     def finish(self):
         """No more text: parse what is left in the buffer."""
@@ -568,6 +720,9 @@ class VllmLogParser(object):
         self._pending_prefixes = saved
 
     def _physical(self, physical):
+        if len(physical) > MAX_LINE_CHARS:
+            self.truncated_lines += 1
+            physical = cap_line(physical)
         if self.phase == "ready" and not self.confirmed and not _AFTER_READY_RE.search(physical):
             # Serving traffic after startup: nothing in it changes the answer.
             self.lines_seen += 1
@@ -614,17 +769,21 @@ class VllmLogParser(object):
             outer = self._syslog_ts(m) or outer
             text = text[m.end():]
         prefixes = []
-        while True:
-            m = _PREFIX_RE.match(text)
+        pos = 0
+        for _i in range(_MAX_PREFIXES):
+            m = _PREFIX_RE.match(text, pos)
             if not m:
                 break
             prefixes.append(m.group("body"))
-            text = text[m.end():]
+            pos = m.end()
+        text = text[pos:]
         m = _RANK_PREFIX_RE.match(text)
         if m:
             text = text[m.end():]
         if "repeated" in text:
-            text = _REPEATED_RE.sub("", text)
+            m = _REPEATED_RE.search(text)
+            if m:
+                text = text[:m.start()]
         text = text.strip()
         if not prefixes and inherited:
             prefixes = list(inherited)
@@ -751,9 +910,17 @@ class VllmLogParser(object):
             self.attempts = 1
 
         if self.phase == "ready" and not self.confirmed:
-            # Up: only a late bind failure or a new run matter; skip the rest (long serving logs).
+            # Up: only a late bind failure, a new run or a broken engine matter; skip the rest (long
+            # serving logs, request errors).
             if "rrno" in text or "in use" in text:
                 self._failure_checks(line)
+            elif _AFTER_READY_CAUSE_RE.search(text):
+                # The API answers but the engine behind it is broken (for example a worker whose packages
+                # differ from the driver's fails at the first request).
+                self.after_ready = True
+                self._failure_checks(line)
+                if _ENGINE_BROKEN_RE.search(text):
+                    self._confirm()
             return
         if not self.version and ("version" in text or "engine (v" in text):
             m = _VERSION_RE.search(text)
@@ -788,9 +955,9 @@ class VllmLogParser(object):
 
     def _progress(self, line):
         text = line.text
-        m = _SHARD_BAR_RE.search(text) or _SHARD_BAR_ALT_RE.search(text)
-        if m and "graph" not in m.group("desc").lower():
-            n, total = int(m.group("n")), int(m.group("total"))
+        m = _shard_bar(text)
+        if m and "graph" not in m["desc"].lower():
+            n, total = int(m["n"]), int(m["total"])
             if total <= 0:
                 return False
             key = _rank_key(line.prefixes) if line.prefixes else "local"
@@ -800,10 +967,10 @@ class VllmLogParser(object):
                 "n": n,
                 "total": total,
                 "percent": int(round(100.0 * n / total)),
-                "elapsed_s": _parse_hms(m.group("elapsed")),
-                "eta_s": _parse_hms(m.group("remaining")),
-                "s_per_shard": _parse_rate(m.group("rate")),
-                "desc": m.group("desc").strip(),
+                "elapsed_s": _parse_hms(m["elapsed"]),
+                "eta_s": _parse_hms(m["remaining"]),
+                "s_per_shard": _parse_rate(m["rate"]),
+                "desc": m["desc"].strip(),
                 "ts": line.ts,
             })
             if changed:
@@ -851,24 +1018,31 @@ class VllmLogParser(object):
 
     def _failure_checks(self, line):
         text = line.text
-        if self.phase == "ready" and not _PORT_IN_USE_RE.search(text):
+        if self.phase == "ready" and not self.after_ready and not _PORT_IN_USE_RE.search(text):
             # A completed startup stays completed: later request errors or a stop are not startup
             # failures (uvicorn may still fail to bind after "startup complete").
             return
         if line.level in ("INFO", "DEBUG", "WARNING") and not _SYSTEMD_EXIT_RE.search(text):
             # vLLM logs tolerated problems at WARNING; INFO never ends a startup. Ray's OOM notice
             # is the exception: it arrives as a WARNING from the raylet.
-            if not (line.level == "WARNING" and _RAY_OOM_RE.search(text)):
+            if not (line.level == "WARNING" and _WARNING_EVIDENCE_RE.search(text)):
                 return
         if _BENIGN_RE.search(text):
             return
         if _FRAME_RE.match(text):
+            if text.startswith("Traceback ("):
+                self.frame_cause = None
+                self.in_ray_task = False
+            elif _TOKENIZER_FRAME_RE.search(text):
+                self.frame_cause = "tokenizer_error"
             m = _FRAME_FUNC_RE.match(text)
             hint = _FRAME_PHASE.get(m.group("func")) if m else None
             if hint and PHASE_INDEX[hint] > PHASE_INDEX.get(self.frame_phase or "starting", 0):
                 self.frame_phase = hint
             return
         marker = False
+        if _RAY_WORKER_ERROR_RE.search(text):
+            self.in_ray_task = True
         if _FATAL_GENERIC_RE.search(text):
             self.generic.append(self._ev(line))
             self._confirm()
@@ -881,6 +1055,10 @@ class VllmLogParser(object):
         for cls, strong_rx, weak_rx in _CAUSES:
             strong = bool(strong_rx and strong_rx.search(text))
             if strong or (weak_rx and weak_rx.search(text)):
+                if cls == "dependency_missing" and not strong and (
+                        self.in_ray_task or any("ip=" in p for p in line.prefixes)):
+                    # The driver imported it, a Ray worker could not: the worker's packages differ.
+                    cls = "worker_env_mismatch"
                 self._seq += 1
                 self.candidates.append({
                     "cls": cls, "line": self._ev(line), "strong": strong,
@@ -893,7 +1071,7 @@ class VllmLogParser(object):
         if m and not marker and m.group("name") not in _EXC_IGNORE:
             self._seq += 1
             self.candidates.append({
-                "cls": "engine_init_failed", "line": self._ev(line), "strong": False,
+                "cls": self.frame_cause or "engine_init_failed", "line": self._ev(line), "strong": False,
                 "phase": self.phase, "seq": self._seq,
             })
 
