@@ -69,3 +69,26 @@ def test_group_layout(groups, expected):
     if expected.startswith("inventory: group 'spark' is"):
         del groups["spark"]
     assert any(e.startswith(expected) for e in inventory_errors(sparks(), groups)), inventory_errors(sparks(), groups)
+
+
+def test_plays_and_roles_use_only_the_fixed_group_names():
+    """Issue 11.5: one place decides the group names; every play and role must use exactly those."""
+    import re
+    from pathlib import Path
+
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._inventory import ALL_GROUP, HEAD_GROUP, WORKER_GROUP
+
+    repo = Path(__file__).resolve().parents[4]
+    names = {ALL_GROUP, HEAD_GROUP, WORKER_GROUP}
+    seen = set()
+    for path in sorted(repo.glob("playbooks/*.yml")) + sorted(repo.glob("roles/*/*/*.yml")):
+        text = path.read_text()
+        for pattern in re.findall(r"^\s*-?\s*hosts:\s*(\S+)", text, re.M):
+            for group in pattern.strip("'\"").split(":"):
+                assert group in names, "%s: hosts %s is not one of %s" % (path, group, sorted(names))
+                seen.add(group)
+        for group in re.findall(r"groups\[['\"]([^'\"]+)['\"]\]", text):
+            assert group in names, "%s: groups['%s'] is not one of %s" % (path, group, sorted(names))
+            seen.add(group)
+        assert "groups[preflight_" not in text, path
+    assert seen == names

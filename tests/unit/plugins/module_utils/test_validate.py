@@ -1,0 +1,314 @@
+"""module_utils/_validate: one check per serving variable, and vLLM's reading of `vllm serve` flags.
+
+Property-based (hypothesis): the checks never raise and accept exactly their domain; the flag normaliser is
+idempotent and every spelling Python's own argparse (with vLLM's rewrite in front) reads as a pinned flag is
+refused as pinned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _validate as v
+
+# database=None: no .hypothesis directory in the checkout; failures print their example.
+PROPS = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+ANY = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=8)
+
+
+# --- the checks never raise, and return either a value or a problem -------------------------------
+
+@PROPS
+@given(name=st.sampled_from(sorted(v.SERVING_CHECKS)), value=ANY)
+def test_every_check_returns_value_or_problem_and_never_raises(name, value):
+    errors = v.serving_errors({name: value}, "spark-1")
+    assert isinstance(errors, list) and all(isinstance(e, str) for e in errors)
+    assert all(e.startswith("spark-1: ") for e in errors)
+    check = v.SERVING_CHECKS[name]
+    if check is not None:
+        normal, problem = check(value)
+        assert (problem is None) or (normal is None and isinstance(problem, str))
+
+
+@PROPS
+@given(settings_=st.dictionaries(st.sampled_from(sorted(v.SERVING_CHECKS)), ANY, max_size=8), gpus=ANY)
+def test_serving_errors_never_raises_on_any_mix(settings_, gpus):
+    assert isinstance(v.serving_errors(settings_, "h", {"x": "boom"}, gpus), list)
+
+
+@PROPS
+@given(extra=ANY)
+def test_extra_args_never_raises(extra):
+    words, problems = v.extra_args_argv(extra, v.SERVING_PINNED)
+    assert all(isinstance(w, str) for w in words) and all(isinstance(p, str) for p in problems)
+
+
+# --- each check accepts exactly its domain ---------------------------------------------------------
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+@PROPS
+@given(value=st.integers() | st.floats() | st.text(max_size=8) | st.booleans() | st.none())
+def test_port_domain(value):
+    ok = v.check_port(value)[1] is None
+    as_int = None
+    if _is_int(value):
+        as_int = value
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        as_int = int(value)
+    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        as_int = int(value)
+    assert ok == (as_int is not None and 1 <= as_int <= 65535)
+
+
+@PROPS
+@given(value=st.floats(allow_nan=True, allow_infinity=True) | st.integers() | st.text(max_size=6) | st.booleans())
+def test_gpu_memory_utilization_domain(value):
+    ok = v.check_fraction(value)[1] is None
+    try:
+        f = None if isinstance(value, bool) else float(value)
+    except (ValueError, OverflowError):
+        f = None
+    assert ok == (f is not None and 0 < f <= 1)
+
+
+@PROPS
+@given(value=st.integers(-5, 10 ** 7) | st.from_regex(r"\A\d{1,4}(\.\d{1,2})?[kmgtKMGT]?\Z") | st.text(max_size=6))
+def test_max_model_len_domain(value):
+    ok = v.check_max_model_len(value)[1] is None
+    if _is_int(value):
+        assert ok == (value >= 1)
+        return
+    m = re.fullmatch(r"(\d+)(\.\d+)?([kmgtKMGT]?)", value.strip())
+    if not m or (m.group(2) and not m.group(3)) or (m.group(2) and m.group(3).isupper()):
+        assert not ok
+        return
+    mult = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
+    assert ok == (int(float(m.group(1) + (m.group(2) or "")) * mult[m.group(3)]) >= 1)
+
+
+@pytest.mark.parametrize("value, ok", [
+    ("32k", True), ("32K", True), ("25.6k", True), ("1.5K", False), ("0k", False), ("auto", False), ("-1", False),
+    (32768, True), (0, False), (True, False), ("32768", True), (" 4096 ", True),
+])
+def test_max_model_len_examples(value, ok):
+    assert (v.check_max_model_len(value)[1] is None) is ok
+
+
+@PROPS
+@given(value=st.text(max_size=12))
+def test_api_key_domain(value):
+    assert (v.check_api_key(value)[1] is None) == (not any(c.isspace() for c in value))
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("", "absolute path"), ("models/x", "absolute path"), ("/", "system directory /"), ("/etc/", "system directory"),
+    ("/usr//", "system directory /usr"), ("/models/../etc", "system directory /etc"), ("/models/a:b", "':'"),
+    ("/models/a b", "whitespace"), ("/models/$X", "'$'"), (None, "absolute path"), (["/m"], "absolute path"),
+])
+def test_model_dir_problems(value, problem):
+    normal, got = v.check_model_dir(value)
+    assert normal is None and problem in got
+
+
+def test_model_dir_is_normalised():
+    assert v.check_model_dir("/models//qwen/") == ("/models/qwen", None)
+
+
+@pytest.mark.parametrize("value", [0, 1.5, "abc", -0.1, float("nan"), float("inf"), True, None, "1.01"])
+def test_issue_11_gpu_memory_utilization_values_are_refused(value):
+    assert v.check_fraction(value)[1] is not None
+
+
+@pytest.mark.parametrize("value", [0, 70000, "x", -1, True, 1.5, None, ""])
+def test_issue_11_port_values_are_refused(value):
+    assert v.check_port(value)[1] is not None
+
+
+@pytest.mark.parametrize("host, key, allow, refused", [
+    ("10.1.230.180", "", False, True),
+    ("0.0.0.0", "", False, True),
+    ("10.1.230.180", "", True, False),
+    ("127.0.0.1", "", False, False),
+    ("::1", "", False, False),
+    ("localhost", "", False, False),
+    ("10.1.230.180", "sk-1", False, False),
+])
+def test_open_api_needs_consent_off_loopback(host, key, allow, refused):
+    errors = v.serving_errors({"vllm_serve_host": host, "vllm_serve_api_key": key, "vllm_serve_port": 30000,
+                               "vllm_serve_allow_open_api": allow}, "spark-1")
+    assert bool(errors) is refused
+    if refused:
+        assert errors == ["spark-1: vllm_serve_api_key is empty, so the API on %s:30000 would be open to anyone who"
+                          " reaches it; set vllm_serve_api_key (keep it in a vault), or set"
+                          " vllm_serve_allow_open_api: true to serve without a key" % host]
+
+
+def test_api_key_value_never_appears_in_a_message():
+    errors = v.serving_errors({"vllm_serve_api_key": "sk secret"}, "h")
+    assert errors and not any("secret" in e for e in errors)
+
+
+def test_tp_times_pp_against_gpus():
+    base = {"vllm_serve_tensor_parallel_size": 2, "vllm_serve_pipeline_parallel_size": 2}
+    assert v.serving_errors(base, "s1", gpus=4) == []
+    assert v.serving_errors(dict(base, vllm_serve_pipeline_parallel_size=1), "s1", gpus=4) == [
+        "s1: vllm_serve_tensor_parallel_size (2) x vllm_serve_pipeline_parallel_size (1) = 2, but the inventory"
+        " declares 4 GPU(s) (sparkfleet_gpus_per_node over the nodes); make them equal"]
+
+
+def test_template_errors_are_reported_with_their_variable():
+    errors = v.serving_errors({"vllm_serve_port": "x"}, "s1", {"vllm_serve_model": "'a' is undefined"})
+    assert errors[0] == "s1: vllm_serve_model cannot be templated: 'a' is undefined; fix the expression in the inventory"
+    assert errors[1].startswith("s1: vllm_serve_port 'x' must be a TCP port number")
+
+
+# --- extra args: vLLM's reading, checked against Python's own argparse --------------------------------
+
+class _Refused(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _Refused(message)
+
+
+def _vllm_like_parser():
+    """argparse with vLLM 0.17.1's serve option strings (as _validate lists them)."""
+    p = _Parser(prog="vllm serve", add_help=True)
+    aliases = {}
+    for short, name in v.VLLM_SHORT_ALIASES.items():
+        aliases.setdefault(name, []).append(short)
+    for name in sorted(v.VLLM_SERVE_FLAGS):
+        strings = ["--" + name] + [a for a in aliases.get(name, []) if a != "-h"]
+        if name in v.VLLM_BOOLEAN_FLAGS:
+            p.add_argument(*strings, dest=name, action=argparse.BooleanOptionalAction, default="UNSET")
+        else:
+            p.add_argument(*strings, dest=name, default="UNSET")
+    p.add_argument("model_tag", nargs="?")
+    return p
+
+
+PARSER = _vllm_like_parser()
+
+
+def _vllm_rewrite(word):
+    """FlexibleArgumentParser's rewrite in front of argparse: '_' -> '-' in the flag part before the first '.'."""
+    if word.startswith("--"):
+        key, eq, value = word.partition("=")
+        head, dot, rest = key[2:].partition(".")
+        return "--" + head.replace("_", "-") + dot + rest + eq + value
+    return word
+
+
+def _argparse_reads(word):
+    """How Python's argparse reads the option word followed by a value: (dest or None, refusal or None)."""
+    try:
+        ns, _ = PARSER.parse_known_args([_vllm_rewrite(word), "1"])
+    except (_Refused, SystemExit) as exc:
+        return None, str(exc) or "help"
+    set_ = [k for k, val in vars(ns).items() if k != "model_tag" and val != "UNSET"]
+    return (set_[0] if len(set_) == 1 else None), None
+
+
+def _spellings(flag):
+    """Ways to write a flag: dashes or underscores, prefixes (argparse abbreviations), =value."""
+    return st.tuples(
+        st.lists(st.sampled_from("-_"), min_size=flag.count("-"), max_size=flag.count("-")),
+        st.integers(2, len(flag)),
+        st.sampled_from(["", "=1", "=x"]),
+    ).map(lambda t: "--" + "".join(
+        c if c != "-" else t[0].pop() for c in flag)[:t[1]] + t[2])
+
+
+PINNED_NAMES = sorted(n for n in v.SERVING_PINNED if n != "help")
+SHORTS = sorted(v.VLLM_SHORT_ALIASES)
+WORDS = (st.sampled_from(PINNED_NAMES).flatmap(_spellings)
+         | st.sampled_from(sorted(v.VLLM_SERVE_FLAGS)).flatmap(_spellings)
+         | st.sampled_from(SHORTS).flatmap(lambda s: st.sampled_from([s, s[:2], s + "=1", s + "1", s[:-1]]))
+         | st.from_regex(r"\A--?[a-z_-]{1,12}(=[0-9a-z]{0,3})?\Z"))
+
+
+@settings(max_examples=600, deadline=None, database=None)
+@given(word=WORDS)
+def test_every_spelling_argparse_reads_as_a_pinned_flag_is_refused_as_pinned(word):
+    dest, refusal = _argparse_reads(word)
+    problem = v.flag_problem(word, v.SERVING_PINNED)
+    if dest in v.SERVING_PINNED:
+        assert problem and "is pinned" in problem, (word, dest, problem)
+    if dest is None and not word.startswith("-O") and (refusal is None or "ambiguous" in refusal):
+        # an unrecognised or ambiguous flag (a refusal about the value, e.g. -ep=1, is vLLM's to make)
+        assert problem, (word, "argparse does not take it as a flag, so must we not")
+    _, name, _how = v.resolve_flag(word)
+    if dest is not None:
+        assert name == dest, (word, dest, name)
+
+
+@PROPS
+@given(word=WORDS | st.text(max_size=16).map(lambda t: "-" + t))
+def test_normalisation_is_idempotent(word):
+    once = v.normalize_flag(word)
+    assert v.normalize_flag(once) == once
+    assert v.resolve_flag(once)[1] == v.resolve_flag(word)[1] or v.resolve_flag(word)[2] in ("unknown", "ambiguous")
+
+
+@PROPS
+@given(word=st.sampled_from(PINNED_NAMES).flatmap(_spellings), value=st.integers(1, 8))
+def test_pinned_flags_are_refused_in_dict_and_list_form(word, value):
+    _, name, how = v.resolve_flag(word)
+    if name not in v.SERVING_PINNED:
+        return  # a prefix shared with another flag: ambiguous or another flag, covered above
+    key = word.split("=", 1)[0]
+    for extra in ({key.lstrip("-") if key.startswith("--") and "_" in key else key: value}, [word, str(value)]):
+        words, problems = v.extra_args_argv(extra, v.SERVING_PINNED)
+        assert any("is pinned" in p for p in problems), (extra, problems)
+
+
+@pytest.mark.parametrize("word, name, how", [
+    ("--distributed_executor_backend", "distributed-executor-backend", "exact"),
+    ("-tp", "tensor-parallel-size", "alias"),
+    ("-pp=2", "pipeline-parallel-size", "alias"),
+    ("--api_key", "api-key", "exact"),
+    ("--api-k", "api-key", "abbreviation"),
+    ("-t", "tensor-parallel-size", "abbreviation"),
+    ("-p", None, "ambiguous"),
+    ("-tp1", None, "unknown"),
+    ("-O3", "optimization-level", "alias"),
+    ("--no-enforce-eager", "enforce-eager", "negated"),
+    ("--compilation_config.mode", "compilation-config", "exact"),
+    ("-cc.mode", "compilation-config", "alias"),
+    ("--help", "help", "exact"),
+    ("-h", "help", "alias"),
+])
+def test_resolve_examples(word, name, how):
+    assert v.resolve_flag(word)[1:] == (name, how)
+
+
+def test_the_image_s_own_flag_table_can_be_passed():
+    # image_check (another module) may hand over the flags of the image's own vLLM.
+    assert v.flag_problem("--new-flag", {}, flags={"new-flag"}, booleans=(), aliases={}) is None
+    assert "not a vllm serve flag" in v.flag_problem("--max-num-seqs", {}, flags={"new-flag"}, booleans=(),
+                                                     aliases={})
+
+
+def test_the_role_validates_every_checked_variable():
+    """validate.yml loops over _vllm_serve_validated_vars: exactly the variables SERVING_CHECKS knows."""
+    from pathlib import Path
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[4]
+    listed = yaml.safe_load((repo / "roles/vllm_serve/vars/main.yml").read_text())["_vllm_serve_validated_vars"]
+    assert sorted(listed) == sorted(v.SERVING_CHECKS)
