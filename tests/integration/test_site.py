@@ -102,7 +102,9 @@ def test_ray_registered_every_node_on_its_fabric_ip(lab, deployed):
 
 
 def test_model_synced_to_every_worker(lab, deployed):
-    listing = {h: lab.host_exec(h, "sh", "-c", "cd /models/sparklab-tiny && find . -type f -printf '%p %s\\n' | sort").stdout
+    # The model's files (model_sync's marker, .sparkfleet-model, exists on the workers only).
+    listing = {h: lab.host_exec(h, "sh", "-c", "cd /models/sparklab-tiny && find . -type f ! -path ./.sparkfleet-model "
+                                               "-printf '%p %s\\n' | sort").stdout
                for h in lab.hosts}
     assert "model.safetensors.index.json" in listing[HEAD]
     for host in lab.hosts[1:]:
@@ -113,6 +115,43 @@ def test_second_run_changes_nothing(lab, deployed, tmp_path):
     r, failures = play(lab, tmp_path, "site.yml")
     assert r["status"] == "successful" and not failures
     assert changed_total(r) == 0, r["stats"]
+
+
+def test_two_runs_at_once_the_second_refuses_on_the_lock(lab, deployed, tmp_path):
+    """Issue 11: a second site.yml started while one runs stops before changing anything; the first completes."""
+    import threading
+    import time
+
+    lock = "/run/sparkfleet/deploy.lock"
+    results = {}
+    first = threading.Thread(target=lambda: results.update(first=play(lab, tmp_path / "first", "site.yml")))
+    first.start()
+    deadline = time.time() + 120
+    while time.time() < deadline and lab.host_exec(HEAD, "test", "-s", lock).returncode != 0:
+        time.sleep(0.5)
+    assert lab.host_exec(HEAD, "test", "-s", lock).returncode == 0, "the first run never took the lock"
+    invocations = {h: systemctl(lab, h, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") for h in lab.hosts}
+    r2, failures2 = play(lab, tmp_path / "second", "site.yml")
+    first.join(600)
+    r1, failures1 = results["first"]
+    assert r1["status"] == "successful" and not failures1, failures1[-3:]
+    assert r2["status"] == "failed"
+    msg = json.dumps([f.get("res") for f in failures2])
+    assert "another deployment is running" in msg and "holds %s" % lock in msg, msg[-2000:]
+    # The second run changed nothing, and the lock is gone once the first run ended.
+    assert changed_total(r2) == 0
+    assert {h: systemctl(lab, h, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") for h in lab.hosts} == invocations
+    assert lab.host_exec(HEAD, "test", "-e", lock).returncode != 0
+
+
+def test_a_lock_left_by_a_dead_run_is_taken_over(lab, deployed, tmp_path):
+    import socket
+    stale = json.dumps({"controller": socket.gethostname(), "pid": 2 ** 22 + 7, "token": "dead-run",
+                        "started": 0, "playbook": "site.yml"})
+    lab.host_exec(HEAD, "sh", "-c", "mkdir -p /run/sparkfleet && printf '%s' '" + stale + "' > /run/sparkfleet/deploy.lock")
+    r, failures = play(lab, tmp_path, "site.yml", cmdline="--tags preflight")
+    assert r["status"] == "successful" and not failures, failures[-3:]
+    assert lab.host_exec(HEAD, "test", "-e", "/run/sparkfleet/deploy.lock").returncode != 0
 
 
 def test_check_mode_touches_nothing(lab, deployed, tmp_path):
@@ -147,6 +186,25 @@ def test_restart_serves_again(lab, deployed, tmp_path):
     after = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Id}}", "sparkfleet-vllm").stdout.strip()
     assert after and after != before
     code, _body = api_request(lab, "/v1/completions", {"model": "sparklab/tiny-moe", "prompt": "again", "max_tokens": 2})
+    assert code == 200
+
+
+def test_same_size_corruption_on_a_worker_is_repaired_and_serving_restarts(lab, deployed, tmp_path):
+    """Issue 11: bytes changed in place with size and mtime restored were neither found nor reloaded."""
+    worker, shard = lab.hosts[-1], "/models/sparklab-tiny/model-00002-of-00008.safetensors"
+    corrupt = ("import os, sys; p = sys.argv[1]; st = os.stat(p); f = open(p, 'r+b'); f.seek(st.st_size - 8); "
+               "b = f.read(8); f.seek(st.st_size - 8); f.write(bytes(x ^ 0xFF for x in b)); f.close(); "
+               "os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))")
+    assert lab.host_exec(worker, "python3", "-c", corrupt, shard).returncode == 0
+    digest = {h: lab.host_exec(h, "sha256sum", shard).stdout.split()[0] for h in (HEAD, worker)}
+    assert digest[HEAD] != digest[worker]
+    before = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Id}}", "sparkfleet-vllm").stdout.strip()
+    r, failures = play(lab, tmp_path, "site.yml", cmdline="--tags model_sync,vllm_serve")
+    assert r["status"] == "successful" and not failures, failures[-3:]
+    assert lab.host_exec(worker, "sha256sum", shard).stdout.split()[0] == digest[HEAD]
+    after = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Id}}", "sparkfleet-vllm").stdout.strip()
+    assert after and after != before, "the engine still serves what it loaded before the repair"
+    code, _body = api_request(lab, "/v1/completions", {"model": "sparklab/tiny-moe", "prompt": "fixed", "max_tokens": 2})
     assert code == 200
 
 
@@ -194,3 +252,13 @@ def test_stop_keeps_the_model_and_stops_our_services(lab, deployed, tmp_path):
     assert systemctl(lab, HEAD, "is-active", "sparkfleet-vllm") != "active"
     code = lab.ctl("curl", "-s", "-m", "5", "-o", "/dev/null", API + "/health").returncode
     assert code != 0  # connection refused: nothing listens any more
+
+
+def test_status_fails_once_nothing_serves(lab, deployed, tmp_path):
+    """Issue 11: status.yml printed ActiveState=failed and exited 0. After stop, it reports every node, then fails."""
+    r, failures = play(lab, tmp_path, "playbooks/status.yml")
+    assert r["status"] == "failed" and changed_total(r) == 0
+    msgs = json.dumps([f.get("res") for f in failures])
+    for host in lab.hosts:
+        assert "%s: sparkfleet-ray=inactive" % host in msgs, msgs[-2000:]
+    assert "sparkfleet-vllm=inactive" in msgs

@@ -1,0 +1,85 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: run_lock
+short_description: Keep two deployments from changing the same cluster at once
+version_added: 0.2.0
+description:
+  - Takes or releases a lock file on the head for the length of one C(ansible-playbook) run. C(site.yml) takes it
+    right after preflight and releases it in its last play, so a second run started meanwhile (another terminal, another
+    AWX job) stops before it changes anything, naming the controller, process and start time of the holder.
+  - The lock records the controller's host name and the C(ansible-playbook) process. A run from the same
+    controller takes over a lock whose process has ended (a failed or killed run leaves it behind). A lock
+    from another controller cannot be checked from here and is taken over only when older than O(timeout).
+  - The lock lives under C(/run), so a reboot of the head clears it.
+  - Taking and releasing the lock is bookkeeping and never reports C(changed), so a re-run stays C(changed=0).
+  - This is an action plugin; it runs on the controller and uses shell commands on the target.
+author:
+  - sparkfleet.vllm contributors (@sparkfleet)
+options:
+  state:
+    description:
+      - V(acquired) takes the lock or fails when a live run holds it; V(released) removes it when this run holds it.
+    type: str
+    choices: [acquired, released]
+    default: acquired
+  path:
+    description:
+      - The lock file on the target.
+    type: path
+    default: /run/sparkfleet/deploy.lock
+  timeout:
+    description:
+      - Seconds after which a lock taken by another controller counts as abandoned.
+    type: int
+    default: 3600
+notes:
+  - Needs C(become) (root) on the target to write under C(/run).
+  - Supports check mode; nothing is written then, but a live holder still fails the task.
+"""
+
+EXAMPLES = r"""
+- name: Take the deployment lock on the head
+  sparkfleet.vllm.run_lock:
+    state: acquired
+
+- name: Release it at the end of the run
+  sparkfleet.vllm.run_lock:
+    state: released
+"""
+
+RETURN = r"""
+path:
+  description: The lock file.
+  returned: always
+  type: str
+  sample: /run/sparkfleet/deploy.lock
+token:
+  description: This run's identity in the lock (controller host name, process ID, random part).
+  returned: always
+  type: str
+  sample: ctl-host-4242-1f2e3d4c5b6a
+acquired:
+  description: Whether this task took the lock.
+  returned: when O(state=acquired) and not in check mode
+  type: bool
+reason:
+  description: Why the lock could be taken (V(free), or why the previous holder counts as gone).
+  returned: when O(state=acquired)
+  type: str
+  sample: the run that held it (pid 4242 on ctl-host) has ended
+previous:
+  description: The record of the holder this run took over from.
+  returned: when a stale lock was taken over
+  type: dict
+released:
+  description: Whether this task removed the lock (false when another run holds it).
+  returned: when O(state=released) and not in check mode
+  type: bool
+"""
