@@ -58,9 +58,9 @@ def inventory_errors(hostvars, groups, head_group=HEAD_GROUP, worker_group=WORKE
                           " model; put it in '%s' or remove it from '%s'"
                           % (host, all_group, head_group, worker_group, worker_group, all_group))
         for host in sorted((set(heads) | set(workers)) - set(members)):
+            group = head_group if host in heads else worker_group
             errors.append("%s: is in '%s' but not in '%s', so it would get no GPU cleanup and no Ray; make '%s' and"
-                          " '%s' children of '%s'" % (host, head_group if host in heads else worker_group, all_group,
-                                                        head_group, worker_group, all_group))
+                          " '%s' children of '%s'" % (host, group, all_group, head_group, worker_group, all_group))
 
     nodes = heads + [w for w in workers if w not in heads]
     subnet = None

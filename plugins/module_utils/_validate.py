@@ -257,7 +257,7 @@ def check_names(value):
     if not isinstance(names, list) or not names:
         return None, "must be a string or a non-empty list of strings"
     for name in names:
-        _, problem = check_string(name)
+        problem = check_string(name)[1]
         if problem:
             return None, problem
     return names, None
@@ -420,8 +420,8 @@ def flag_problem(word, pinned, flags=None, booleans=None, aliases=None):
         return "%s is ambiguous (vLLM matches several flags); spell the flag out%s" % (
             spelling, _suggest(spelling, VLLM_SERVE_FLAGS if flags is None else flags))
     if how == "unknown":
-        return "%s is not a vllm serve flag%s" % (spelling, _suggest(spelling, VLLM_SERVE_FLAGS if flags is None
-                                                                         else flags))
+        known = VLLM_SERVE_FLAGS if flags is None else flags
+        return "%s is not a vllm serve flag%s" % (spelling, _suggest(spelling, known))
     return None
 
 

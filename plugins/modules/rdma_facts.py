@@ -25,7 +25,7 @@ description:
   - Fails, naming the interfaces and the fix, when no port is ACTIVE, when the ACTIVE port has only
     a link-local 169.254 address, when two candidates sit in one subnet, when O(ip) is on no
     interface, or when O(interface) is not an ACTIVE RDMA netdev.
-  - Warns (does not fail) when the MTU is below O(min_mtu): stock DGX Spark links run MTU 1500,
+  - Warns (does not fail) when the MTU is below O(min_mtu); stock DGX Spark links run MTU 1500,
     which works at lower bandwidth. A mismatch between the two ends of a link is checked across
     nodes by the C(ray_cluster) role.
   - Lists the RDMA character devices under O(dev_dir) that a container needs for RDMA (NCCL falls

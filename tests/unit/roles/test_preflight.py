@@ -54,7 +54,8 @@ def _preflight(inventory, *extra):
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOCALHOST_WARNING="0")
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-                           str(PLAYBOOK), *extra], cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+                           str(PLAYBOOK), *extra], cwd=REPO, capture_output=True, text=True, timeout=120, env=env,
+                          check=False)
     return proc.returncode, proc.stdout + proc.stderr
 
 

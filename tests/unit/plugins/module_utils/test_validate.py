@@ -216,7 +216,7 @@ def _vllm_rewrite(word):
 def _argparse_reads(word):
     """How Python's argparse reads the option word followed by a value: (dest or None, refusal or None)."""
     try:
-        ns, _ = PARSER.parse_known_args([_vllm_rewrite(word), "1"])
+        ns = PARSER.parse_known_args([_vllm_rewrite(word), "1"])[0]
     except (_Refused, SystemExit) as exc:
         return None, str(exc) or "help"
     set_ = [k for k, val in vars(ns).items() if k != "model_tag" and val != "UNSET"]
@@ -251,7 +251,7 @@ def test_every_spelling_argparse_reads_as_a_pinned_flag_is_refused_as_pinned(wor
     if dest is None and not word.startswith("-O") and (refusal is None or "ambiguous" in refusal):
         # an unrecognised or ambiguous flag (a refusal about the value, e.g. -ep=1, is vLLM's to make)
         assert problem, (word, "argparse does not take it as a flag, so must we not")
-    _, name, _how = v.resolve_flag(word)
+    name = v.resolve_flag(word)[1]
     if dest is not None:
         assert name == dest, (word, dest, name)
 
@@ -267,12 +267,12 @@ def test_normalisation_is_idempotent(word):
 @PROPS
 @given(word=st.sampled_from(PINNED_NAMES).flatmap(_spellings), value=st.integers(1, 8))
 def test_pinned_flags_are_refused_in_dict_and_list_form(word, value):
-    _, name, how = v.resolve_flag(word)
+    name = v.resolve_flag(word)[1]
     if name not in v.SERVING_PINNED:
         return  # a prefix shared with another flag: ambiguous or another flag, covered above
     key = word.split("=", 1)[0]
     for extra in ({key.lstrip("-") if key.startswith("--") and "_" in key else key: value}, [word, str(value)]):
-        words, problems = v.extra_args_argv(extra, v.SERVING_PINNED)
+        problems = v.extra_args_argv(extra, v.SERVING_PINNED)[1]
         assert any("is pinned" in p for p in problems), (extra, problems)
 
 
