@@ -254,6 +254,30 @@ def test_stop_keeps_the_model_and_stops_our_services(lab, deployed, tmp_path):
     assert code != 0  # connection refused: nothing listens any more
 
 
+@pytest.mark.parametrize("port, bind", [(30000, "0.0.0.0"), (6379, "10.99.0.11")])
+def test_a_port_taken_by_something_else_is_named_before_anything_changes(lab, deployed, tmp_path, port, bind):
+    """Issue 11: the API port (or Ray's, by a Ray started by hand on the management IP) held by a foreign process
+    was reported as 'container does not exist'. Now preflight names the holder and nothing is started."""
+    listen = ("import socket, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+              "s.bind(('%s', %d)); s.listen(1); time.sleep(300)" % (bind, port))
+    started = lab.host_exec(HEAD, "sh", "-c", "setsid python3 -c \"%s\" >/dev/null 2>&1 < /dev/null & echo $!" % listen)
+    pid = started.stdout.strip()
+    assert pid.isdigit(), started.stderr
+    try:
+        for _ in range(50):
+            if lab.host_exec(HEAD, "sh", "-c", "grep -qi ':%04X 00000000:0000 0A' /proc/net/tcp" % port).returncode == 0:
+                break
+        r, failures = play(lab, tmp_path, "site.yml")
+        assert r["status"] == "failed"
+        msg = json.dumps([f.get("res") for f in failures])
+        assert "port %d (%s): pid %s python3" % (port, bind, pid) in msg, msg[-2000:]
+        assert changed_total(r) == 0
+        for host in lab.hosts:
+            assert systemctl(lab, host, "is-active", "sparkfleet-ray") != "active"
+    finally:
+        lab.host_exec(HEAD, "kill", pid)
+
+
 def test_status_fails_once_nothing_serves(lab, deployed, tmp_path):
     """Issue 11: status.yml printed ActiveState=failed and exited 0. After stop, it reports every node, then fails."""
     r, failures = play(lab, tmp_path, "playbooks/status.yml")
