@@ -166,9 +166,10 @@ def test_shipped_docs_point_inside_the_collection(tarball, members):
 def test_every_shipped_playbook_syntax_checks_by_fqcn(installed, userdir, user_env):
     playbooks = sorted(f[:-4] for f in os.listdir(installed / "playbooks") if f.endswith(".yml"))
     assert playbooks == sorted(f[:-4] for f in os.listdir(os.path.join(ROOT, "playbooks")) if f.endswith(".yml"))
-    for name in playbooks:
-        _run([_tool("ansible-playbook"), "--syntax-check", "-i", "hosts.yml", "%s.%s" % (FQ, name)],
-             str(userdir), user_env)
+    # One run checks them all (it stops at the first that fails to load, and names it).
+    out = _run([_tool("ansible-playbook"), "--syntax-check", "-i", "hosts.yml"] + ["%s.%s" % (FQ, n) for n in playbooks],
+               str(userdir), user_env)
+    assert out.stdout.count("playbook: ") == len(playbooks), out.stdout
 
 
 def _include_role_targets(installed):
@@ -218,6 +219,21 @@ def test_a_module_and_a_filter_run_on_localhost_from_the_install(installed, user
                 "msg={{ {'NCCL_SOCKET_IFNAME': 'enp1s0f1np1'} | %s.systemd_env_lines }}" % FQ],
                str(userdir), user_env)
     assert "NCCL_SOCKET_IFNAME=enp1s0f1np1" in out.stdout, out.stdout
+
+
+def test_awx_doc_playbook_and_progress_callback_work_from_the_install(installed, userdir, user_env):
+    """docs/awx.md: the one-file project playbook resolves, and the callback loads by the name it gives."""
+    doc = (installed / "docs" / "awx.md").read_text(encoding="utf-8")
+    block = re.search(r"```yaml\n(.*?)```", doc, re.S).group(1)
+    (userdir / "awx-site.yml").write_text(block, encoding="utf-8")
+    _run([_tool("ansible-playbook"), "--syntax-check", "-i", "hosts.yml", "awx-site.yml"], str(userdir), user_env)
+    assert "ANSIBLE_CALLBACKS_ENABLED=%s.progress" % FQ in doc
+    (userdir / "local.yml").write_text(yaml.safe_dump([{
+        "name": "Local", "hosts": "localhost", "gather_facts": False,
+        "tasks": [{"name": "Say", "ansible.builtin.debug": {"msg": "hi"}}]}]), encoding="utf-8")
+    env = dict(user_env, ANSIBLE_CALLBACKS_ENABLED="%s.progress" % FQ)
+    out = _run([_tool("ansible-playbook"), "local.yml"], str(userdir), env)
+    assert "Skipping callback" not in out.stdout + out.stderr, out.stderr
 
 
 def test_ansible_lint_production_is_clean_on_the_installed_collection(installed, user_env):
