@@ -1,0 +1,58 @@
+"""Preflight on the lab: a bad serving value stops site.yml before any node changes (issue 11.2).
+
+Before, preflight checked the inventory layout only: plays 2-4 stopped the GPU holders, wrote keys and
+started Ray, and only play 5 refused the value. Quick (one failing preflight, no staging needed); run it on
+its own lab instance: SPARKLAB_NAME=prefl lab/labctl ctl -- .venv/bin/pytest tests/integration/test_preflight.py -m lab
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+HEAD = "spark-1"
+# A GPU holder as gpu_cleanup sees one: a process with the GPU device open.
+HOLDER = "import time; f = open('/dev/nvidia0', 'rb'); time.sleep(300)"
+
+
+def _node_state(lab, host):
+    """Everything plays 2-6 would change on a node, as text."""
+    probe = ("ls /etc/systemd/system | grep -i sparkfleet; ls -A /etc/sparkfleet /var/lib/sparkfleet 2>&1;"
+             " ls -A ~spark/.ssh 2>&1; docker ps -a --format '{{.Names}} {{.Status}}' 2>&1;"
+             " systemctl is-active sparkfleet-ray sparkfleet-vllm 2>&1")
+    return lab.host_exec(host, "sh", "-c", probe).stdout
+
+
+def test_bad_serving_values_stop_site_in_preflight_with_nothing_changed(lab, tmp_path):
+    started = lab.host_exec(HEAD, "sh", "-c", "setsid python3 -c \"%s\" >/dev/null 2>&1 < /dev/null & echo $!" % HOLDER)
+    pid = started.stdout.strip()
+    assert pid.isdigit(), started.stderr
+    try:
+        before = {h: _node_state(lab, h) for h in lab.hosts}
+        r = lab.ansible_run(private_data_dir=str(tmp_path), playbook=str(lab.repo / "site.yml"),
+                            inventory=str(lab.inventory), envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")},
+                            extravars={"vllm_serve_gpu_memory_utilization": 1.5, "vllm_serve_port": 0,
+                                       "vllm_serve_extra_args": {"tensor-paralel-size": 2, "-tp": 1}})
+        assert r["status"] == "failed"
+        failures = [e for e in r["events"] if e["event"] == "runner_on_failed"
+                    and not (e.get("res") or {}).get("_ansible_ignore_errors")]
+        assert len(failures) == 1 and failures[0]["host"] == HEAD
+        msg = failures[0]["res"]["msg"]
+        assert msg == [
+            "spark-1: vllm_serve_extra_args: -tp is pinned by this deployment (vLLM reads -tp as"
+            " --tensor-parallel-size); set vllm_serve_tensor_parallel_size instead",
+            "spark-1: vllm_serve_extra_args: --tensor-paralel-size is not a vllm serve flag (did you mean"
+            " --tensor-parallel-size?)",
+            "spark-1: vllm_serve_gpu_memory_utilization 1.5 must be in (0, 1] (it is a fraction: 0.85 means 85%)",
+            "spark-1: vllm_serve_port 0 must be between 1 and 65535",
+        ], json.dumps(msg)
+        assert sum((r["stats"] or {}).get("changed", {}).values()) == 0
+        # Nothing after preflight ran: the holder still holds the GPU, no unit, key, container or service.
+        assert lab.host_exec(HEAD, "kill", "-0", pid).returncode == 0
+        assert pid in lab.host_exec(HEAD, "nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader").stdout
+        assert {h: _node_state(lab, h) for h in lab.hosts} == before
+    finally:
+        lab.host_exec(HEAD, "kill", pid)
