@@ -305,7 +305,8 @@ def test_execution_environment_build_context(work, tarball, user_env):
           "--output-filename", "Containerfile"], str(ee_dir), user_env)
     ctx = ee_dir / "ctx"
     # The collection goes in from the tarball just built (its name carries galaxy.yml's version).
-    assert (ctx / "_build" / TARBALL).is_file()
+    assert (ctx / "_build" / TARBALL).is_file(), \
+        "execution-environment.yml must take dist/%s (galaxy.yml's version): %s" % (TARBALL, os.listdir(ctx / "_build"))
     reqs = yaml.safe_load((ctx / "_build" / "requirements.yml").read_text(encoding="utf-8"))
     assert [c["name"] for c in reqs["collections"]] == ["/build/" + TARBALL]
     containerfile = (ctx / "Containerfile").read_text(encoding="utf-8")
