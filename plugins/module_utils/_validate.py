@@ -322,6 +322,13 @@ def check_bool(value):
     return value, None
 
 
+def check_min_mtu(value):
+    """sparkfleet_fabric_min_mtu: unset (rdma_facts' 9000) or an interface MTU, 68 to 65535."""
+    if value is None or value == "":
+        return 9000, None
+    return check_int(value, 68, 65535, "an MTU (9000 for jumbo frames)")
+
+
 def check_env(value):
     if value is None:
         return {}, None
@@ -548,6 +555,7 @@ SERVING_CHECKS = {
     "vllm_serve_restart_sec": lambda v: check_int(v, 0, None, "a whole number of seconds"),
     "vllm_serve_restart_burst": check_count,
     "vllm_serve_restart_interval": check_seconds,
+    "sparkfleet_fabric_min_mtu": check_min_mtu,
 }
 # The role variables the role passes to vllm_serve_args as keys (so extra args may not set their flags).
 SERVING_PINNED = pinned_flags(("gpu_memory_utilization", "max_model_len", "load_format", "safetensors_load_strategy"))

@@ -74,6 +74,7 @@ def test_bad_serving_values_fail_preflight_all_at_once(tmp_path):
         "vllm_serve_max_model_len": "{{ undefined_thing }}",
         "vllm_serve_extra_args": {"tensor-paralel-size": 2, "distributed_executor_backend": "mp"},
         "vllm_serve_api_key": "k123\n",
+        "sparkfleet_fabric_min_mtu": -5,
     }))
     assert rc != 0
     for message in [
@@ -84,6 +85,7 @@ def test_bad_serving_values_fail_preflight_all_at_once(tmp_path):
         "--tensor-paralel-size is not a vllm serve flag (did you mean --tensor-parallel-size?)",
         "--distributed-executor-backend is pinned",
         "spark-1: vllm_serve_api_key (hidden) contains whitespace",
+        "spark-1: sparkfleet_fabric_min_mtu -5 must be between 68 and 65535",
     ]:
         assert message in " ".join(out.split()), message
     assert "k123" not in out
