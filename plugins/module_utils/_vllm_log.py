@@ -243,6 +243,8 @@ def cap_line(line, limit=MAX_LINE_CHARS):
             return head + tail[at:]
         return head
     return line[:limit]
+
+
 _YEAR = 2000
 _MONTHS = dict((m, i + 1) for i, m in enumerate(
     ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]))
@@ -1107,6 +1109,14 @@ class VllmLogParser(object):
             return
         ev = self.pg_wait_line or "no new progress for %d s in phase %s" % (seconds, self.phase)
         self.candidates.append({"cls": "stalled", "line": ev, "strong": True, "phase": self.phase, "seq": self._seq + 1})
+        self._confirm()
+
+    def mark_missing(self, evidence):
+        """The caller could not find the log (a log file that does not exist)."""
+        if self.confirmed:
+            return
+        self.candidates.append({"cls": "log_missing", "line": scrub(evidence), "strong": True, "phase": self.phase,
+                                "seq": self._seq + 1})
         self._confirm()
 
     def mark_exited(self, evidence):

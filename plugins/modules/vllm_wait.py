@@ -36,22 +36,31 @@ description:
 options:
   log_file:
     description:
-      - Path of a file the vLLM server logs to (stdout and stderr).
+      - Path of a file the vLLM server logs to (stdout and stderr). It must be a regular file.
       - Mutually exclusive with I(unit) and I(container).
+      - A file that cannot be found is reported as failure class C(log_missing) at once with I(timeout=0),
+        else after three reads over at least two seconds (a server that has just been started may create
+        it a moment later). A file this user may not read fails at once.
     type: path
   unit:
     description:
       - A systemd unit whose journal holds the log, read with C(journalctl -u UNIT -o cat).
       - When the unit is no longer active (failed, inactive, restarting) and the log shows no known failure,
         the failure class is C(engine_exited).
+      - May be given with I(container) (the unit that runs C(docker run --rm) in the foreground). Then the
+        container's log is followed, and once the container is gone the unit's journal of its latest run
+        (its systemd invocation, or since I(since)) is read instead, so a server that died within seconds is
+        still classified from its own log, not as C(engine_exited). While the unit is active and its
+        container is missing (image pull, restart), the module keeps waiting.
     type: str
   container:
     description:
       - A Docker container whose log holds the server's output, read with C(docker logs --timestamps).
       - When the container has exited or is restarting and the log shows no known failure, the failure class is
         C(engine_exited).
-      - A container that does not exist is taken as exited (a C(--rm) container is removed when it stops) once it
-        stays missing for half of I(timeout), at most 15 seconds, or at once with I(timeout=0).
+      - Without I(unit), a container that does not exist is taken as exited (a C(--rm) container is removed when
+        it stops) once it stays missing for half of I(timeout), at most 15 seconds, or at once with I(timeout=0).
+      - Mutually exclusive with I(log_file).
     type: str
   since_offset:
     description:
@@ -120,6 +129,15 @@ options:
       - Seconds between reads while waiting.
     type: float
     default: 5
+  max_bytes:
+    description:
+      - With I(log_file), the most bytes read per poll. The first read starts at most this far before the end
+        of the file (the rest of a long serving log is skipped, see C(skipped_bytes)); later reads continue
+        from where the last stopped, this much per poll, so a fast-growing or huge file never takes more
+        memory or time than this.
+      - Lines longer than 16384 characters are cut before they are matched, so the work per line is bounded.
+    type: int
+    default: 8388608
   rank_names:
     description:
       - 'Names to show for ranks, keyed by Ray node IP or by rank key, for example
@@ -128,11 +146,15 @@ options:
     type: dict
     default: {}
 notes:
-  - Failure classes are C(ray_oom_killed), C(cuda_oom), C(insufficient_memory), C(placement_group),
-    C(rendezvous_failed), C(nccl_error), C(worker_died), C(ray_unreachable), C(model_unsupported),
-    C(weights_corrupt), C(port_in_use), C(dependency_missing), C(tokenizer_error), C(engine_init_failed)
-    (generic, only when nothing more specific is in the log), C(engine_exited) (process or unit gone without a
-    failure in the log) and C(stalled).
+  - Failure classes are C(ray_oom_killed), C(cuda_oom), C(gpu_arch_unsupported) (the image has no kernels for
+    this GPU), C(insufficient_memory), C(placement_group), C(rendezvous_failed), C(nccl_error), C(worker_died),
+    C(ray_unreachable), C(model_unsupported), C(weights_corrupt), C(port_in_use), C(dependency_missing),
+    C(worker_env_mismatch) (a Ray worker runs other packages than the driver), C(tokenizer_error),
+    C(engine_init_failed) (generic, only when nothing more specific is in the log), C(engine_exited) (process or
+    unit gone without a failure in the log), C(stalled) and C(log_missing) (I(log_file) does not exist).
+  - After the log says the startup completed, an engine that dies at its first request (for example a Ray worker
+    that cannot import what the driver sends) is still a failure; ordinary request errors are not.
+  - Returned text is always valid UTF-8; undecodable bytes in the log become U+FFFD.
   - A log that holds a failed run followed by a restarted run reports the restarted run; while that run is not
     ready, the earlier failure is reported (a crash loop).
   - Phase times come from timestamps in the log (vLLM, Ray, journal or docker timestamps); lines without one
@@ -247,6 +269,20 @@ offset:
   description: With I(log_file), the byte offset of the end of what was read; pass it as I(since_offset).
   returned: when log_file is set
   type: int
+bytes_read:
+  description: With I(log_file), bytes this call read from the file.
+  returned: when log_file is set
+  type: int
+skipped_bytes:
+  description: With I(log_file), bytes before the last I(max_bytes) of the file that the first read skipped.
+  returned: when log_file is set
+  type: int
+log_source:
+  description: Where the answer came from, C(file), C(journal) or C(docker); C(journal) with I(container)
+    when the container was gone and the unit's journal was read instead.
+  returned: when log_file, unit or container is set
+  type: str
+  sample: journal
 cursor:
   description: With I(unit), the journal cursor after the last entry read; pass it as I(cursor).
   returned: when unit is set and the journal returned entries
@@ -296,9 +332,11 @@ benign_warnings:
 """
 
 import calendar
+import codecs
 import json
 import os
 import re
+import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -308,6 +346,7 @@ from ansible.module_utils.urls import open_url
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
     PHASE_INDEX,
     VllmLogParser,
+    scrub,
     summary as make_summary,
 )
 
@@ -317,29 +356,74 @@ _C_ENV = {"LANG": "C", "LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""
 _SETTLE_S = 0.05
 # A bare exception with no fatal marker ends the startup if nothing moves for this long.
 _WEAK_CONFIRM_S = 60.0
+# A log file is read in pieces of this size, the parser fed between them, so a call stops at its deadline.
+_READ_CHUNK = 256 * 1024
+# A log file missing for this many reads in a row (and at least this long) is reported as log_missing.
+_MISSING_POLLS = 3
+_MISSING_MIN_S = 2.0
 
 
 class FileSource(object):
+    """A log file, read from ``offset`` in bounded pieces.
+
+    The first read starts at most ``max_bytes`` before the end (a long serving log is not read whole); later
+    reads continue from where the last one stopped. ``bytes_read`` and ``skipped_bytes`` say what was done.
+    """
+
     kind = "file"
 
-    def __init__(self, module, path, offset):
+    def __init__(self, module, path, offset, max_bytes):
         self.module = module
         self.path = path
         self.offset = max(0, offset or 0)
+        self.max_bytes = max_bytes
+        self.first = True
+        self.bytes_read = 0
+        self.skipped_bytes = 0
+        self.error = None
+        self._aligning = False
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def read(self):
+    def read(self, limit=None):
+        """Up to ``limit`` bytes (default ``max_bytes``) as text; None when the file cannot be read."""
+        limit = self.max_bytes if limit is None else min(limit, self.max_bytes)
         try:
+            st = os.stat(self.path)
+            if not stat.S_ISREG(st.st_mode):
+                # /dev/zero never ends, a FIFO blocks the open: neither is a log this module can follow.
+                self.module.fail_json(
+                    msg="log_file %s is not a regular file" % self.path,
+                    hint="Point log_file at the file the vLLM server writes, or follow its unit or container "
+                         "(unit / container) instead.")
             with open(self.path, "rb") as fh:
-                fh.seek(0, 2)
-                size = fh.tell()
+                size = os.fstat(fh.fileno()).st_size
                 if size < self.offset:
+                    # Rotated or truncated: a new file.
                     self.offset = 0
+                    self._decoder.reset()
+                if self.first and size - self.offset > self.max_bytes:
+                    start = size - self.max_bytes
+                    self.skipped_bytes += start - self.offset
+                    self.offset = start
+                    self._aligning = True
+                self.first = False
                 fh.seek(self.offset)
-                data = fh.read()
-        except (IOError, OSError):
+                data = fh.read(limit)
+        except (IOError, OSError) as exc:
+            self.error = to_text(exc, errors="surrogate_or_replace")
             return None
+        self.error = None
         self.offset += len(data)
-        return to_text(data, errors="surrogate_or_replace")
+        self.bytes_read += len(data)
+        if self._aligning:
+            # Started inside a line: drop its rest (over as many reads as it takes), the parser must not
+            # see half a line.
+            nl = data.find(b"\n")
+            cut = len(data) if nl < 0 else nl + 1
+            self._aligning = nl < 0 and len(data) > 0
+            self.skipped_bytes += cut
+            data = data[cut:]
+        return self._decoder.decode(data)
 
     def alive(self):
         return None, None
@@ -351,19 +435,29 @@ class FileSource(object):
             return None
 
     def result(self):
-        return {"offset": self.offset}
+        return {"offset": self.offset, "bytes_read": self.bytes_read, "skipped_bytes": self.skipped_bytes}
 
 
 class JournalSource(object):
     kind = "journal"
 
-    def __init__(self, module, unit, cursor, since):
+    def __init__(self, module, unit, cursor, since, last_run=False):
         self.module = module
         self.unit = unit
         self.cursor = cursor
         self.since = since
+        # With no cursor or since, read only the unit's latest run (its systemd invocation).
+        self.last_run = last_run
         self.journalctl = module.get_bin_path("journalctl", required=True)
         self.systemctl = module.get_bin_path("systemctl", required=False)
+
+    def invocation(self):
+        if not self.systemctl:
+            return None
+        rc, out, err = self.module.run_command([self.systemctl, "show", self.unit, "-p", "InvocationID", "--value"],
+                                               environ_update=_C_ENV)
+        inv = out.strip() if rc == 0 else ""
+        return inv if re.match(r"^[0-9a-f]{32}$", inv) else None
 
     def read(self):
         cmd = [self.journalctl, "-u", self.unit, "-o", "cat", "--no-pager", "-q", "--show-cursor"]
@@ -371,6 +465,12 @@ class JournalSource(object):
             cmd += ["--after-cursor", self.cursor]
         elif self.since:
             cmd += ["--since", self.since]
+        elif self.last_run:
+            inv = self.invocation()
+            if inv:
+                # The service's output and systemd's words about this run (journalctl ORs across "+").
+                cmd = [self.journalctl, "_SYSTEMD_INVOCATION_ID=%s" % inv, "+", "INVOCATION_ID=%s" % inv,
+                       "-o", "cat", "--no-pager", "-q", "--show-cursor"]
         rc, out, err = self.module.run_command(cmd, environ_update=_C_ENV)
         if rc != 0 and not out:
             self.module.fail_json(msg="journalctl failed for unit %s: %s" % (self.unit, err.strip()),
@@ -560,16 +660,23 @@ def quiet_seconds(source, parser, now, in_call):
     return idle
 
 
+def _new_parser(p):
+    return VllmLogParser(stall_timeout=p["stall_timeout"], rank_names=p["rank_names"])
+
+
 def run(module):
     p = module.params
-    parser = VllmLogParser(stall_timeout=p["stall_timeout"], rank_names=p["rank_names"])
+    parser = _new_parser(p)
     source = None
+    journal = None  # the unit's journal, read when the container is gone
     if p["log_file"]:
-        source = FileSource(module, p["log_file"], p["since_offset"])
-    elif p["unit"]:
-        source = JournalSource(module, p["unit"], p["cursor"], p["since"])
+        source = FileSource(module, p["log_file"], p["since_offset"], p["max_bytes"])
     elif p["container"]:
         source = DockerSource(module, p["container"], p["since"])
+        if p["unit"] and module.get_bin_path("journalctl", required=False):
+            journal = JournalSource(module, p["unit"], None, p["since"], last_run=True)
+    elif p["unit"]:
+        source = JournalSource(module, p["unit"], p["cursor"], p["since"])
     api = ApiProbe(module) if p["url"] else None
 
     once = p["timeout"] <= 0
@@ -579,6 +686,9 @@ def run(module):
     last_progress = start
     missing = False
     missing_since = None
+    missing_reads = 0
+    file_missing_since = None
+    from_journal = False
     # A container started with --rm disappears when it exits; one missing for this long (within one call) is gone.
     missing_grace = min(_MISSING_GRACE_S, max(2.0, p["timeout"] / 2.0))
     api_ready = False
@@ -588,17 +698,62 @@ def run(module):
     def pull():
         if source is None:
             return False
-        text = source.read()
-        if text is None:
-            return True
-        parser.feed(text)
+        if source.kind != "file":
+            text = source.read()
+            if text is None:
+                return True
+            parser.feed(text)
+            return False
+        # A file is read in pieces up to max_bytes per poll, and not past the deadline (timeout bounds the
+        # whole call, parsing included); what is left is read on the next poll or call, from offset.
+        budget = p["max_bytes"]
+        while budget > 0:
+            before = source.bytes_read
+            text = source.read(min(_READ_CHUNK, budget))
+            if text is None:
+                return True
+            parser.feed(text)
+            got = source.bytes_read - before
+            if got <= 0:
+                break
+            budget -= got
+            if not once and time.time() >= deadline:
+                break
         return False
+
+    def from_unit_journal():
+        """The container is gone: read the unit's journal of this run (docker run's output), so the cause
+        comes from the log. Returns the journal's parser when it settles the answer, else None."""
+        jp = _new_parser(p)
+        text = journal.read()
+        if text:
+            jp.feed(text)
+        jp.finish()
+        alive, evidence = journal.alive()
+        if alive is False:
+            jp.settle(final=True)
+            if not jp.failed:
+                jp.mark_exited(evidence)
+        if jp.failed or (alive is False):
+            return jp
+        return None
 
     while True:
         missing = pull()
-        if missing and once and source.kind == "file":
-            module.fail_json(msg="Log file %s cannot be read" % p["log_file"],
-                             hint="Check the path and that this user may read it (become: true).")
+        if missing and source.kind == "file":
+            if source.error and "ermission denied" in source.error:
+                module.fail_json(msg="Log file %s cannot be read: %s" % (p["log_file"], source.error),
+                                 hint="Run the task as a user that may read it (become: true).")
+            missing_reads += 1
+            file_missing_since = file_missing_since or time.time()
+            waited = time.time() - file_missing_since
+            if once or (missing_reads >= _MISSING_POLLS and waited >= _MISSING_MIN_S):
+                parser.mark_missing("log file %s cannot be read (%s); tried %d time(s) over %.0f s" % (
+                    p["log_file"], source.error, missing_reads, waited))
+                break
+        elif source is not None and source.kind == "file":
+            missing_reads = 0
+            file_missing_since = None
         if once:
             parser.finish()
         else:
@@ -614,9 +769,18 @@ def run(module):
         if parser.failed:
             break
 
+        if missing and source is not None and source.kind == "docker" and journal is not None:
+            jp = from_unit_journal()
+            if jp is not None:
+                parser = jp
+                from_journal = True
+                break
         if missing and source is not None and source.kind == "docker":
             missing_since = missing_since or time.time()
-            if once or time.time() - missing_since >= missing_grace:
+            if journal is not None:
+                # The unit still runs (pulling the image, or restarting): wait for its container.
+                pass
+            elif once or time.time() - missing_since >= missing_grace:
                 parser.finish()
                 parser.settle(final=True)
                 if not parser.failed:
@@ -697,9 +861,22 @@ def run(module):
     )
     if source is not None:
         result.update(source.result())
+        result["log_source"] = "journal" if from_journal else source.kind
     if api is not None:
         result["api"] = api.state
-    return result
+    return _clean(result)
+
+
+def _clean(value):
+    """Every string valid UTF-8 (no lone surrogates from undecodable log bytes): Ansible drops a whole
+    result it cannot encode, class and hint with it."""
+    if isinstance(value, dict):
+        return dict((_clean(k), _clean(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, str):
+        return scrub(value)
+    return value
 
 
 def main():
@@ -720,19 +897,23 @@ def main():
             stall_timeout=dict(type="int", default=900),
             poll_interval=dict(type="float", default=5),
             rank_names=dict(type="dict", default={}),
+            max_bytes=dict(type="int", default=8388608),
         ),
-        mutually_exclusive=[("log_file", "unit", "container")],
+        mutually_exclusive=[("log_file", "unit"), ("log_file", "container")],
         required_one_of=[("log_file", "unit", "container", "url")],
         supports_check_mode=True,
     )
     if module.params["poll_interval"] <= 0:
         module.fail_json(msg="poll_interval must be greater than 0", hint="Use a few seconds, e.g. 5.")
+    if module.params["max_bytes"] < 65536:
+        module.fail_json(msg="max_bytes must be at least 65536 (got %d)" % module.params["max_bytes"],
+                         hint="Leave max_bytes at its default (8388608, 8 MiB) unless the log is larger per poll.")
     result = run(module)
     if result["failure"]:
         f = result["failure"]
         first = f["evidence"][0] if f["evidence"] else "no log line"
-        module.fail_json(msg="vLLM startup failed in %s: %s: %s" % (result["failed_phase"], f["class"], first[:300]),
-                         hint=f["hint"], **result)
+        msg = "vLLM startup failed in %s: %s: %s" % (result["failed_phase"], f["class"], first[:300])
+        module.fail_json(msg=scrub(msg), hint=f["hint"], **result)
     if result["timed_out"] and module.params["fail_on_timeout"]:
         module.fail_json(msg="vLLM not ready after %d s: %s" % (module.params["timeout"], result["summary"]),
                          hint="Raise timeout, or look at phase_times to see which phase is slow.", **result)

@@ -410,7 +410,7 @@ def test_ansible_doc_renders():
     spec_opts = set(doc["options"])
     assert spec_opts == {"log_file", "unit", "container", "since_offset", "cursor", "since", "url", "api_key",
                          "model", "validate_certs", "timeout", "fail_on_timeout", "stall_timeout",
-                         "poll_interval", "rank_names"}
+                         "poll_interval", "rank_names", "max_bytes"}
     assert doc["options"]["api_key"]["type"] == "str"
     assert doc["options"]["timeout"]["default"] == 900
     yaml.safe_load(vllm_wait.RETURN)
@@ -473,3 +473,161 @@ def test_container_stall_uses_docker_stamps(run_module, fake_bins):
     fake["started"] = time.time() - 60
     res = run_module(vllm_wait, {"container": "vllm", "timeout": 1, "poll_interval": 0.5, "stall_timeout": 1800})
     assert res.get("failed", False) is False and res["phase"] == "loading_weights"
+
+
+# ---- hardening: bytes that are not UTF-8, huge and endless files, a missing file, a container gone ----
+
+def _utf8_clean(res):
+    # What Ansible does with a result: a lone surrogate here makes it drop the whole result.
+    json.dumps(res, ensure_ascii=False).encode("utf-8")
+
+
+def test_invalid_utf8_in_an_error_line_keeps_class_and_hint(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    text = _text("fail_cuda_oom_v1_profiling.log").encode("utf-8")
+    bad = text.replace(b"CUDA out of memory.", b"CUDA out of memory.\xff\xfe \xc3(", 1)
+    assert bad != text
+    log.write_bytes(bad)
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 0})
+    assert res["failure"]["class"] == "cuda_oom"
+    assert res["hint"] == res["failure"]["hint"]
+    assert any("\ufffd" in ln for ln in res["failure"]["evidence"])
+    _utf8_clean(res)
+
+
+def test_invalid_utf8_from_the_journal_serialises(run_module, fake_bins):
+    # run_command decodes with surrogateescape: the undecodable byte arrives as a lone surrogate.
+    body = _text("fail_dependency_missing_v0.log").replace("No module named", "No module \udcff\udcfe named", 1)
+    fake_bins({
+        "journalctl": _journal(body, time.time()),
+        "systemctl": lambda a: (0, "ActiveState=failed\nSubState=failed\nResult=exit-code\nExecMainStatus=1\n", ""),
+    })
+    res = run_module(vllm_wait, {"unit": "vllm-serve.service", "timeout": 0})
+    assert res["failure"]["class"] == "dependency_missing"
+    _utf8_clean(res)
+
+
+def test_a_huge_file_is_read_from_its_tail_only(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    tail = _text("fail_cuda_oom_v1_profiling.log").encode("utf-8")
+    with open(str(log), "wb") as fh:
+        fh.truncate(200 * 1024 * 1024)  # 200 MB of a long serving log (sparse: no disk needed)
+        fh.seek(0, 2)
+        fh.write(b"\n" + tail)
+    size = os.path.getsize(str(log))
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 0, "max_bytes": 1048576})
+    assert res["failure"]["class"] == "cuda_oom"
+    assert res["bytes_read"] <= 1048576
+    assert res["skipped_bytes"] >= size - 1048576
+    assert res["offset"] == size
+
+
+def test_a_growing_file_is_read_once_not_again_per_poll(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    lines = _text("ok_v1_010_ray.log").splitlines(True)
+    log.write_text("".join(lines[:30]))
+    _writer(str(log), lines[30:], 0.005)
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 30, "poll_interval": 0.1})
+    assert res["ready"] is True
+    # every byte read once, however many polls it took
+    assert res["bytes_read"] == res["offset"] == os.path.getsize(str(log))
+
+
+def test_an_endless_file_is_refused_not_read(run_module):
+    res = run_module(vllm_wait, {"log_file": "/dev/zero", "timeout": 5})
+    assert res["failed"] is True
+    assert "not a regular file" in res["msg"]
+
+
+def test_max_bytes_too_small_is_refused(run_module, tmp_path):
+    res = run_module(vllm_wait, {"log_file": str(tmp_path / "x.log"), "max_bytes": 100})
+    assert res["failed"] is True and "max_bytes" in res["msg"]
+
+
+def test_timeout_bounds_a_long_parse(run_module, tmp_path, monkeypatch):
+    # Parsing is slowed to 0.2 s per 256 KiB piece; 4 MiB would take 3.2 s, timeout 1 stops it early.
+    log = tmp_path / "serve.log"
+    unit = _text("progress_v1_midload.log")
+    log.write_text(unit * (4 * 1024 * 1024 // len(unit)))
+    real_feed = vllm_wait.VllmLogParser.feed
+
+    def slow_feed(self, text):
+        time.sleep(0.2)
+        return real_feed(self, text)
+    monkeypatch.setattr(vllm_wait.VllmLogParser, "feed", slow_feed)
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 1, "poll_interval": 0.2, "stall_timeout": 0})
+    assert res["timed_out"] is True
+    assert res["bytes_read"] < os.path.getsize(str(log))
+    assert res["elapsed"] < 3
+
+
+def test_missing_log_file_while_waiting_is_log_missing_not_starting(run_module, tmp_path):
+    path = str(tmp_path / "nope.log")
+    res = run_module(vllm_wait, {"log_file": path, "timeout": 60, "poll_interval": 0.5})
+    assert res["failed"] is True
+    assert res["failure"]["class"] == "log_missing"
+    assert path in res["failure"]["evidence"][0]
+    assert "log_file" in res["hint"]
+    assert res["elapsed"] < 10
+
+
+def test_log_file_that_appears_within_the_grace_is_followed(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+
+    def late():
+        time.sleep(0.5)
+        log.write_text(_text("progress_v1_midload.log"))
+    threading.Thread(target=late, daemon=True).start()
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 3, "poll_interval": 0.2, "stall_timeout": 0})
+    assert not res.get("failed"), res.get("failure")
+    assert res["phase"] == "loading_weights"
+
+
+_INVOCATION = "0f3c2a9d8b7e4c1a9e2d3b4c5a6f7e8d"
+
+
+def _systemctl(state):
+    def answer(args):
+        if "InvocationID" in args:
+            return 0, _INVOCATION + "\n", ""
+        return 0, state, ""
+    return answer
+
+
+def test_container_gone_classifies_from_the_unit_journal(run_module, fake_bins):
+    # The engine died within seconds and its --rm container is gone: the cause is in the unit's journal.
+    body = _text("fail_insufficient_memory_free_v1.log")
+    fake = fake_bins({
+        "docker": _no_such_container,
+        "journalctl": lambda a: (0, body + "-- cursor: s=9\n", ""),
+        "systemctl": _systemctl("ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=1\n"),
+    })
+    res = run_module(vllm_wait, {"container": "vllm", "unit": "sparkfleet-vllm", "timeout": 10, "poll_interval": 0.2})
+    assert res["failure"]["class"] == "insufficient_memory"
+    assert res["log_source"] == "journal"
+    assert res["elapsed"] < 2
+    jcalls = [c for c in fake.calls if c[0].endswith("journalctl")]
+    assert "_SYSTEMD_INVOCATION_ID=" + _INVOCATION in jcalls[0]
+
+
+def test_container_gone_and_journal_silent_is_engine_exited_with_systemd_evidence(run_module, fake_bins):
+    fake_bins({
+        "docker": _no_such_container,
+        "journalctl": lambda a: (0, "-- No entries --\n", ""),
+        "systemctl": _systemctl("ActiveState=failed\nSubState=failed\nResult=signal\nExecMainStatus=9\n"),
+    })
+    res = run_module(vllm_wait, {"container": "vllm", "unit": "sparkfleet-vllm", "timeout": 0})
+    assert res["failure"]["class"] == "engine_exited"
+    assert any("Result=signal" in ln for ln in res["failure"]["evidence"])
+
+
+def test_container_missing_while_its_unit_runs_is_waited_for(run_module, fake_bins):
+    # The unit is up (docker pulling the image): the container's absence is not an exit.
+    fake_bins({
+        "docker": _no_such_container,
+        "journalctl": lambda a: (0, "", ""),
+        "systemctl": _systemctl("ActiveState=active\nSubState=running\nResult=success\nExecMainStatus=0\n"),
+    })
+    res = run_module(vllm_wait, {"container": "vllm", "unit": "sparkfleet-vllm", "timeout": 1, "poll_interval": 0.2})
+    assert res.get("failed", False) is False
+    assert res["timed_out"] is True and res["phase"] == "starting"
