@@ -208,7 +208,8 @@ def main():
     total = sum(r["bytes"] for r in results)
     module.exit_json(changed=changed, image_id=image_id, results=results, bytes_transferred=total,
                      msg="%s: %s" % (p["image"], ", ".join(
-                         "%s %s" % (r["name"], ("%.0f MB in %.1f s" % (r["bytes"] / 1e6, r["seconds"]))
+                         "%s %s" % (r["name"], ("%.0f MB in %.1f s (%.0f MB/s)" % (r["bytes"] / 1e6, r["seconds"],
+                                                                                  r["mb_per_s"]))
                                     if r["bytes"] else ("would get it" if r["changed"] else "up to date"))
                          for r in results) or "no destinations"))
 

@@ -1,0 +1,105 @@
+"""The runtime image on the lab as on real Sparks: only the head has it (workers cannot pull), its entrypoint is
+`vllm serve` (vllm/vllm-openai's), and an image too old for the model is stopped before anything changes.
+
+Run as root: lab/labctl ctl -- .venv/bin/pytest tests/integration/test_runtime_image.py -m lab
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+HEAD = "spark-1"
+OLD = "0.10.2"
+
+
+def play(lab, d, playbook, extravars=None):
+    d.mkdir(parents=True, exist_ok=True)
+    r = lab.ansible_run(private_data_dir=str(d), playbook=str(lab.repo / playbook), inventory=str(lab.inventory),
+                        extravars=extravars or {}, envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
+    failures = [e for e in r["events"] if e["event"] in ("runner_on_failed", "runner_on_unreachable")
+                and not (e.get("res") or {}).get("_ansible_ignore_errors")]
+    return r, failures
+
+
+def sh(lab, host, command, timeout=60):
+    return lab.host_exec(host, "sh", "-c", command, timeout=timeout)
+
+
+def image_id(lab, host, image):
+    p = lab.host_exec(host, "docker", "image", "inspect", "--format", "{{.Id}}", image)
+    return p.stdout.strip() if p.returncode == 0 else None
+
+
+def services(lab, host):
+    """What a deployment owns on a host: unit files, their states, running containers."""
+    return sh(lab, host, "sha256sum /etc/systemd/system/sparkfleet-*.service 2>/dev/null; "
+                         "systemctl list-units 'sparkfleet-*' --all --no-legend --plain 2>/dev/null; "
+                         "docker ps --no-trunc --format '{{.ID}} {{.Image}} {{.Status}}' | sed 's/Up .*/Up/'").stdout
+
+
+@pytest.fixture(scope="module")
+def image(lab):
+    staged = lab.run([lab.repo / "lab" / "stage.sh", "--release", OLD], timeout=900)
+    assert staged.returncode == 0, staged.stderr[-3000:]
+    with open("/var/tmp/sparklab/share/runtime-image.txt") as handle:
+        return handle.read().strip()
+
+
+def test_too_old_image_stops_the_deployment_in_seconds_before_anything_changes(lab, image, tmp_path):
+    old = "%s-vllm%s" % (image, OLD)
+    before = {h: services(lab, h) for h in lab.hosts}
+    t0 = time.monotonic()
+    r, failures = play(lab, tmp_path, "site.yml", extravars={"sparkfleet_image": old})
+    took = time.monotonic() - t0
+    assert r["status"] == "failed" and failures, r["stats"]
+    res = failures[0]["res"]
+    assert failures[0]["host"] == HEAD
+    assert res["image"] == old and res["vllm_version"] == OLD and res["ray_version"]
+    assert res["msg"].startswith("image %s (vLLM %s, Ray %s," % (old, OLD, res["ray_version"]))
+    assert "['Qwen3_5MoeForConditionalGeneration'] are not in this vLLM's registry" in res["msg"]
+    assert "does not accept --safetensors-load-strategy" in res["msg"]
+    assert "set sparkfleet_image" in res["hint"]
+    assert took < 60, took
+    assert sum((r["stats"] or {}).get("changed", {}).values()) == 0, r["stats"]
+    assert {h: services(lab, h) for h in lab.hosts} == before
+
+
+def test_entrypoint_is_vllm_serve_so_every_container_needs_one(lab, image):
+    p = lab.host_exec(HEAD, "docker", "image", "inspect", "--format", "{{json .Config.Entrypoint}}", image)
+    assert p.stdout.strip() == '["vllm","serve"]'
+    wrong = lab.host_exec(HEAD, "docker", "run", "--rm", "--network", "none", image, "ray", "start", "--head")
+    assert wrong.returncode == 2 and "vllm: error: unrecognized arguments: start" in wrong.stderr
+    right = lab.host_exec(HEAD, "docker", "run", "--rm", "--network", "none", "--entrypoint", "ray", image,
+                          "--version")
+    assert right.returncode == 0 and "ray, version" in right.stdout
+
+
+def test_workers_cannot_pull_and_get_the_image_from_the_head_over_the_fabric(lab, image, tmp_path):
+    workers = lab.hosts[1:]
+    for w in workers:
+        t0 = time.monotonic()
+        pull = lab.host_exec(w, "docker", "pull", image, timeout=60)
+        assert pull.returncode != 0 and time.monotonic() - t0 < 15
+        # a deployment still running from the image keeps its container; the tag goes, so the head must send it
+        sh(lab, w, "systemctl stop sparkfleet-vllm sparkfleet-ray 2>/dev/null; docker image rm -f %s" % image)
+        assert image_id(lab, w, image) is None
+    head_id = image_id(lab, HEAD, image)
+
+    r, failures = play(lab, tmp_path / "first", "playbooks/runtime_image.yml")
+    assert r["status"] == "successful" and not failures, failures[-3:]
+    sync = [e["res"] for e in r["events"] if e["host"] == HEAD and "bytes_transferred" in (e["res"] or {})]
+    assert len(sync) == 1 and sync[0]["changed"] is True and sync[0]["image_id"] == head_id
+    assert [x["name"] for x in sync[0]["results"] if x["changed"]] == workers
+    assert all(x["bytes"] > 500e6 and x["seconds"] > 0 for x in sync[0]["results"])
+    for w in workers:
+        assert image_id(lab, w, image) == head_id
+        key = sh(lab, w, "grep 'sparkfleet image sync$' ~spark/.ssh/authorized_keys").stdout
+        assert key.startswith('command="sudo -n docker load",from="10.99.1.0/24",no-pty')
+
+    again, failures = play(lab, tmp_path / "again", "playbooks/runtime_image.yml")
+    assert again["status"] == "successful" and not failures
+    assert sum((again["stats"] or {}).get("changed", {}).values()) == 0, again["stats"]
