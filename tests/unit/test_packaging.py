@@ -236,6 +236,7 @@ def test_awx_doc_playbook_and_progress_callback_work_from_the_install(installed,
     assert "Skipping callback" not in out.stdout + out.stderr, out.stderr
 
 
+@pytest.mark.slow   # ~16 s on an idle 2-core machine, 75-140 s while the lab runs beside it
 def test_ansible_lint_production_is_clean_on_the_installed_collection(installed, user_env):
     out = _run([_tool("ansible-lint"), "--nocolor", "--offline", "--profile", "production"], str(installed),
                user_env, timeout=300)
