@@ -155,6 +155,13 @@ def _inspect(module, docker, image):
     return image_id, int(size)
 
 
+def _report(entry):
+    if entry["bytes"]:
+        return "%s %.0f MB in %.1f s (%.0f MB/s)" % (
+            entry["name"], entry["bytes"] / 1e6, entry["seconds"], entry["mb_per_s"])
+    return "%s %s" % (entry["name"], "would get it" if entry["changed"] else "up to date")
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -195,23 +202,18 @@ def main():
                                           environ_update=dict(DOCKER=docker))
         seconds = time.monotonic() - t0
         if rc != 0:
-            module.fail_json(
-                msg="moving %s to %s (%s) failed (rc %d): %s" % (p["image"], name, dest["ip"], rc,
-                                                                 (err.strip() or out.strip())[-500:]),
-                rc=rc, stdout=out, stderr=err, image_id=image_id, results=results,
-                hint="check that this node reaches %s@%s over ssh with %s, and that %s can run `%s` there "
-                     "(docker group or passwordless sudo)" % (p["ssh_user"], dest["ip"], p["ssh_key"], p["ssh_user"],
-                                                             " ".join(p["load_command"])))
+            why = (err.strip() or out.strip())[-500:]
+            hint = ("check that this node reaches %s@%s over ssh with %s, and that %s can run `%s` there (docker group "
+                    "or passwordless sudo)" % (p["ssh_user"], dest["ip"], p["ssh_key"], p["ssh_user"],
+                                               " ".join(p["load_command"])))
+            module.fail_json(msg="moving %s to %s (%s) failed (rc %d): %s" % (p["image"], name, dest["ip"], rc, why),
+                             rc=rc, stdout=out, stderr=err, image_id=image_id, results=results, hint=hint)
         entry.update(bytes=size, seconds=round(seconds, 1), mb_per_s=round(size / 1e6 / max(seconds, 1e-3), 1),
                      loaded=parse_docker_load(out))
     changed = any(r["changed"] for r in results)
     total = sum(r["bytes"] for r in results)
     module.exit_json(changed=changed, image_id=image_id, results=results, bytes_transferred=total,
-                     msg="%s: %s" % (p["image"], ", ".join(
-                         "%s %s" % (r["name"], ("%.0f MB in %.1f s (%.0f MB/s)" % (r["bytes"] / 1e6, r["seconds"],
-                                                                                  r["mb_per_s"]))
-                                    if r["bytes"] else ("would get it" if r["changed"] else "up to date"))
-                         for r in results) or "no destinations"))
+                     msg="%s: %s" % (p["image"], ", ".join(_report(r) for r in results) or "no destinations"))
 
 
 if __name__ == "__main__":
