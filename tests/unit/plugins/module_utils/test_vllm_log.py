@@ -8,11 +8,13 @@ import os
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
     CALLER_CLASSES,
     FAILURE_CLASSES,
     HINTS,
+    MAX_LINE_CHARS,
     VllmLogParser,
     summary,
 )
@@ -429,3 +431,188 @@ def test_hints_only_name_variables_that_exist():
         named.update(re.findall(r"\b((?:vllm_serve|ray_cluster|model_sync|gpu_cleanup|sparkfleet)_[a-z0-9_]+)", hint))
     assert named, "hints must name role variables"
     assert sorted(named - defined) == []
+
+
+# ---- hardening: undecodable bytes, long lines, patterns that must not backtrack ----
+
+def test_bytes_that_are_not_utf8_become_replacement_characters():
+    p = VllmLogParser()
+    p.feed(b"INFO 08-20 10:00:35 [gpu_model_runner.py:1953] Starting to load model /m...\n")
+    p.feed(b"[rank0]: torch.OutOfMemoryError: CUDA out of memory \xff\xfe tried\n")
+    p.feed("[rank0]: lone \udcff surrogate from surrogateescape\n")
+    p.finish()
+    snap = p.snapshot()
+    assert snap["failure"]["class"] == "cuda_oom"
+    assert "\ufffd" in snap["failure"]["evidence"][0]
+    json.dumps(snap, ensure_ascii=False).encode("utf-8")
+
+
+def test_a_1mb_line_is_cut_before_any_pattern_sees_it(monkeypatch):
+    seen = []
+    real = VllmLogParser._logical
+
+    def spy(self, line):
+        seen.append(len(line.text))
+        return real(self, line)
+    monkeypatch.setattr(VllmLogParser, "_logical", spy)
+    line = "ERROR 08-20 10:00:34 [core.py:700] RuntimeError: CUDA error: out of memory " + "x" * (1 << 20)
+    snap = parse(line + "\n")
+    assert max(seen) <= MAX_LINE_CHARS
+    assert snap["failure"]["class"] == "cuda_oom"
+
+
+def test_a_line_that_never_ends_does_not_grow_memory():
+    p = VllmLogParser()
+    for _chunk in range(40):
+        p.feed("\0" * 262144)  # 10 MB of /dev/zero
+        assert len(p._buf) <= MAX_LINE_CHARS
+    p.feed("\nINFO 08-20 10:00:35 [gpu_model_runner.py:1953] Starting to load model /m...\n")
+    assert p.phase == "loading_weights"
+    assert p.truncated_lines == 1
+
+
+def test_a_long_tqdm_line_keeps_its_rank_and_newest_step():
+    segs = ["Loading safetensors checkpoint shards: %3d%% Completed | %d/999 [00:01<00:02,  1.00s/it]"
+            % (i * 100 // 999, i) for i in range(999)]
+    text = "(RayWorkerWrapper pid=860, ip=192.168.200.13) \r" + "\r".join(segs) + "\n"
+    assert len(text) > MAX_LINE_CHARS
+    snap = parse(text)
+    assert snap["ranks"]["192.168.200.13 pid=860"]["n"] == 998
+
+
+_ADVERSARIAL = ["a", " ", "0", ":", "a.", "(", "%", "|", "/", "(a=b, ", "a.safetensors ", "placement group ",
+                "cudaMalloc ", "Tokenizer ", "1%|", "Loading ", "Capturing CUDA graph ", "Worker ", "[1;",
+                "\x1b[", "ERROR 01-01 00:00:00 ", "(A) ", "ray::", "File \"", "tokenization_a.py "]
+
+
+def test_long_adversarial_lines_cost_linear_time():
+    """40 KB lines built to make backtracking patterns explode. Before the patterns were bounded, one of
+    these took 257 s for 10 KB (the shard bar); all of them together now take about a second, so the
+    generous limit cannot flake yet fails at once if a quadratic pattern comes back."""
+    import time
+    t0 = time.time()
+    for unit in _ADVERSARIAL:
+        for head in ("", "ERROR 08-20 10:00:34 [core.py:700] ", "(RayWorkerWrapper pid=1, ip=1.2.3.4) "):
+            body = (unit * (40000 // len(unit) + 1))[:40000]
+            snap = parse(head + body + " 5% / x\n")
+            json.dumps(snap)
+    assert time.time() - t0 < 60
+
+
+# ---- the failure families of issue 11 point 7 ----
+
+def test_a_zero_count_ray_oom_summary_is_not_an_oom():
+    text = ("INFO 08-20 10:00:35 [gpu_model_runner.py:1953] Starting to load model /m...\n"
+            "(raylet) [2025-08-20 10:14:40,020 E 402 402] (raylet) node_manager.cc:3193: 0 Workers (tasks / actors) "
+            "killed due to memory pressure (OOM), 1 Workers crashed due to other reasons at node (ID: 5f, IP: 10.0.0.2)\n"
+            "INFO 08-20 10:00:36 [default_loader.py:262] Loading weights took 1.00 seconds\n")
+    snap = parse(text)
+    assert snap["failure"] is None and snap["phase"] == "profiling"
+
+
+def test_request_errors_after_ready_stay_ready_but_a_dead_engine_fails():
+    up = _read("ok_v1_010_ray.log")
+    request_error = ("(APIServer pid=1) ERROR 08-20 11:00:00 [serving_chat.py:222] ModuleNotFoundError: No module "
+                     "named 'partial_json_parser'\n")
+    assert parse(up + request_error)["phase"] == "ready"
+    dead = ("(EngineCore_0 pid=233) ERROR 08-20 11:00:01 [core.py:720] EngineCore encountered a fatal error.\n"
+            "(EngineCore_0 pid=233) ERROR 08-20 11:00:01 [core.py:720] RuntimeError: CUDA error: invalid device "
+            "function\n")
+    snap = parse(up + request_error + dead)
+    assert snap["phase"] == "failed"
+    assert snap["failure"]["class"] == "gpu_arch_unsupported"
+
+
+def test_import_error_on_the_driver_too_is_a_missing_dependency_not_a_mismatch():
+    text = ("INFO 08-20 10:00:31 [parallel_state.py:1134] world_size=2 rank=0 local_rank=0 backend=nccl\n"
+            "(RayWorkerWrapper pid=861, ip=192.168.200.13) ERROR 08-20 10:00:32 [worker_base.py:620] "
+            "ModuleNotFoundError: No module named 'flashinfer'\n"
+            "(RayWorkerWrapper pid=412) ERROR 08-20 10:00:32 [worker_base.py:620] ModuleNotFoundError: No module "
+            "named 'flashinfer'\n")
+    assert parse(text)["failure"]["class"] == "dependency_missing"
+    remote_only = text.rsplit("(RayWorkerWrapper pid=412)", 1)[0]
+    assert parse(remote_only)["failure"]["class"] == "worker_env_mismatch"
+
+
+def test_tokenizer_frames_do_not_leak_into_the_next_traceback():
+    text = ("INFO 08-20 10:00:15 [core.py:74] Initializing a V1 LLM engine (v0.10.1) with config: model='/m'\n"
+            "Traceback (most recent call last):\n"
+            '  File "/x/vllm/transformers_utils/tokenizer.py", line 238, in get_tokenizer\n'
+            "Traceback (most recent call last):\n"
+            '  File "/x/vllm/model_executor/models/qwen2.py", line 1, in load\n'
+            "KeyError: 'model.layers.0.mlp.gate'\n")
+    assert parse(text)["failure"]["class"] == "engine_init_failed"
+
+
+# ---- properties (hypothesis) ----
+
+_PROPS = settings(max_examples=200, deadline=None, database=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+# Strong failure markers (one per class family) a startup cannot survive, as vLLM and Ray print them.
+_MARKERS = [
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+    "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+    "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+    "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+    "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)",
+    "safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge",
+    "OSError: [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): address already in use",
+    "RuntimeError: Version mismatch: The cluster was started with:",
+    "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.",
+]
+_WRAPS = ["", "(EngineCore_0 pid=233) ERROR 08-20 10:05:00 [core.py:700] ",
+          "(RayWorkerWrapper pid=861, ip=192.168.200.13) ", "[rank0]: ", "(APIServer pid=1) "]
+# Noise: any characters but the ones that could spell a marker that ends or restarts a run.
+_NOISE = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"), max_size=300).filter(
+    lambda s: not any(w in s for w in ("startup complete", "Uvicorn running", "args", "version", "EngineCore",
+                                       "WARNING", "Warning")))
+
+
+@_PROPS
+@given(st.text(max_size=3000), st.integers(min_value=1, max_value=500))
+def test_property_any_text_in_any_chunks_never_raises(text, step):
+    p = VllmLogParser(stall_timeout=600)
+    for i in range(0, len(text), step):
+        p.feed(text[i:i + step])
+        assert len(p._buf) <= MAX_LINE_CHARS
+    p.peek_tail()
+    p.finish()
+    p.settle(final=True)
+    snap = p.snapshot()
+    summary(snap)
+    json.dumps(snap, ensure_ascii=False).encode("utf-8")
+
+
+@_PROPS
+@given(st.binary(max_size=3000))
+def test_property_any_bytes_never_raise(data):
+    p = VllmLogParser()
+    p.feed(data)
+    p.finish()
+    json.dumps(p.snapshot(), ensure_ascii=False).encode("utf-8")
+
+
+@_PROPS
+@given(st.lists(_NOISE, max_size=12), st.lists(_NOISE, max_size=12), st.sampled_from(_MARKERS),
+       st.sampled_from(_WRAPS), st.integers(min_value=0, max_value=4))
+def test_property_never_ready_on_a_failed_log(before, after, marker, wrap, upto):
+    # A startup that got some way (0..4 phases of a real log), noise, a fatal marker, more noise.
+    head = _read("ok_v1_010_ray.log").split("\n")
+    up = min(i for i, ln in enumerate(head) if "startup complete" in ln or "Available routes" in ln)
+    cut = upto * up // 4
+    text = "\n".join(head[:cut] + before + [wrap + marker] + after) + "\n"
+    snap = parse(text)
+    assert snap["phase"] == "failed", (marker, wrap)
+
+
+@_PROPS
+@given(st.sampled_from(_ADVERSARIAL), st.integers(min_value=1, max_value=200000), st.sampled_from(_WRAPS))
+def test_property_every_line_is_capped_before_matching(unit, length, wrap):
+    seen = []
+    p = VllmLogParser()
+    real = p._logical
+    p._logical = lambda line: (seen.append(len(line.text)), real(line))
+    p.feed(wrap + (unit * (length // len(unit) + 1))[:length] + "\n")
+    p.finish()
+    assert all(n <= MAX_LINE_CHARS for n in seen)
