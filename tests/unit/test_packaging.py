@@ -330,6 +330,19 @@ def test_execution_environment_requirements_of_the_installed_collection(installe
 
 # --- the changelog --------------------------------------------------------------------------------------------
 
+def _version_added():
+    """{plugin name: version_added} of the source's modules, filters and callbacks."""
+    found = {}
+    for sub, ext in (("modules", ".py"), ("filter", ".yml"), ("callback", ".py")):
+        d = os.path.join(ROOT, "plugins", sub)
+        for f in os.listdir(d):
+            if f.endswith(ext) and not f.startswith("_"):
+                with open(os.path.join(d, f), encoding="utf-8") as fh:
+                    m = re.search(r"^\s*version_added:\s*['\"]?([0-9.]+)", fh.read(), re.M)
+                found[f[:-len(ext)]] = m.group(1) if m else None
+    return found
+
+
 def test_changelog_released_and_generated(work, user_env):
     _run([_tool("antsibull-changelog"), "lint"], ROOT, user_env)
     with open(os.path.join(ROOT, "changelogs", "changelog.yaml"), encoding="utf-8") as f:
@@ -347,6 +360,14 @@ def test_changelog_released_and_generated(work, user_env):
                 if " - " in entry:   # the "name - what it does" form of a new-plugin entry
                     head = entry.split(" - ", 1)[0]
                     assert not any(n in re.split(r"[ ,]+", head) for n in names), (version, section, entry)
+    # Every plugin a release announces ships, with that release as its version_added.
+    added = _version_added()
+    for version, release in releases.items():
+        announced = [p["name"] for p in release.get("modules", [])]
+        announced += [p["name"] for kind in release.get("plugins", {}).values() for p in kind]
+        for name in announced:
+            assert added.get(name) == version, "release %s announces %s; its version_added is %s" % (
+                version, name, added.get(name))
     # CHANGELOG.rst is generated from changelog.yaml, not hand-edited.
     copy = work / "changelog-copy"
     shutil.copytree(os.path.join(ROOT, "changelogs"), copy / "changelogs",
