@@ -923,6 +923,11 @@ class VllmLogParser(object):
                 self._failure_checks(line)
                 if _ENGINE_BROKEN_RE.search(text):
                     self._confirm()
+                else:
+                    # A cause on its own after startup (one request's CUDA OOM or import error) is kept as
+                    # evidence, but only an engine that is gone ends a completed startup.
+                    self.confirmed = False
+                    self.failure_phase = None
             return
         if not self.version and ("version" in text or "engine (v" in text):
             m = _VERSION_RE.search(text)

@@ -616,3 +616,13 @@ def test_property_every_line_is_capped_before_matching(unit, length, wrap):
     p.feed(wrap + (unit * (length // len(unit) + 1))[:length] + "\n")
     p.finish()
     assert all(n <= MAX_LINE_CHARS for n in seen)
+
+
+def test_a_request_oom_after_ready_alone_does_not_fail_a_completed_startup():
+    up = _read("ok_v1_010_ray.log")
+    oom = ("(APIServer pid=1) ERROR 08-20 11:00:00 [serving_chat.py:222] torch.OutOfMemoryError: CUDA out of memory. "
+           "Tried to allocate 20.00 MiB\n")
+    assert parse(up + oom)["phase"] == "ready"
+    dead = "(APIServer pid=1) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n"
+    snap = parse(up + oom + dead)
+    assert (snap["phase"], snap["failure"]["class"]) == ("failed", "cuda_oom")
