@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,52 @@ def lab():
     yield Lab(hosts)
     if not was_up and not os.environ.get("SPARKLAB_KEEP_LAB"):
         subprocess.run([str(LABCTL), "down"], capture_output=True, text=True, timeout=300)
+
+
+# --------------------------------------------------------------------------- the fault table
+# A test marked @pytest.mark.fault(name=..., expected=...) injects a fault (or feeds bad input) and asserts the
+# outcome a user must see. Every run writes tests/output/fault-table.md: fault, expected, observed, verdict.
+# The `observe` fixture lets a test state what it saw (the message the user got, the time it took).
+
+FAULT_TABLE = REPO / "tests" / "output" / "fault-table.md"
+_FAULT_ROWS = []
+
+
+@pytest.fixture
+def observe(request):
+    """observe(text): note what the user saw, for the fault table's 'observed' column."""
+    notes = []
+    request.node.user_properties.append(("observed", notes))
+    return lambda text: notes.append(" ".join(str(text).split())[:300])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    mark = item.get_closest_marker("fault")
+    if mark is None or report.when != "call" and not (report.when == "setup" and report.failed):
+        return
+    notes = [n for k, v in item.user_properties if k == "observed" for n in v]
+    if report.passed:
+        verdict, seen = "pass", "; ".join(notes) or "as expected"
+    elif report.skipped:
+        verdict, seen = "skipped", str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else "skipped"
+    else:
+        lines = [ln for ln in str(report.longrepr).splitlines() if ln.startswith("E ")]
+        verdict, seen = "FAIL", " ".join((lines[0] if lines else "error")[1:].split())[:300]
+    _FAULT_ROWS.append((mark.kwargs.get("name") or item.name, mark.kwargs.get("expected", ""), seen, verdict,
+                        item.nodeid))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not _FAULT_ROWS:
+        return
+    FAULT_TABLE.parent.mkdir(parents=True, exist_ok=True)
+    cell = lambda text: str(text).replace("|", "\\|")  # noqa: E731
+    lines = ["# Fault and bad-input table", "",
+             "Written by the last run of the lab tests marked `fault` (%s, %d rows). Full suite: `scripts/faults.sh`."
+             % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), len(_FAULT_ROWS)), "",
+             "| fault / bad input | expected | observed | verdict | test |", "|---|---|---|---|---|"]
+    lines += ["| %s |" % " | ".join(cell(c) for c in row) for row in _FAULT_ROWS]
+    FAULT_TABLE.write_text("\n".join(lines) + "\n")

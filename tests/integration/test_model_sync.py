@@ -185,6 +185,8 @@ def test_check_mode_changes_nothing(synclab):
         assert sh(lab, h, "test -e /models/itest-c").returncode == 1
 
 
+@pytest.mark.fault(name='sync killed at about half',
+                   expected='no partial file under a final name; the re-run sends only what is missing')
 def test_killed_run_resumes_without_resending_finished_files(synclab):
     lab = synclab
     target = lab.workers[0]
@@ -220,6 +222,7 @@ def test_killed_run_resumes_without_resending_finished_files(synclab):
     assert sums(lab, target, "/models/itest-k") == sums(lab, "spark-1", MODEL)
 
 
+@pytest.mark.fault(name='truncated shard on the head', expected='refused before a byte moves, naming the shard')
 def test_corrupt_shard_on_source_fails_before_copying(synclab):
     lab = synclab
     bad = "/models/itest-bad"
@@ -259,6 +262,8 @@ def test_a_finished_worker_feeds_the_next_node_through_the_forwarded_agent(syncl
     assert sh(lab, "spark-1", "pgrep -u spark -x ssh-agent").returncode == 1
 
 
+@pytest.mark.fault(name='model_sync dest / or a directory of other things, delete=true',
+                   expected='refused before any copy; nothing on the worker changes')
 @pytest.mark.parametrize("dest", ["/", "/srv/userdata"])
 def test_refuses_a_destination_that_is_not_a_model_directory(synclab, dest):
     """Issue 11.1: `delete=true` into `/` or into a directory of other things must never run."""

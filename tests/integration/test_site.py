@@ -117,7 +117,9 @@ def test_second_run_changes_nothing(lab, deployed, tmp_path):
     assert changed_total(r) == 0, r["stats"]
 
 
-def test_two_runs_at_once_the_second_refuses_on_the_lock(lab, deployed, tmp_path):
+@pytest.mark.fault(name='two site.yml runs at once',
+                   expected='the second refuses on the lock before changing anything, naming the holder; the first completes')
+def test_two_runs_at_once_the_second_refuses_on_the_lock(lab, deployed, tmp_path, observe):
     """Issue 11: a second site.yml started while one runs stops before changing anything; the first completes."""
     import threading
     import time
@@ -138,12 +140,14 @@ def test_two_runs_at_once_the_second_refuses_on_the_lock(lab, deployed, tmp_path
     assert r2["status"] == "failed"
     msg = json.dumps([f.get("res") for f in failures2])
     assert "another deployment is running" in msg and "holds %s" % lock in msg, msg[-2000:]
+    observe(re.search(r"another deployment is running[^\"]*", msg).group(0))
     # The second run changed nothing, and the lock is gone once the first run ended.
     assert changed_total(r2) == 0
     assert {h: systemctl(lab, h, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") for h in lab.hosts} == invocations
     assert lab.host_exec(HEAD, "test", "-e", lock).returncode != 0
 
 
+@pytest.mark.fault(name='lock left by a killed run', expected='the next run from the same controller takes it over')
 def test_a_lock_left_by_a_dead_run_is_taken_over(lab, deployed, tmp_path):
     import socket
     stale = json.dumps({"controller": socket.gethostname(), "pid": 2 ** 22 + 7, "token": "dead-run",
@@ -189,6 +193,8 @@ def test_restart_serves_again(lab, deployed, tmp_path):
     assert code == 200
 
 
+@pytest.mark.fault(name='shard corrupted on a worker, same size and mtime',
+                   expected='next run finds it by content hash, re-sends it, restarts the engine')
 def test_same_size_corruption_on_a_worker_is_repaired_and_serving_restarts(lab, deployed, tmp_path):
     """Issue 11: bytes changed in place with size and mtime restored were neither found nor reloaded."""
     worker, shard = lab.hosts[-1], "/models/sparklab-tiny/model-00002-of-00008.safetensors"
@@ -208,6 +214,8 @@ def test_same_size_corruption_on_a_worker_is_repaired_and_serving_restarts(lab, 
     assert code == 200
 
 
+@pytest.mark.fault(name='stale unit of an old deployment holds the GPU',
+                   expected='stopped and disabled; our services untouched')
 def test_stale_unit_holding_the_gpu_is_stopped_and_disabled(lab, deployed, tmp_path):
     worker = lab.hosts[-1]
     lab.labctl("break", "stale-unit", worker)
@@ -224,6 +232,8 @@ def test_stale_unit_holding_the_gpu_is_stopped_and_disabled(lab, deployed, tmp_p
         lab.labctl("fix", "stale-unit", worker, check=False)
 
 
+@pytest.mark.fault(name='Ray memory monitor would kill the engine at graph capture (0.95)',
+                   expected='the default memory policy prevents it; the API serves')
 def test_ray_oom_during_graph_capture_is_prevented_by_the_default_policy(lab, deployed, tmp_path):
     # The stand-in's workers are killed the way Ray's memory monitor kills vLLM on GB10 during CUDA graph capture
     # when the monitor is on and unified memory crosses its threshold (DOMAIN: 113.78/119.70 GB at 0.95). The
@@ -254,8 +264,10 @@ def test_stop_keeps_the_model_and_stops_our_services(lab, deployed, tmp_path):
     assert code != 0  # connection refused: nothing listens any more
 
 
+@pytest.mark.fault(name='API / Ray port taken on the head (a hand-started Ray on the management IP)',
+                   expected='preflight names pid, command and port; nothing changed')
 @pytest.mark.parametrize("port, bind", [(30000, "0.0.0.0"), (6379, "10.99.0.11")])
-def test_a_port_taken_by_something_else_is_named_before_anything_changes(lab, deployed, tmp_path, port, bind):
+def test_a_port_taken_by_something_else_is_named_before_anything_changes(lab, deployed, tmp_path, port, bind, observe):
     """Issue 11: the API port (or Ray's, by a Ray started by hand on the management IP) held by a foreign process
     was reported as 'container does not exist'. Now preflight names the holder and nothing is started."""
     listen = ("import socket, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
@@ -271,6 +283,7 @@ def test_a_port_taken_by_something_else_is_named_before_anything_changes(lab, de
         assert r["status"] == "failed"
         msg = json.dumps([f.get("res") for f in failures])
         assert "port %d (%s): pid %s python3" % (port, bind, pid) in msg, msg[-2000:]
+        observe(re.search(r"port\(s\) already taken[^\"]*", msg).group(0))
         assert changed_total(r) == 0
         for host in lab.hosts:
             assert systemctl(lab, host, "is-active", "sparkfleet-ray") != "active"
@@ -278,7 +291,9 @@ def test_a_port_taken_by_something_else_is_named_before_anything_changes(lab, de
         lab.host_exec(HEAD, "kill", pid)
 
 
-def test_status_fails_once_nothing_serves(lab, deployed, tmp_path):
+@pytest.mark.fault(name='services stopped',
+                   expected='status.yml reports every node, then exits non-zero naming each unit down')
+def test_status_fails_once_nothing_serves(lab, deployed, tmp_path, observe):
     """Issue 11: status.yml printed ActiveState=failed and exited 0. After stop, it reports every node, then fails."""
     r, failures = play(lab, tmp_path, "playbooks/status.yml")
     assert r["status"] == "failed" and changed_total(r) == 0
@@ -286,3 +301,4 @@ def test_status_fails_once_nothing_serves(lab, deployed, tmp_path):
     for host in lab.hosts:
         assert "%s: sparkfleet-ray=inactive" % host in msgs, msgs[-2000:]
     assert "sparkfleet-vllm=inactive" in msgs
+    observe(re.search(r"not serving[^\"]*", msgs).group(0))
