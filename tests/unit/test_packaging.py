@@ -236,6 +236,25 @@ def test_awx_doc_playbook_and_progress_callback_work_from_the_install(installed,
     assert "Skipping callback" not in out.stdout + out.stderr, out.stderr
 
 
+def test_every_role_has_a_readme_whose_commands_work_from_the_install(installed, userdir, user_env):
+    roles = sorted(os.listdir(installed / "roles"))
+    for role in roles:
+        readme = installed / "roles" / role / "README.md"
+        assert readme.is_file(), "role %s ships no README.md" % role
+        text = readme.read_text(encoding="utf-8")
+        assert "ansible-doc -t role %s.%s" % (FQ, role) in text, role
+        block = re.search(r"```yaml\n(.*?)```", text, re.S).group(1)
+        (userdir / ("role-%s.yml" % role)).write_text(block, encoding="utf-8")
+    # The examples resolve from the install; ansible-doc renders every role's argument specs.
+    out = _run([_tool("ansible-playbook"), "--syntax-check", "-i", "hosts.yml"] + ["role-%s.yml" % r for r in roles],
+               str(userdir), user_env)
+    assert out.stdout.count("playbook: ") == len(roles), out.stdout
+    out = _run([_tool("ansible-doc"), "-t", "role"] + ["%s.%s" % (FQ, r) for r in roles], str(userdir), user_env)
+    plain = re.sub(r"\x1b\[[0-9;]*m|\*", "", out.stdout)   # bold is ANSI or *name* without colour
+    for role in roles:
+        assert "ROLE: %s.%s " % (FQ, role) in plain, role
+
+
 @pytest.mark.slow   # ~16 s on an idle 2-core machine, 75-140 s while the lab runs beside it
 def test_ansible_lint_production_is_clean_on_the_installed_collection(installed, user_env):
     out = _run([_tool("ansible-lint"), "--nocolor", "--offline", "--profile", "production"], str(installed),
