@@ -73,6 +73,23 @@ def test_port_domain(value):
 
 
 @PROPS
+@given(name=st.sampled_from(["vllm_serve_tensor_parallel_size", "vllm_serve_pipeline_parallel_size",
+                             "vllm_serve_engine_ready_timeout", "vllm_serve_ready_timeout", "vllm_serve_restart_burst"]),
+       value=st.integers(-3, 10 ** 6) | st.text(max_size=5) | st.booleans() | st.floats(-2, 9))
+def test_positive_whole_number_domain(name, value):
+    ok = v.SERVING_CHECKS[name](value)[1] is None
+    if _is_int(value):
+        expected = value >= 1
+    elif isinstance(value, float):
+        expected = value.is_integer() and value >= 1
+    elif isinstance(value, str):
+        expected = bool(re.fullmatch(r"\s*[+-]?\d+\s*", value)) and int(value) >= 1
+    else:
+        expected = False
+    assert ok == expected
+
+
+@PROPS
 @given(value=st.floats(allow_nan=True, allow_infinity=True) | st.integers() | st.text(max_size=6) | st.booleans())
 def test_gpu_memory_utilization_domain(value):
     ok = v.check_fraction(value)[1] is None
