@@ -41,7 +41,7 @@ recipe() { sed -n "/^# $1-RECIPE/,/^# END-$1-RECIPE/p" "$0" | grep -v '^[[:space
 BASE_HASH=$(printf 'bookworm minbase %s %s\n' "$BASE_PKGS" "$(recipe BASE)" | h)
 VENV_HASH=$(printf '%s %s %s %s\n' "$BASE_HASH" "${PIP_PKGS[*]}" "$(basename "$TORCH_WHEEL")" "$(recipe VENV)" | h)
 FINAL_HASH=$( { echo "$VENV_HASH"; recipe FINAL;
-  cd "$STANDIN" && find sparklab_vllm vllm -name '*.py' -print0 | sort -z | xargs -0 sha256sum; } | h)
+  cd "$STANDIN" && find sparklab_vllm vllm make_model.py -name '*.py' -print0 | sort -z | xargs -0 sha256sum; } | h)
 TAG=sparklab/vllm-runtime:$FINAL_HASH
 TAR=$SHARE/sparklab-vllm-runtime-$FINAL_HASH.tar
 if [ "${1:-}" = "--print" ]; then echo "$TAG"; exit 0; fi
@@ -125,6 +125,7 @@ SPD=$STAGE/opt/venv/lib/python3.11/site-packages
 mkdir -p "$SPD/sparklab_vllm"
 (cd "$STANDIN/sparklab_vllm" && find . -name '*.py' -exec install -D -m 0644 {} "$SPD/sparklab_vllm/{}" \;)
 (cd "$STANDIN/vllm" && find . -name '*.py' -exec install -D -m 0644 {} "$SPD/vllm/{}" \;)
+install -m 0644 "$STANDIN/make_model.py" "$SPD/sparklab_vllm/make_model.py"   # for the `hf download` stand-in
 cat >"$STAGE/opt/venv/bin/vllm" <<'EOF'
 #!/opt/venv/bin/python3
 # sparklab stand-in for the `vllm` command (lab only; see sparklab_vllm/__init__.py)
@@ -134,6 +135,14 @@ if __name__ == "__main__":  # multiprocessing's spawn re-imports this script in 
     sys.exit(main())
 EOF
 chmod 0755 "$STAGE/opt/venv/bin/vllm"
+cat >"$STAGE/opt/venv/bin/hf" <<'EOF'
+#!/opt/venv/bin/python3
+# sparklab stand-in for huggingface_hub's `hf` (download writes the lab's generated model; no network)
+import sys
+from sparklab_vllm.hf import main
+sys.exit(main())
+EOF
+chmod 0755 "$STAGE/opt/venv/bin/hf"
 chroot "$STAGE" /opt/venv/bin/python3 -m compileall -q /opt/venv/lib/python3.11/site-packages/sparklab_vllm \
   /opt/venv/lib/python3.11/site-packages/vllm >/dev/null
 echo "$TAG" >"$STAGE/etc/sparklab-runtime-image"

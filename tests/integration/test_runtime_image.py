@@ -16,10 +16,11 @@ HEAD = "spark-1"
 OLD = "0.10.2"
 
 
-def play(lab, d, playbook, extravars=None):
+def play(lab, d, playbook, extravars=None, cmdline=""):
     d.mkdir(parents=True, exist_ok=True)
     r = lab.ansible_run(private_data_dir=str(d), playbook=str(lab.repo / playbook), inventory=str(lab.inventory),
-                        extravars=extravars or {}, envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
+                        extravars=extravars or {}, cmdline=cmdline,
+                        envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
     failures = [e for e in r["events"] if e["event"] in ("runner_on_failed", "runner_on_unreachable")
                 and not (e.get("res") or {}).get("_ansible_ignore_errors")]
     return r, failures
@@ -103,3 +104,15 @@ def test_workers_cannot_pull_and_get_the_image_from_the_head_over_the_fabric(lab
     again, failures = play(lab, tmp_path / "again", "playbooks/runtime_image.yml")
     assert again["status"] == "successful" and not failures
     assert sum((again["stats"] or {}).get("changed", {}).values()) == 0, again["stats"]
+
+
+def test_model_download_runs_hf_in_the_image_once_the_image_is_on_the_head(lab, image, tmp_path):
+    model = "/models/sparklab-tiny"
+    for h in lab.hosts:
+        sh(lab, h, "systemctl stop sparkfleet-vllm 2>/dev/null; rm -rf %s" % model)
+    # preflight and the image plays run with any tag: the image is on the head before model_sync downloads
+    r, failures = play(lab, tmp_path, "site.yml", extravars={"model_sync_download": True}, cmdline="--tags model_sync")
+    assert r["status"] == "successful" and not failures, failures[-3:]
+    for h in lab.hosts:
+        cfg = sh(lab, h, "cat %s/config.json" % model).stdout
+        assert '"Qwen3_5MoeForConditionalGeneration"' in cfg, (h, cfg[:200])

@@ -274,3 +274,14 @@ def test_too_old_release_lacks_qwen35_and_the_load_strategy(monkeypatch):
 def test_prefetch_is_not_a_017_load_strategy(capsys):
     code, _out, err = _run_cli(["serve", "m", "--safetensors-load-strategy", "prefetch"], capsys)
     assert code == 2 and "invalid choice: 'prefetch'" in err
+
+
+def test_hf_download_writes_the_lab_model(tmp_path, monkeypatch, capsys):
+    from sparklab_vllm import hf
+    monkeypatch.setenv("SPARKLAB_HF_SHARDS", "2")
+    monkeypatch.setenv("SPARKLAB_HF_SHARD_MB", "0.1")
+    assert hf.main(["download", "Qwen/Qwen3.5-122B-A10B-FP8", "--local-dir", str(tmp_path / "m")]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "m")
+    cfg = json.load(open(tmp_path / "m" / "config.json"))
+    assert cfg["architectures"] == ["Qwen3_5MoeForConditionalGeneration"]
+    assert (tmp_path / "m" / "model.safetensors.index.json").exists()
