@@ -65,8 +65,10 @@ def test_a_good_inventory_passes(tmp_path):
     assert "inventory ok: head spark-1" in out
 
 
-def test_bad_serving_values_fail_preflight_all_at_once(tmp_path):
+@pytest.mark.parametrize("tags", [[], ["--tags", "vllm_serve"]])
+def test_bad_serving_values_fail_preflight_all_at_once(tmp_path, tags):
     # Issue 11.2: each of these used to pass preflight and stop GPU holders before play 5 refused it.
+    # With --tags vllm_serve the checks still run in preflight (its play is tagged always).
     rc, out = _preflight(_inventory(tmp_path, {
         "vllm_serve_gpu_memory_utilization": 1.5,
         "vllm_serve_port": "x",
@@ -75,7 +77,7 @@ def test_bad_serving_values_fail_preflight_all_at_once(tmp_path):
         "vllm_serve_extra_args": {"tensor-paralel-size": 2, "distributed_executor_backend": "mp"},
         "vllm_serve_api_key": "k123\n",
         "sparkfleet_fabric_min_mtu": -5,
-    }))
+    }), *tags)
     assert rc != 0
     for message in [
         "spark-1: vllm_serve_gpu_memory_utilization 1.5 must be in (0, 1]",
