@@ -18,14 +18,15 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import (
     looks_like_model_dir,
     model_path_problem,
 )
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import HASH_SCRIPT, cache_file
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._safetensors import (
     SafetensorsError,
     read_header,
 )
+# TEMP_DIR_NAME: the staging directory inside dest. rsync writes every file there and renames it into place when
+# it is complete, so a killed run never leaves a partial file under its final name.
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import TEMP_DIR_NAME, remote_commands
 
-# Staging directory inside dest: rsync writes every file here and renames it into place when it is
-# complete, so a killed run never leaves a partial file under its final name.
-TEMP_DIR_NAME = ".sparkfleet-sync"
 # Prefix marking the lines our --out-format prints, so warnings on the same stream are not parsed.
 OUT_PREFIX = "SFL|"
 OUT_FORMAT = OUT_PREFIX + "%i|%l|%n"
@@ -379,6 +380,14 @@ def dest_problem(dest, probe):
         return ("dest %s holds %d entries (%s) but is not a model directory (no %s, no *.safetensors, no %s "
                 "marker)" % (dest, probe["count"], shown, ", ".join(MODEL_FILES[:2]), MARKER_NAME))
     return None
+
+
+def destination_commands(dest):
+    """{name: command} of every fixed command model_sync runs on a destination for dest: the sync key's
+    forced command (module_utils/_sync_shell.py) allows exactly these, plus rsync into dest."""
+    cmds = remote_commands(dest, HASH_SCRIPT, cache_file(dest, "$HOME"))
+    cmds["probe"] = dest_probe_script(dest)
+    return cmds
 
 
 # --------------------------------------------------------------------------- command lines

@@ -244,14 +244,14 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash impo
     fingerprint,
     parse_hashes,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import MARKER_NAME, model_path_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import model_path_problem
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
     TEMP_DIR_NAME,
     FanoutScheduler,
     check_model_dir,
     compare_sizes,
-    dest_probe_script,
     dest_problem,
+    destination_commands,
     host_spec,
     pack_bins,
     parse_dest_probe,
@@ -288,6 +288,8 @@ class ModelSync(object):
         self.ssh_bin = module.get_bin_path("ssh", required=True)
         self.rsync_bin = module.get_bin_path("rsync", required=True)
         self.python = sys.executable or module.get_bin_path("python3", required=True)
+        # Every fixed command for a destination; the sync key's forced command allows exactly these.
+        self.cmds = destination_commands(self.dest)
         self.agent_env = {}
         self.agent_pid = None
         self.lock = threading.Lock()
@@ -336,9 +338,7 @@ class ModelSync(object):
 
     def remote_hashes(self, host, names):
         """Content hashes of the files on a destination, or (None, error)."""
-        cache = cache_file(self.dest, "$HOME")  # hex name: safe inside double quotes, $HOME expands there
-        script = "python3 -c %s %s \"%s\"" % (shlex.quote(HASH_SCRIPT), shlex.quote(self.dest), cache)
-        rc, out, err = self._remote(host, script, data=self._names_data(names))
+        rc, out, err = self._remote(host, self.cmds["hash"], data=self._names_data(names))
         if rc != 0:
             return None, "hashing %s on %s failed: %s" % (self.dest, host, _tail(err or out))
         try:
@@ -408,7 +408,7 @@ class ModelSync(object):
                 "mb_per_s": 0.0, "streams": 0, "verified": None, "would_transfer": [], "would_delete": [],
                 "content_mismatch": []}
         # The guard comes first: nothing, not even a dry run, touches a dest that is not a model directory.
-        rc, out, err = self._remote(host, dest_probe_script(self.dest))
+        rc, out, err = self._remote(host, self.cmds["probe"])
         probe = parse_dest_probe(out if rc == 0 else "")
         why = dest_problem(self.dest, probe) if rc == 0 else None
         if why:
@@ -448,8 +448,7 @@ class ModelSync(object):
         """Prepare the staging dir, push in parallel streams, delete extras, tidy up."""
         start = time.time()
         staging = os.path.join(self.dest, TEMP_DIR_NAME)
-        rc, out, err = self._remote(target, "mkdir -p %s && find %s -mindepth 1 -delete"
-                                    % (shlex.quote(staging), shlex.quote(staging)))
+        rc, out, err = self._remote(target, self.cmds["prepare"])
         if rc != 0:
             return False, "cannot prepare %s on %s: %s" % (staging, target, _tail(err or out))
         bins = pack_bins(moved, self.p["streams"])
@@ -476,8 +475,7 @@ class ModelSync(object):
                 info["files_deleted"] = len(summarize(parse_itemize(out))[3])
         if not errors:
             # Mark the directory as a model directory we fill (the destination guard accepts it from now on).
-            self._remote(target, "rmdir %s 2>/dev/null; touch %s; true"
-                         % (shlex.quote(staging), shlex.quote(os.path.join(self.dest, MARKER_NAME))))
+            self._remote(target, self.cmds["finish"])
         seconds = time.time() - start
         info.update(files_transferred=nfiles, bytes_transferred=nbytes, seconds=round(seconds, 2),
                     mb_per_s=_mb_per_s(nbytes, seconds))
@@ -487,9 +485,7 @@ class ModelSync(object):
         return True, None
 
     def verify(self, host, expected, source_hashes=None, names=()):
-        script = "cd %s && find . -path ./%s -prune -o -type f -printf '%%s %%P\\0'" % (
-            shlex.quote(self.dest), TEMP_DIR_NAME)
-        rc, out, err = self._remote(host, script)
+        rc, out, err = self._remote(host, self.cmds["list"])
         if rc != 0:
             return ["cannot list %s: %s" % (self.dest, _tail(err or out))]
         problems = compare_sizes(expected, parse_size_list(out))
@@ -522,12 +518,8 @@ class ModelSync(object):
         return dropped
 
     def drop_remote_cache(self, host, names):
-        # dd with count=0: fdatasync then fadvise(DONTNEED) over the whole file, written pages included.
         # Only the model's own files (sent on stdin), never whatever else lives under dest.
-        script = ("cd %s && xargs -0 -r -n 1 sh -c 'dd of=\"$1\" oflag=nocache conv=notrunc,fdatasync count=0 "
-                  "status=none' sh" % shlex.quote(self.dest))
-        data = b"".join(n.encode("utf-8", "surrogateescape") + b"\0" for n in names)
-        rc, out, err = self._remote(host, script, data=data)
+        rc, out, err = self._remote(host, self.cmds["drop_cache"], data=self._names_data(names))
         return None if rc == 0 else _tail(err or out)
 
     # ------------------------------------------------------------------ main

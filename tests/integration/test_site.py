@@ -117,6 +117,25 @@ def test_second_run_changes_nothing(lab, deployed, tmp_path):
     assert changed_total(r) == 0, r["stats"]
 
 
+@pytest.mark.fault(name="the head's sync key used for a shell, sudo or another path on a worker",
+                   expected="refused by the key's forced command; model_sync's own commands still work")
+def test_the_sync_key_runs_only_model_sync_commands(lab, deployed, observe):
+    worker = fabric_ip(lab.hosts[-1])
+    ssh = ("ssh -i /etc/sparkfleet/model-sync_ed25519 -o BatchMode=yes -o StrictHostKeyChecking=no "
+           "-o UserKnownHostsFile=/dev/null spark@%s " % worker)
+    for command in ("id", "sudo -n id", "'cat /etc/shadow'",
+                    "'rsync --server -Wtpre.iLsfxCIvu --mkpath . /etc/'"):
+        p = lab.host_exec(HEAD, "sh", "-c", ssh + command, timeout=60)
+        assert p.returncode == 126 and "sparkfleet sync key: refused" in p.stderr, (command, p.returncode, p.stderr)
+        assert "uid=" not in p.stdout and "root:" not in p.stdout
+    observe(p.stderr.strip().splitlines()[-1])
+    # One of model_sync's own commands still runs (the marker is written by the 'finish' command).
+    allowed = json.loads(lab.host_exec(lab.hosts[-1], "cat", "/usr/local/lib/sparkfleet/model-sync.allowed.json").stdout)
+    listing = next(c for c in allowed if c.startswith("cd ") and "-printf" in c)
+    p = lab.host_exec(HEAD, "sh", "-c", ssh + "'" + listing.replace("'", "'\\''") + "'", timeout=60)
+    assert p.returncode == 0 and "config.json" in p.stdout, p.stderr
+
+
 @pytest.mark.fault(name='two site.yml runs at once',
                    expected='the second refuses on the lock before changing anything, naming the holder; the first completes')
 def test_two_runs_at_once_the_second_refuses_on_the_lock(lab, deployed, tmp_path, observe):
