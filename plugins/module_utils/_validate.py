@@ -17,6 +17,8 @@ import math
 import posixpath
 import re
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import model_path_problem
+
 # `vllm serve` long flags of vLLM 0.17.1 (EngineArgs, FrontendArgs and the serve subcommand), without "--".
 VLLM_SERVE_FLAGS = frozenset((
     "additional-config", "aggregate-engine-logging", "all2all-backend", "allow-credentials",
@@ -130,9 +132,6 @@ def pinned_flags(keys=()):
     return pinned
 
 
-SYSTEM_DIRS = frozenset(("/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc", "/root",
-                         "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/lib", "/var/tmp", "/mnt",
-                         "/media", "/usr/local", "/usr/lib", "/usr/share"))
 _HUMAN_INT_RE = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT])$")
 _DECIMAL = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "t": 10 ** 12}
 _BINARY = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
@@ -277,12 +276,13 @@ def check_model_dir(value):
         return None, "must not contain ':' or ',' (docker -v splits on them)"
     if value != value.strip() or any(c.isspace() for c in value):
         return None, "must not contain whitespace"
+    # The same guard model_sync applies before it creates, chowns or syncs anything.
+    problem = model_path_problem(value, "path")
+    if problem:
+        return None, "%s; use the model's own directory, e.g. /models/<name>" % problem.replace("the path %r " % value, "")
     norm = posixpath.normpath(value)
     if norm.startswith("//"):
         norm = "/" + norm.lstrip("/")
-    if norm in SYSTEM_DIRS:
-        return None, ("is the system directory %s; use the model's own directory, e.g. /models/<name>"
-                      % norm)
     return norm, None
 
 
