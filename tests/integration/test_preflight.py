@@ -56,3 +56,23 @@ def test_bad_serving_values_stop_site_in_preflight_with_nothing_changed(lab, tmp
         assert {h: _node_state(lab, h) for h in lab.hosts} == before
     finally:
         lab.host_exec(HEAD, "kill", pid)
+
+
+@pytest.mark.fault(name="fabric link of the worker down (cable pulled) before a run",
+                   expected="preflight names the head, the worker, its fabric address and the cause; nothing changed")
+def test_a_worker_unreachable_over_the_fabric_is_named_in_preflight(lab, tmp_path, observe):
+    worker = lab.hosts[-1]
+    before = {h: _node_state(lab, h) for h in lab.hosts[:1]}
+    lab.labctl("break", "fabric-down", worker)
+    try:
+        r = lab.ansible_run(private_data_dir=str(tmp_path), playbook=str(lab.repo / "site.yml"),
+                            inventory=str(lab.inventory), envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
+        assert r["status"] == "failed"
+        msgs = json.dumps([e.get("res") for e in r["events"] if e["event"] == "runner_on_failed"])
+        ip = "10.99.1.%d" % (10 + int(worker.split("-")[1]))
+        assert "cannot reach %s (%s) over the fabric" % (worker, ip) in msgs, msgs[-2000:]
+        assert "does not answer on port 22" in msgs or "is down" in msgs, msgs[-2000:]
+        observe(msgs[msgs.index("cannot reach"):][:240])
+        assert {h: _node_state(lab, h) for h in lab.hosts[:1]} == before
+    finally:
+        lab.labctl("fix", "fabric-down", worker, check=False)
