@@ -227,6 +227,7 @@ destinations:
 """
 
 import os
+import pwd
 import re
 import shlex
 import sys
@@ -330,7 +331,7 @@ class ModelSync(object):
 
     def local_hashes(self, names):
         """Content hashes of the source's files (cached under this user's home)."""
-        argv = [self.python, "-c", HASH_SCRIPT, self.src, cache_file(self.src, os.path.expanduser("~"))]
+        argv = [self.python, "-c", HASH_SCRIPT, self.src, cache_file(self.src, pwd.getpwuid(os.getuid()).pw_dir)]
         rc, out, err = self.module.run_command(argv, data=self._names_data(names), binary_data=True)
         if rc != 0:
             self.module.fail_json(msg="hashing the source model %s failed: %s" % (self.src, _tail(err or out)))

@@ -1,7 +1,8 @@
 """The preflight play on the controller: bad inventories and serving values stop it, all errors at once.
 
 Every host uses the local connection and only preflight.yml runs (it changes nothing: asserts and ping), so
-these runs touch no node; the fabric reachability check (tag fabric) is skipped, its hosts are not real. That the later plays of site.yml never start is tested on the lab
+these runs touch no node; the fabric reachability check (tag fabric) is skipped: these hosts are not real.
+That the later plays of site.yml never start is tested on the lab
 (tests/integration/test_preflight.py).
 """
 
