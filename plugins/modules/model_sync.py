@@ -302,7 +302,8 @@ class ModelSync(object):
 
     def _remote(self, host, script, data=None):
         argv = self._ssh() + [host_spec(host, self.user), script]
-        return self.module.run_command(argv, data=data, binary_data=True)
+        # Never expand $VARS or ~ here: remote commands carry them for the destination's shell ($HOME).
+        return self.module.run_command(argv, data=data, binary_data=True, expand_user_and_vars=False)
 
     def _push_argv(self, feeder, target, dry_run=False, checksum=None, delete=False,
                    files_from=False, bwlimit=0, existing_only=False):
@@ -424,7 +425,7 @@ class ModelSync(object):
             return info, []
         info["bytes_available"] = avail
         argv, _env = self._push_argv(SOURCE, host, dry_run=True, delete=self.p["delete"])
-        rc, out, err = self.module.run_command(argv)
+        rc, out, err = self.module.run_command(argv, expand_user_and_vars=False)
         if rc != 0:
             info.update(status="failed", msg="rsync dry run to %s failed (rc %d): %s" % (host, rc, _tail(err)))
             return info, []
@@ -443,7 +444,8 @@ class ModelSync(object):
 
     def _run_stream(self, feeder, target, names, bwlimit):
         argv, env = self._push_argv(feeder, target, files_from=True, bwlimit=bwlimit)
-        return self.module.run_command(argv, data=self._names_data(names), binary_data=True, environ_update=env)
+        return self.module.run_command(argv, data=self._names_data(names), binary_data=True, environ_update=env,
+                                       expand_user_and_vars=False)
 
     def transfer(self, feeder, target, moved, info):
         """Prepare the staging dir, push in parallel streams, delete extras, tidy up."""
@@ -469,7 +471,7 @@ class ModelSync(object):
                         errors.append("rc %d: %s" % (rc, _tail(err or out, 8)))
         if not errors and self.p["delete"]:
             argv, _env = self._push_argv(SOURCE, target, delete=True, existing_only=True)
-            rc, out, err = self.module.run_command(argv)
+            rc, out, err = self.module.run_command(argv, expand_user_and_vars=False)
             if rc != 0:
                 errors.append("delete pass rc %d: %s" % (rc, _tail(err)))
             else:
@@ -498,7 +500,7 @@ class ModelSync(object):
                         for n in content_mismatches(source_hashes, hashes, names)]
         if not problems and self.p["checksum"]:
             argv, _env = self._push_argv(SOURCE, host, dry_run=True, checksum=True)
-            rc, out, err = self.module.run_command(argv)
+            rc, out, err = self.module.run_command(argv, expand_user_and_vars=False)
             if rc != 0:
                 return ["checksum re-check failed (rc %d): %s" % (rc, _tail(err))]
             problems = ["%s differs by checksum" % n for n in summarize(parse_itemize(out))[2]]

@@ -322,6 +322,10 @@ def test_content_hashes_repair_a_same_size_corruption_by_default(run_module, lab
     assert res["fingerprint"] == first["fingerprint"] and len(first["fingerprint"]) == 32
     again = run_module(model_sync, lab.args())
     assert again["changed"] is False and again["destinations"]["10.99.1.12"]["content_mismatch"] == []
+    # $HOME reaches the destination unexpanded: the cache lives in the sync user's home there, and the
+    # command is byte for byte the one the sync key's forced command allows.
+    hashes = [c["cmd"] for c in lab.calls() if c["cmd"].startswith("python3 -c ")]
+    assert hashes and all('"$HOME/.cache/sparkfleet/hashes-' in c for c in hashes), hashes[:1]
 
 
 def test_hash_cache_reads_an_unchanged_file_once_and_a_rewritten_one_again(lab, tmp_path):
