@@ -10,7 +10,6 @@ import os
 import shlex
 import socket
 import time
-import uuid
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -31,8 +30,6 @@ ARGUMENT_SPEC = dict(
     path=dict(type="path", default="/run/sparkfleet/deploy.lock"),
     timeout=dict(type="int", default=3600),
 )
-# The run's identity: the ansible-playbook process (the parent of this worker fork) on this controller.
-_RUN_TOKEN = {}
 
 
 def _pid_alive(pid):
@@ -48,10 +45,19 @@ def _pid_alive(pid):
 
 
 def _run_identity():
+    """(controller, pid, token) of this ansible-playbook run, the same in every task.
+
+    Each task runs in a fresh fork of the ansible-playbook process, so nothing a task keeps in memory survives
+    to the next: the token is derived from that process (its pid and its start time, which a reused pid lacks).
+    """
     pid = os.getppid()
-    if pid not in _RUN_TOKEN:
-        _RUN_TOKEN[pid] = "%s-%d-%s" % (socket.gethostname(), pid, uuid.uuid4().hex[:12])
-    return socket.gethostname(), pid
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            started = handle.read().rpartition(")")[2].split()[19]
+    except (IOError, OSError, IndexError):
+        started = "0"
+    controller = socket.gethostname()
+    return controller, pid, "%s-%d-%s" % (controller, pid, started)
 
 
 class ActionModule(ActionBase):
@@ -74,9 +80,7 @@ class ActionModule(ActionBase):
         if args["timeout"] < 1:
             raise AnsibleActionFail("run_lock: timeout must be 1 or more seconds, got %d" % args["timeout"])
         host = (task_vars or {}).get("inventory_hostname", "the head")
-        controller, pid = _run_identity()
-        # The token ties the lock to this ansible-playbook process, wherever the task runs in the playbook.
-        token = _RUN_TOKEN[pid]
+        controller, pid, token = _run_identity()
         path = args["path"]
         result.update(changed=False, path=path, token=token)
 

@@ -320,6 +320,6 @@ def test_status_fails_once_nothing_serves(lab, deployed, tmp_path, observe):
     assert r["status"] == "failed" and changed_total(r) == 0
     msgs = json.dumps([f.get("res") for f in failures])
     for host in lab.hosts:
-        assert "%s: sparkfleet-ray=inactive" % host in msgs, msgs[-2000:]
-    assert "sparkfleet-vllm=inactive" in msgs
+        assert re.search(r"%s: sparkfleet-ray=(inactive|failed)" % host, msgs), msgs[-2000:]
+    assert re.search(r"sparkfleet-vllm=(inactive|failed)", msgs)
     observe(re.search(r"not serving[^\"]*", msgs).group(0))

@@ -69,3 +69,29 @@ def test_scripts_take_once_refuse_the_second_and_release_only_their_own(tmp_path
     assert parse_lock(open(path).read())["token"] == "tok-2"
     assert _sh(release_script(path, "tok-2")).startswith("RELEASED")
     assert not (tmp_path / "run" / "deploy.lock").exists()
+
+
+def test_the_run_token_is_the_same_in_every_task_fork():
+    """Each task runs in a fresh fork of ansible-playbook: the token must not live in a task's memory."""
+    import os
+    from ansible_collections.sparkfleet.vllm.plugins.action import run_lock as action
+
+    first = action._run_identity()
+    child = os.fork()
+    if child == 0:  # a second "task": a new fork of the same parent
+        os._exit(0 if action._run_identity() == first else 1)
+    _pid, status = os.waitpid(child, 0)
+    assert os.WEXITSTATUS(status) == 1  # the child's parent is this process, not ours: another run
+    # Two forks of this process agree with each other.
+    results = []
+    for _i in range(2):
+        r, w = os.pipe()
+        child = os.fork()
+        if child == 0:
+            os.write(w, repr(action._run_identity()).encode())
+            os._exit(0)
+        os.close(w)
+        os.waitpid(child, 0)
+        results.append(os.read(r, 4096))
+        os.close(r)
+    assert results[0] == results[1] and str(os.getpid()).encode() in results[0]
