@@ -135,7 +135,11 @@ options:
         of the file (the rest of a long serving log is skipped, see C(skipped_bytes)); later reads continue
         from where the last stopped, this much per poll, so a fast-growing or huge file never takes more
         memory or time than this.
+      - With I(unit) or I(container), only the last this many characters of the first read are parsed
+        (see C(skipped_chars)); later reads fetch only what is new (C(--after-cursor), C(--since) the last
+        line's stamp).
       - Lines longer than 16384 characters are cut before they are matched, so the work per line is bounded.
+      - Parsing stops at the deadline (I(timeout)) and resumes on the next poll.
     type: int
     default: 8388608
   rank_names:
@@ -276,6 +280,11 @@ bytes_read:
 skipped_bytes:
   description: With I(log_file), bytes before the last I(max_bytes) of the file that the first read skipped.
   returned: when log_file is set
+  type: int
+skipped_chars:
+  description: With I(unit) or I(container), characters before the last I(max_bytes) of the first read that
+    were not parsed.
+  returned: when unit or container is set
   type: int
 log_source:
   description: Where the answer came from, C(file), C(journal) or C(docker); C(journal) with I(container)
@@ -530,13 +539,17 @@ class DockerSource(object):
         self.container = container
         self.since = since
         self.docker = module.get_bin_path("docker", required=True)
-        self.consumed = 0
         self.last_ts = None
+        # The stamp of the last complete line read and the lines carrying it: later reads ask docker only for
+        # lines since then (--since is inclusive), so a poll costs what is new, not the whole log again.
+        self.last_stamp = None
+        self.at_last = set()
 
     def read(self):
         cmd = [self.docker, "logs", "--timestamps"]
-        if self.since:
-            cmd += ["--since", self.since]
+        since = self.last_stamp or self.since
+        if since:
+            cmd += ["--since", since]
         cmd.append(self.container)
         rc, out, err = self.module.run_command(cmd, environ_update=_C_ENV)
         if rc != 0:
@@ -550,9 +563,19 @@ class DockerSource(object):
             lines.extend(stream.split("\n")[:-1])
         # Both streams carry fixed-width RFC 3339 stamps; sorting on them merges one timeline back.
         lines.sort(key=lambda ln: ln.split(" ", 1)[0])
-        new = lines[self.consumed:]
-        self.consumed = len(lines)
+        new = []
+        for ln in lines:
+            stamp = ln.split(" ", 1)[0]
+            if self.last_stamp is not None and (stamp < self.last_stamp or
+                                                (stamp == self.last_stamp and ln in self.at_last)):
+                continue
+            new.append(ln)
         if lines:
+            last = lines[-1].split(" ", 1)[0]
+            if last != self.last_stamp:
+                self.at_last = set()
+            self.at_last.update(ln for ln in lines if ln.split(" ", 1)[0] == last)
+            self.last_stamp = last
             m = _DOCKER_TS.match(lines[-1])
             if m:
                 self.last_ts = _rfc3339(m.group(1))
@@ -689,6 +712,7 @@ def run(module):
     missing_reads = 0
     file_missing_since = None
     from_journal = False
+    state = {"read_once": False, "pending": "", "skipped": 0}
     # A container started with --rm disappears when it exits; one missing for this long (within one call) is gone.
     missing_grace = min(_MISSING_GRACE_S, max(2.0, p["timeout"] / 2.0))
     api_ready = False
@@ -702,7 +726,21 @@ def run(module):
             text = source.read()
             if text is None:
                 return True
-            parser.feed(text)
+            if not state["read_once"] and len(text) > p["max_bytes"]:
+                # First read of a long journal or container log: its last max_bytes, from a line start.
+                tail = text[-p["max_bytes"]:]
+                tail = tail[tail.find("\n") + 1:]
+                state["skipped"] += len(text) - len(tail)
+                text = tail
+            state["read_once"] = True
+            text = state["pending"] + text
+            state["pending"] = ""
+            for at in range(0, len(text), _READ_CHUNK):
+                if at and not once and time.time() >= deadline:
+                    # Out of time: the rest is parsed on the next poll (journal and docker do not re-send it).
+                    state["pending"] = text[at:]
+                    break
+                parser.feed(text[at:at + _READ_CHUNK])
             return False
         # A file is read in pieces up to max_bytes per poll, and not past the deadline (timeout bounds the
         # whole call, parsing included); what is left is read on the next poll or call, from offset.
@@ -727,7 +765,7 @@ def run(module):
         jp = _new_parser(p)
         text = journal.read()
         if text:
-            jp.feed(text)
+            jp.feed(text[-p["max_bytes"]:])
         jp.finish()
         alive, evidence = journal.alive()
         if alive is False:
@@ -862,6 +900,8 @@ def run(module):
     if source is not None:
         result.update(source.result())
         result["log_source"] = "journal" if from_journal else source.kind
+        if source.kind != "file":
+            result["skipped_chars"] = state["skipped"]
     if api is not None:
         result["api"] = api.state
     return _clean(result)

@@ -631,3 +631,43 @@ def test_container_missing_while_its_unit_runs_is_waited_for(run_module, fake_bi
     res = run_module(vllm_wait, {"container": "vllm", "unit": "sparkfleet-vllm", "timeout": 1, "poll_interval": 0.2})
     assert res.get("failed", False) is False
     assert res["timed_out"] is True and res["phase"] == "starting"
+
+
+def test_container_polls_fetch_only_new_lines(run_module, fake_bins):
+    # A fake docker that honours --since (inclusive, like docker): the log grows by one line per call.
+    out, err = _docker_split("progress_v1_midload.log", time.time() - 60)
+    every = sorted((out + err).split("\n")[:-1], key=lambda ln: ln.split(" ", 1)[0])
+    shown = {"n": len(every) - 5}
+    calls = []
+
+    def docker(args):
+        if args[1] != "logs":
+            return 0, "running 0 false\n", ""
+        calls.append(args)
+        since = args[args.index("--since") + 1] if "--since" in args else ""
+        lines = [ln for ln in every[:shown["n"]] if ln.split(" ", 1)[0] >= since]
+        shown["n"] = min(len(every), shown["n"] + 1)
+        return 0, "".join(ln + "\n" for ln in lines), ""
+    fake_bins({"docker": docker})
+    res = run_module(vllm_wait, {"container": "vllm", "timeout": 2, "poll_interval": 0.2, "stall_timeout": 0})
+    assert res["phase"] == "loading_weights"
+    assert len(calls) >= 6
+    assert "--since" not in calls[0] and "--since" in calls[1]
+    # each line parsed once although the last stamp is sent again every time: as many as one whole read
+    fake_bins({"docker": lambda a: (0, "".join(ln + "\n" for ln in every), "") if a[1] == "logs"
+               else (0, "running 0 false\n", "")})
+    whole = run_module(vllm_wait, {"container": "vllm", "timeout": 0})
+    assert res["lines"] == whole["lines"]
+
+
+def test_a_long_journal_is_parsed_from_its_tail(run_module, fake_bins):
+    noise = "".join("(APIServer pid=1) INFO 08-20 10:20:%02d [loggers.py:123] Engine 000: Avg prompt "
+                    "throughput: 0.0 tokens/s\n" % (i % 60) for i in range(30000))
+    body = noise + _text("fail_cuda_oom_v1_profiling.log")
+    fake_bins({
+        "journalctl": _journal(body, time.time()),
+        "systemctl": lambda a: (0, "ActiveState=failed\nSubState=failed\nResult=exit-code\nExecMainStatus=1\n", ""),
+    })
+    res = run_module(vllm_wait, {"unit": "vllm-serve.service", "timeout": 0, "max_bytes": 1048576})
+    assert res["failure"]["class"] == "cuda_oom"
+    assert res["skipped_chars"] >= len(body) - 1048576
