@@ -945,6 +945,14 @@ def main():
     )
     if module.params["poll_interval"] <= 0:
         module.fail_json(msg="poll_interval must be greater than 0", hint="Use a few seconds, e.g. 5.")
+    for name in ("timeout", "stall_timeout", "since_offset"):
+        if module.params[name] < 0:
+            module.fail_json(msg="%s must be 0 or more (got %d)" % (name, module.params[name]),
+                             hint="timeout 0 reads the log once; stall_timeout 0 never calls a quiet log stalled.")
+    url = module.params["url"]
+    if url is not None and not re.match(r"^https?://(\[[0-9A-Fa-f:.]+\]|[^/\s:\[\]]+)(:\d{1,5})?(/\S*)?$", url):
+        module.fail_json(msg="url must be http://HOST[:PORT] or https://HOST[:PORT] (got %r)" % url,
+                         hint="Give the API's base address, e.g. http://10.1.230.180:30000.")
     if module.params["max_bytes"] < 65536:
         module.fail_json(msg="max_bytes must be at least 65536 (got %d)" % module.params["max_bytes"],
                          hint="Leave max_bytes at its default (8388608, 8 MiB) unless the log is larger per poll.")

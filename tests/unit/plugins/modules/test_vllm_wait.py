@@ -671,3 +671,21 @@ def test_a_long_journal_is_parsed_from_its_tail(run_module, fake_bins):
     res = run_module(vllm_wait, {"unit": "vllm-serve.service", "timeout": 0, "max_bytes": 1048576})
     assert res["failure"]["class"] == "cuda_oom"
     assert res["skipped_chars"] >= len(body) - 1048576
+
+
+@pytest.mark.parametrize("args, why", [
+    ({"url": "ftp://x"}, "url must be http://HOST[:PORT]"),
+    ({"url": "10.0.0.1:30000"}, "url must be"),
+    ({"url": "http://10.0.0.1:30000", "timeout": -1}, "timeout must be 0 or more"),
+    ({"url": "http://10.0.0.1:30000", "stall_timeout": -5}, "stall_timeout must be 0 or more"),
+])
+def test_bad_arguments_are_refused_before_anything_is_read(run_module, args, why):
+    res = run_module(vllm_wait, args)
+    assert res["failed"] is True and why in res["msg"], res
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1", "https://localhost:1/v1", "http://[::1]:1"])
+def test_good_urls_pass_validation(run_module, url):
+    # Loopback only, and a port nothing listens on: the module reads once and reports the API as not up.
+    res = run_module(vllm_wait, {"url": url, "timeout": 0})
+    assert "url must be" not in res.get("msg", ""), res
