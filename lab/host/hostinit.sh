@@ -32,6 +32,10 @@ for d in null zero full random urandom tty fuse; do
 done
 # GPU stand-in device nodes (c 1 5: opening them works, nothing else is needed).
 for d in nvidia0 nvidiactl nvidia-uvm nvidia-uvm-tools; do mknod -m 666 "$R/dev/$d" c 1 5; done
+# RDMA stand-in device nodes, one uverbs per CX7 function (rocep1s0f0 .. roceP2p1s0f1) plus rdma_cm, as
+# mlx5_ib makes them. A container sees them only through --device; the stand-in's NCCL needs them for NET/IB.
+mkdir -p "$R/dev/infiniband"
+for d in uverbs0 uverbs1 uverbs2 uverbs3 rdma_cm; do mknod -m 666 "$R/dev/infiniband/$d" c 1 5; done
 mkdir -p "$R/dev/pts" "$R/dev/shm" "$R/dev/mqueue"
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620,gid=5 devpts "$R/dev/pts"
 ln -sf pts/ptmx "$R/dev/ptmx"; ln -sf /proc/self/fd "$R/dev/fd"
@@ -49,6 +53,7 @@ hostname "$NAME"
 # Hardware stand-ins and helper scripts, refreshed from the lab checkout at every boot.
 install -D -m 755 "$BIN/nvidia-smi" "$R/usr/bin/nvidia-smi"
 install -D -m 755 "$BIN/rdma_fixture.py" "$R/usr/local/sbin/sparklab-rdma-fixture"
+install -D -m 755 "$BIN/docker-wrapper.sh" "$R/usr/local/sbin/sparklab-docker-wrapper"
 
 # ---- every-boot provisioning inside the host's root (idempotent) ----
 chroot "$R" /bin/bash -s "$NAME" <<'EOF'
@@ -83,6 +88,19 @@ MaxStartups 100:30:200
 MaxSessions 50
 C
 /usr/local/sbin/sparklab-rdma-fixture
+# Locked memory. This machine grants no CAP_SYS_RESOURCE, so no process here can raise RLIMIT_MEMLOCK above the
+# hard limit it inherited (8 MiB): `docker run --ulimit memlock=-1` would fail in runc. Services get Docker's usual
+# container default (soft 64 KiB) under that ceiling, and the host's docker maps memlock=-1 ("unlimited") to the
+# ceiling, which the stand-in's NCCL counts as unlimited (soft == hard >= 8 MiB). Without the flag a container keeps
+# 64 KiB, and NCCL there falls back to NET/Socket, as on a real Spark.
+hard=$(ulimit -Hl)
+if [ "$hard" = unlimited ]; then hard=infinity; else hard=$((hard * 1024)); fi
+mkdir -p /etc/systemd/system.conf.d
+printf '[Manager]\nDefaultLimitMEMLOCK=65536:%s\n' "$hard" >/etc/systemd/system.conf.d/10-sparklab-memlock.conf
+if ! grep -q sparklab-docker-wrapper /usr/bin/docker 2>/dev/null; then
+  mv /usr/bin/docker /usr/bin/docker.real
+fi
+install -m 755 /usr/local/sbin/sparklab-docker-wrapper /usr/bin/docker
 EOF
 
 touch "$R/dev/console"; mount --bind /proc/self/fd/1 "$R/dev/console"   # console -> console.log

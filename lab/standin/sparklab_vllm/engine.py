@@ -14,8 +14,6 @@ import traceback
 from . import __version__
 from .formats import PG_WAIT_TIMEOUT, Logger, PrefixedStream, log_line, process_prefix, ray_oom_message
 
-# vLLM keeps these per node; everything else named VLLM_* goes from the driver to the workers
-WORKER_SPECIFIC_ENV_VARS = {"VLLM_HOST_IP", "VLLM_HOST_PORT", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES"}
 
 
 def _log_exception(fileinfo, lineno, message):
@@ -147,7 +145,9 @@ class EngineCore:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
         from .worker import RayWorkerWrapper
-        env = {k: v for k, v in os.environ.items() if k.startswith("VLLM_") and k not in WORKER_SPECIFIC_ENV_VARS}
+        from .ray_env import default_logger, vars_to_copy
+        # vLLM copies NCCL_*, UCX_*, VLLM_*, HF_* ... of the driver onto every worker (vllm/ray/ray_env.py)
+        env = vars_to_copy(os.environ, default_logger())
         env.update({k: v for k, v in os.environ.items() if k.startswith("SPARKLAB_")})
         cls = ray.remote(num_cpus=0, num_gpus=1)(RayWorkerWrapper)
         actors = []

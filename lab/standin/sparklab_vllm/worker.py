@@ -29,13 +29,14 @@ class RayWorkerWrapper:
     """vLLM's name for the Ray worker actor; methods are called through execute_method like vLLM does."""
 
     def __init__(self, driver_env=None):
-        # vLLM copies the driver's VLLM_* variables to the workers, except the node-specific ones
+        # the driver's NCCL_*/UCX_*/VLLM_*/HF_* variables override the worker's own (ray_env.py)
         for k, v in (driver_env or {}).items():
             os.environ[k] = v
         self.rank = None
         self.world = None
         self.gpu_fd = None
         self.weights_bytes = 0
+        self.transport = None
         self.pid = os.getpid()
 
     def execute_method(self, method, *args, **kwargs):
@@ -65,6 +66,8 @@ class RayWorkerWrapper:
                  world, rank, init_method)
         timeout = datetime.timedelta(seconds=_env_float("SPARKLAB_GLOO_TIMEOUT_S", 120))
         dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world, timeout=timeout)
+        from .nccl import init_comm
+        self.transport = init_comm(rank, world)  # the NCCL communicator: its interface and NET/IB or NET/Socket
         log.info(1411, "rank %d in world size %d is assigned as DP rank 0, PP rank %d, PCP rank 0, TP rank %d, "
                  "EP rank %d", rank, world, rank // tp, rank % tp, rank)
         return True
