@@ -56,9 +56,10 @@ def parse(text):
         line = _REPEATED_RE.sub("", _ANSI_RE.sub("", raw)).strip()
         ray_ip = None
         m = _RAY_RE.match(line)
-        if m:
-            ray_ip = m.group("ip")
+        while m:  # vLLM V1 nests them: (EngineCore_DP0 pid=423) (RayWorkerWrapper pid=178, ip=10.99.1.12) ...
+            ray_ip = m.group("ip") or ray_ip
             line = line[m.end():]
+            m = _RAY_RE.match(line)
         m = _NCCL_RE.search(line)
         if not m:
             continue

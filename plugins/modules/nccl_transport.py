@@ -30,9 +30,16 @@ options:
     required: true
   nodes:
     description:
-      - The cluster's nodes by fabric IP, each with its inventory C(name) and C(rdma_devices) (the
-        C(rdma_char_devices) list of C(sparkfleet.vllm.rdma_facts)); a node with devices must not use C(NET/Socket).
+      - The cluster's nodes, each a dict with its inventory C(host) and fabric C(ip) (the output of the
+        C(sparkfleet.vllm.cluster_nodes) filter; other keys are ignored).
       - NCCL processes whose IP is not listed are reported under their host name and never fail the check.
+    type: list
+    elements: dict
+    default: []
+  rdma_devices:
+    description:
+      - Inventory host -> its RDMA character devices (the C(rdma_char_devices) list of C(sparkfleet.vllm.rdma_facts)).
+      - A node with devices must not run NCCL over C(NET/Socket); a node missing here is not judged.
     type: dict
     default: {}
   allow_tcp_fallback:
@@ -54,14 +61,15 @@ EXAMPLES = r"""
 - name: Prove NCCL runs over RDMA on every node
   sparkfleet.vllm.nccl_transport:
     container: sparkfleet-vllm
-    nodes:
-      192.168.200.12: {name: spark-a1, rdma_devices: [/dev/infiniband/uverbs0]}
-      192.168.200.13: {name: spark-b2, rdma_devices: [/dev/infiniband/uverbs0]}
+    nodes: "{{ hostvars | sparkfleet.vllm.cluster_nodes(groups['spark'], groups['spark_head'][0]) }}"
+    rdma_devices:
+      spark-a1: [/dev/infiniband/uverbs0, /dev/infiniband/uverbs1]
+      spark-b2: [/dev/infiniband/uverbs0, /dev/infiniband/uverbs1]
 """
 
 RETURN = r"""
 transports:
-  description: The transport per node (inventory name when the IP is in O(nodes), else NCCL's host name).
+  description: The transport per node (inventory host when the IP is in O(nodes), else NCCL's host name).
   returned: always
   type: dict
   sample: {spark-a1: IB, spark-b2: IB}
@@ -119,18 +127,23 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             container=dict(type="str", required=True),
-            nodes=dict(type="dict", default={}),
+            nodes=dict(type="list", elements="dict", default=[]),
+            rdma_devices=dict(type="dict", default={}),
             allow_tcp_fallback=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
     p = module.params
     nodes = {}
-    for ip, info in p["nodes"].items():
-        if not isinstance(info, dict):
-            module.fail_json(msg="nodes[%s] must be a dict with name and rdma_devices, got %r" % (ip, info),
-                             hint="pass {ip: {name: host, rdma_devices: [...]}} from hostvars")
-        nodes[str(ip)] = info
+    for node in p["nodes"]:
+        if not node.get("host") or not node.get("ip"):
+            module.fail_json(msg="every entry of nodes needs host and ip, got %r" % (node,),
+                             hint="pass hostvars | sparkfleet.vllm.cluster_nodes(groups['spark'], head)")
+        devices = p["rdma_devices"].get(node["host"]) or []
+        if not isinstance(devices, list):
+            module.fail_json(msg="rdma_devices[%s] must be a list of device paths, got %r" % (node["host"], devices),
+                             hint="pass the rdma_char_devices list of rdma_facts")
+        nodes[str(node["ip"])] = {"name": node["host"], "rdma_devices": devices}
     docker = module.get_bin_path("docker", required=True)
     cmd = [docker, "logs", p["container"]]
     rc, out, err = module.run_command(cmd, environ_update=_C_ENV)

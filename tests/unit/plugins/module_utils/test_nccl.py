@@ -93,3 +93,17 @@ def test_nccl_warn_lines_are_kept():
                                              ("P2P/CUMEM", "local"), ("SHM/direct/direct", "local"), (None, None)])
 def test_transport_of(name, transport):
     assert _nccl.transport_of(name) == transport
+
+
+def test_nested_engine_core_and_ray_prefixes():
+    # as the lab's API container logs it (vLLM V1: the EngineCore process prefixes the Ray-forwarded lines)
+    text = ("(EngineCore_DP0 pid=423) \x1b[36m(RayWorkerWrapper pid=178, ip=10.99.1.12)\x1b[0m spark-2:178:178 [0] "
+            "NCCL INFO NET/IB : Using [0]rocep1s0f1:1/RoCE [1]roceP2p1s0f1:1/RoCE [RO]; OOB enp1s0f1np1:10.99.1.12<0>\n"
+            "(EngineCore_DP0 pid=423) \x1b[36m(RayWorkerWrapper pid=215)\x1b[0m spark-1:215:215 [0] NCCL INFO "
+            "Bootstrap: Using enp1s0f1np1:10.99.1.11<0>\n"
+            "(EngineCore_DP0 pid=423) \x1b[36m(RayWorkerWrapper pid=215)\x1b[0m spark-1:215:215 [0] NCCL INFO "
+            "Using network Socket\n")
+    procs = _nccl.parse(text)
+    assert [(p["host"], p["ip"], p["transport"]) for p in procs] == [
+        ("spark-2", "10.99.1.12", None), ("spark-1", "10.99.1.11", "Socket")]
+    assert procs[0]["ib_devices"] == ["rocep1s0f1", "roceP2p1s0f1"]

@@ -12,8 +12,9 @@ from ansible_collections.sparkfleet.vllm.plugins.modules import nccl_transport
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "nccl_transport")
 DEVS = ["/dev/infiniband/uverbs0"]
-NODES = {"192.168.200.12": {"name": "spark-a1", "rdma_devices": DEVS},
-         "192.168.200.13": {"name": "spark-b2", "rdma_devices": DEVS}}
+NODES = [{"host": "spark-a1", "ip": "192.168.200.12", "head": True},
+         {"host": "spark-b2", "ip": "192.168.200.13", "head": False}]
+RDMA = {"spark-a1": DEVS, "spark-b2": DEVS}
 
 
 @pytest.fixture
@@ -41,21 +42,21 @@ def logs(monkeypatch, run_module):
 
 
 def test_ib_everywhere_passes(logs):
-    result = logs("spark_ray_ib.log", nodes=NODES)
+    result = logs("spark_ray_ib.log", nodes=NODES, rdma_devices=RDMA)
     assert not result.get("failed"), result
     assert result["changed"] is False and result["transports"] == {"spark-a1": "IB", "spark-b2": "IB"}
     assert logs.calls == [["/usr/bin/docker", "logs", "sparkfleet-vllm"]]
 
 
 def test_socket_on_rdma_nodes_fails_naming_the_node(logs):
-    result = logs("spark_ray_socket_worker.log", nodes=NODES, check_mode=True)
+    result = logs("spark_ray_socket_worker.log", nodes=NODES, rdma_devices=RDMA, check_mode=True)
     assert result["failed"]
     assert "spark-b2 (192.168.200.13): NCCL uses NET/Socket" in result["msg"]
     assert result["transports"]["spark-b2"] == "Socket"
 
 
 def test_socket_allowed_warns(logs):
-    result = logs("spark_ray_socket_worker.log", nodes=NODES, allow_tcp_fallback=True)
+    result = logs("spark_ray_socket_worker.log", nodes=NODES, rdma_devices=RDMA, allow_tcp_fallback=True)
     assert not result.get("failed") and any("spark-b2" in w for w in result["warned"])
 
 
@@ -69,6 +70,16 @@ def test_no_container_fails_with_hint(logs):
     assert result["failed"] and "sparkfleet-vllm" in result["msg"] and "systemctl" in result["hint"]
 
 
-def test_bad_nodes_entry_names_it(logs):
-    result = logs("spark_ray_ib.log", nodes={"192.168.200.12": "spark-a1"})
-    assert result["failed"] and "nodes[192.168.200.12]" in result["msg"]
+def test_socket_on_a_node_without_devices_passes(logs):
+    result = logs("spark_ray_socket_worker.log", nodes=NODES, rdma_devices={"spark-a1": [], "spark-b2": []})
+    assert not result.get("failed"), result
+    assert result["transports"] == {"spark-a1": "Socket", "spark-b2": "Socket"}
+
+
+@pytest.mark.parametrize("args, msg", [
+    ({"nodes": [{"host": "spark-a1"}]}, "needs host and ip"),
+    ({"nodes": NODES, "rdma_devices": {"spark-a1": "/dev/infiniband/uverbs0"}}, "rdma_devices[spark-a1]"),
+])
+def test_bad_input_names_it(logs, args, msg):
+    result = logs("spark_ray_ib.log", **args)
+    assert result["failed"] and msg in result["msg"]
