@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: image_check
 short_description: Check a vLLM runtime image can serve a model with the given flags, before anything starts
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - Asks the image itself what it ships, in one short container (C(docker run --rm --network none
     --entrypoint python3 IMAGE -c PROBE)) - the vLLM version, the Ray version, the model architectures vLLM's

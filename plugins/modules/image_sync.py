@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: image_sync
 short_description: Move a container image from this node to others over the fabric (docker save | ssh docker load)
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - Runs on the node that has the image (the head) and streams it to every destination whose image ID differs,
     as C(docker save IMAGE | ssh USER@IP LOAD_COMMAND), over the fabric addresses.

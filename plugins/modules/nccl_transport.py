@@ -9,13 +9,13 @@ DOCUMENTATION = r"""
 ---
 module: nccl_transport
 short_description: Prove which transport NCCL chose (NET/IB or NET/Socket) on every node
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - Reads the C(NCCL_DEBUG=INFO) lines of a running vLLM server from its container's log (Ray forwards every
     worker's lines to the API container, prefixed with the worker node's IP) and reports, per NCCL process and per
     node, the interface and the transport NCCL uses (C(IB) for RoCE/InfiniBand, including plugins such as
     C(IBext_v11); C(Socket) for TCP; C(local) for P2P/SHM inside one node).
-  - Fails, naming the node and the fix, when a node that has RDMA devices (O(nodes)) runs NCCL over C(NET/Socket):
+  - Fails, naming the node and the fix, when a node that has RDMA devices (O(nodes)) runs NCCL over C(NET/Socket);
     NCCL falls back to TCP silently when the container lacks C(/dev/infiniband) or an unlimited locked-memory
     limit, and serving then runs at a fraction of the fabric's bandwidth.
   - With O(allow_tcp_fallback) the same finding is a warning.

@@ -10,9 +10,8 @@ from ansible_collections.sparkfleet.vllm.plugins.filter.fabric_mtu_mismatches im
 
 
 def _hv(**mtus):
-    return {name.replace("_", "-"): {"sparkfleet_fabric": {"interface": "enp1s0f1np1", "mtu": mtu,
-                                                            "subnet": "10.99.1.0/24"}}
-            for name, mtu in mtus.items()}
+    fabric = {"interface": "enp1s0f1np1", "subnet": "10.99.1.0/24"}
+    return {name.replace("_", "-"): {"sparkfleet_fabric": dict(fabric, mtu=mtu)} for name, mtu in mtus.items()}
 
 
 def test_mismatch_names_both_nodes():
