@@ -50,11 +50,12 @@ def test_four_nodes_deploy_serve_and_rerun_unchanged(lab4):
     assert "4 alive Ray node(s) with 4 GPU(s), 4/4 expected on their fabric IP" in first.stdout
     assert "round trips ok for 3/3 worker(s)" in first.stdout
 
-    # The model reached every worker (the sync fans out: a finished worker feeds the next).
+    # The model reached every worker (the sync fans out: a finished worker feeds the next). model_sync's marker,
+    # .sparkfleet-model, is on the workers only.
     listings = {}
     for host in HOSTS:
         p = run([LABCTL, "exec", host, "sh", "-c",
-                 "cd /models/sparklab-tiny && find . -type f -printf '%p %s\\n' | sort"])
+                 "cd /models/sparklab-tiny && find . -type f ! -path ./.sparkfleet-model -printf '%p %s\\n' | sort"])
         listings[host] = p.stdout
     assert "model.safetensors.index.json" in listings["spark-1"]
     assert all(listings[h] == listings["spark-1"] for h in HOSTS[1:])
