@@ -26,6 +26,8 @@ def _node_state(lab, host):
     return lab.host_exec(host, "sh", "-c", probe).stdout
 
 
+@pytest.mark.fault(name='bad serving values (gpu_memory_utilization 1.5, port 0, typo and -tp in extra args)',
+                   expected='preflight names each, all at once; GPU holder, units, keys untouched')
 def test_bad_serving_values_stop_site_in_preflight_with_nothing_changed(lab, tmp_path):
     started = lab.host_exec(HEAD, "sh", "-c", "setsid python3 -c \"%s\" >/dev/null 2>&1 < /dev/null & echo $!" % HOLDER)
     pid = started.stdout.strip()

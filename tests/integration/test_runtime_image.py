@@ -50,6 +50,8 @@ def image(lab):
         return handle.read().strip()
 
 
+@pytest.mark.fault(name='image too old for the model (vLLM 0.10.2, no Qwen3.5)',
+                   expected='site.yml stops in seconds naming image, versions and fix; nothing changed')
 def test_too_old_image_stops_the_deployment_in_seconds_before_anything_changes(lab, image, tmp_path):
     old = "%s-vllm%s" % (image, OLD)
     before = {h: services(lab, h) for h in lab.hosts}
@@ -79,6 +81,8 @@ def test_entrypoint_is_vllm_serve_so_every_container_needs_one(lab, image):
     assert right.returncode == 0 and "ray, version" in right.stdout
 
 
+@pytest.mark.fault(name='worker with no route to a registry',
+                   expected='the head moves the image over the fabric; second run unchanged')
 def test_workers_cannot_pull_and_get_the_image_from_the_head_over_the_fabric(lab, image, tmp_path):
     workers = lab.hosts[1:]
     for w in workers:
