@@ -5,13 +5,30 @@
 
 Feed text with ``VllmLogParser.feed()`` as it arrives (any chunking), call ``finish()`` when
 no more text will come, and read ``snapshot()``. No I/O happens here.
+
+The parser is the state machine: phases, progress, and which failure the lines show. How one line is
+unwrapped and timed is in ``_vllm_lines``; what each failure class is (patterns, priority, hint) is in
+``_vllm_causes``.
 """
 
 from __future__ import annotations
 
-import calendar
 import re
-import time
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes import (
+    CAUSE,
+    LINE_CAUSES,
+    PRIORITY,
+    render_hint,
+)
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_lines import (
+    MAX_LINE_CHARS,
+    LineReader,
+    cap_line,
+    norm,
+    rank_key,
+    scrub,
+)
 
 PHASES = (
     "starting",
@@ -25,229 +42,9 @@ PHASES = (
 )
 PHASE_INDEX = dict((p, i) for i, p in enumerate(PHASES))
 
-FAILURE_CLASSES = (
-    "ray_oom_killed",
-    "cuda_oom",
-    "gpu_arch_unsupported",
-    "insufficient_memory",
-    "placement_group",
-    "rendezvous_failed",
-    "nccl_error",
-    "worker_died",
-    "ray_unreachable",
-    "model_unsupported",
-    "weights_corrupt",
-    "port_in_use",
-    "dependency_missing",
-    "worker_env_mismatch",
-    "tokenizer_error",
-    "engine_init_failed",
-    "engine_exited",
-    "stalled",
-    "log_missing",
-)
 # Classes the caller decides (no log line can show them).
 CALLER_CLASSES = ("log_missing",)
-
-# Lower number wins when several causes show up in one failed startup.
-_PRIORITY = {
-    "ray_oom_killed": 10,
-    "cuda_oom": 20,
-    "gpu_arch_unsupported": 22,
-    "insufficient_memory": 25,
-    "port_in_use": 30,
-    "dependency_missing": 35,
-    "worker_env_mismatch": 37,
-    "model_unsupported": 40,
-    "tokenizer_error": 45,
-    "weights_corrupt": 50,
-    "ray_unreachable": 55,
-    "rendezvous_failed": 60,
-    "nccl_error": 65,
-    "placement_group": 70,
-    "worker_died": 80,
-    "stalled": 85,
-    "engine_exited": 90,
-    "engine_init_failed": 100,
-    "log_missing": 110,
-}
-
-HINTS = {
-    "ray_oom_killed": (
-        "Ray's memory monitor killed a worker: on GB10 unified memory it trips during CUDA graph "
-        "capture. Turn it off (ray_cluster_memory_monitor: false, i.e. RAY_memory_monitor_refresh_ms=0) "
-        "or raise ray_cluster_memory_usage_threshold, and lower vllm_serve_gpu_memory_utilization "
-        "(e.g. 0.85)."
-    ),
-    "cuda_oom": (
-        "The GPU ran out of memory. Lower vllm_serve_gpu_memory_utilization or "
-        "vllm_serve_max_model_len (or vllm_serve_extra_args: {max-num-seqs: N}), and make sure "
-        "gpu_cleanup freed stale holders (nvidia-smi --query-compute-apps) on every node."
-    ),
-    "gpu_arch_unsupported": (
-        "The image's CUDA kernels (PyTorch, vLLM, NCCL or Triton) were not built for this GPU: GB10 is "
-        "compute capability 12.1 (sm_121) on aarch64. Use an image built for it in vllm_serve_image and "
-        "ray_cluster_image (both default to sparkfleet_image), the same one on every node."
-    ),
-    "insufficient_memory": (
-        "Not enough free memory for weights plus KV cache. Free the GPU first (gpu_cleanup stops "
-        "stale units/containers), then adjust vllm_serve_gpu_memory_utilization (lower it when "
-        "free memory is short at startup, raise it when no KV cache blocks fit) or reduce "
-        "vllm_serve_max_model_len."
-    ),
-    "placement_group": (
-        "Ray could not place the workers. Check `ray status` shows every node and GPU, and that "
-        "VLLM_HOST_IP equals each node's Ray IP (ray_cluster_node_ip, default sparkfleet_fabric_ip); "
-        "vllm_serve_tensor_parallel_size x vllm_serve_pipeline_parallel_size must equal the "
-        "cluster's GPUs, and no stale engine may hold a GPU."
-    ),
-    "rendezvous_failed": (
-        "torch.distributed could not connect the ranks: some address points off the fabric. Pin "
-        "ray start --node-ip-address, VLLM_HOST_IP and GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to "
-        "sparkfleet_fabric_ip / sparkfleet_fabric_interface on every node."
-    ),
-    "nccl_error": (
-        "NCCL failed to initialise or communicate. Check NCCL_SOCKET_IFNAME / NCCL_IB_HCA follow "
-        "sparkfleet_fabric_interface on each node, MTU sparkfleet_fabric_min_mtu on both ends, "
-        "and /dev/shm size in the container; rerun with vllm_serve_env: {NCCL_DEBUG: INFO} for detail."
-    ),
-    "worker_died": (
-        "A vLLM worker or engine process died. Look at the evidence and the worker node's log "
-        "(journalctl/docker logs on that node) for the first error; a Ray OOM kill or NCCL fault "
-        "is the usual cause."
-    ),
-    "ray_unreachable": (
-        "vLLM found no running Ray cluster. Run the ray_cluster role first and make sure the head "
-        "address (ray_cluster_head_host's sparkfleet_fabric_ip, ray_cluster_port) is reachable "
-        "from the serving node, with the same Ray version (ray_cluster_image / vllm_serve_image)."
-    ),
-    "model_unsupported": (
-        "This vLLM build does not support the model's architecture. Use a newer vLLM image "
-        "(vllm_serve_image) or a model supported by it (sparkfleet_model_id); a model that ships "
-        "custom code needs vllm_serve_extra_args: {trust-remote-code: true}."
-    ),
-    "weights_corrupt": (
-        "The weight files are missing, incomplete or corrupted. Re-run the model_sync role with "
-        "model_sync_verify: true (and model_sync_checksum: true to compare hashes) so every node "
-        "holds identical, complete files in sparkfleet_model_dir."
-    ),
-    "port_in_use": (
-        "The API port is already taken, usually by an old vLLM. Stop the stale unit/container "
-        "(gpu_cleanup, gpu_cleanup_stale_units) or change vllm_serve_port."
-    ),
-    "dependency_missing": (
-        "Something the server needs is missing or too old (a Python module, a library, the "
-        "driver or the container GPU runtime). Use a vLLM image that ships it (vllm_serve_image), "
-        "or install the named package there."
-    ),
-    "worker_env_mismatch": (
-        "A Ray worker runs other Python packages (vLLM, Ray, torch, Python itself) than the driver on the "
-        "head node, so the engine breaks even when the API answers. Run one image on every node "
-        "(vllm_serve_image and ray_cluster_image, both default to sparkfleet_image; pin it by digest) and "
-        "restart the Ray cluster (ray_cluster role) so the workers use it."
-    ),
-    "tokenizer_error": (
-        "The tokenizer could not be loaded. Check sparkfleet_model_dir holds tokenizer files "
-        "(tokenizer.json / tokenizer_config.json) and that the transformers version in the image "
-        "supports this model; consider vllm_serve_extra_args: {trust-remote-code: true}."
-    ),
-    "engine_init_failed": (
-        "The engine failed to start; the evidence shows the first error vLLM printed. If it took "
-        "about 600 s, raise vllm_serve_engine_ready_timeout (VLLM_ENGINE_READY_TIMEOUT_S)."
-    ),
-    "engine_exited": (
-        "The vLLM process stopped without printing a known failure. Check the unit or container "
-        "(vllm_serve_unit / vllm_serve_container_name: systemctl status, docker inspect), the "
-        "kernel log for the OOM killer, and the full log."
-    ),
-    "log_missing": (
-        "The log file does not exist. Check log_file names the file the server writes (its unit's "
-        "StandardOutput= or the shell redirect) and that the server was started; or follow the unit or "
-        "container instead (unit / container)."
-    ),
-    "stalled": (
-        "No progress for stall_timeout seconds (vllm_serve_stall_timeout). A placement-group wait "
-        "means Ray lacks a node or GPU (check `ray status`, VLLM_HOST_IP = ray_cluster_node_ip); a "
-        "silent hang after distributed init is usually NCCL on the wrong interface "
-        "(sparkfleet_fabric_interface)."
-    ),
-}
-
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
-# One process prefix: "(APIServer pid=1) ", "(RayWorkerWrapper pid=860, ip=192.168.200.13) ",
-# "(EngineCore_DP0 pid=12)", "(VllmWorker rank=1 pid=9)", "(raylet, ip=10.0.0.2)".
-# Every part is bounded so a line of thousands of "(a=b, " costs linear time.
-_PREFIX_RE = re.compile(
-    r"\s{0,8}\((?P<body>[A-Za-z_][\w.:\-]{0,80}(?:[ ,]{1,4}[A-Za-z_]{1,40}=[^()\s,]{1,80}){0,8}|"
-    r"[A-Za-z_]{1,40}=[^()\s,]{1,80}(?:[ ,]{1,4}[A-Za-z_]{1,40}=[^()\s,]{1,80}){0,8})\)\s?"
-)
-# At most this many nested process prefixes are taken off one line.
-_MAX_PREFIXES = 8
-# torch.distributed's "[rank0]: " and "[W1120 10:00:42.311 socket.cpp:755] "-style glog prefixes.
-_RANK_PREFIX_RE = re.compile(r"^\[rank\d+\]:\s?")
-# Ray's C++ log header: "[2025-08-20 10:14:40,020 E 402 402] (raylet) ".
-_GLOG_RE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,.]+ [DIWEF] \d+ \d+\] (?:\(\w+\) )?")
-_BARE_ANSI_RE = re.compile(r"\[(?:\d{1,3};)*\d{1,3}m")
-_KV_RE = re.compile(r"(?<![A-Za-z_])([A-Za-z_]{1,40})=([^()\s,]{1,80})")
-_REPEATED_RE = re.compile(r"\[repeated \d{1,9}x across cluster\]\s{0,8}$")
-# Outer line prefixes added by log collectors.
-_DOCKER_TS_RE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\s")
-_SYSLOG_RE = re.compile(
-    r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d+) "
-    r"(?P<time>\d\d:\d\d:\d\d)(?:\.\d+)? \S+ [^\s:\[]+(?:\[\d+\])?: ?"
-)
-_COLLECTOR_RE = re.compile(r"^(?:[\w.-]+\s+\| |\[pod/[^\]\s]+\] )")
-_HOST_PROC_RE = re.compile(r"^[\w.-]+ [\w.@/-]+\[\d+\]: ?")
-_ISO_PREFIX_RE = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?[ \t|]+")
-# vLLM's own header: "INFO 05-07 00:37:03 [core.py:1136] msg" (0.8+) or "INFO 10-10 12:00:00 core.py:99] msg".
-_VLLM_HDR_RE = re.compile(
-    r"^(?P<lvl>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?:(?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+)?"
-    r"\[[\w./<>-]+(?::\d+)?\]\s?|"
-    r"^(?P<lvl0>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?P<md0>\d\d-\d\d) (?P<hms0>\d\d:\d\d:\d\d)(?:\.\d+)?\s+"
-    r"[\w./<>-]+(?::\d+)?\]\s?"
-)
-# Ray's own header: "2026-11-29 10:55:51,123\tINFO worker.py:1821 -- msg".
-_RAY_HDR_RE = re.compile(r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+[\w./-]+:\d+\s+--\s")
-# uvicorn: "INFO:     Application startup complete."
-_UVICORN_RE = re.compile(r"^(?P<lvl>INFO|WARNING|ERROR|CRITICAL):\s+")
-
 PLACEMENT_STALL_S = 300
-# Longest physical line kept (characters). Longer lines are cut before any pattern sees them, so the work
-# per line is bounded whatever arrives (a 1 MB line, /dev/zero); tqdm redraws joined by carriage returns
-# keep their first segment (the rank prefix) and their newest ones.
-MAX_LINE_CHARS = 16384
-_SURROGATE_RE = re.compile("[\ud800-\udfff]")
-
-
-def scrub(text):
-    """Text that is valid UTF-8 whatever came in: bytes are decoded with replacement characters, and lone
-    surrogates (what ``surrogateescape`` makes of invalid bytes) become U+FFFD, so a result always serialises."""
-    if text is None:
-        return ""
-    if isinstance(text, bytes):
-        return text.decode("utf-8", "replace")
-    if not isinstance(text, str):
-        text = str(text)
-    return _SURROGATE_RE.sub("\ufffd", text)
-
-
-def cap_line(line, limit=MAX_LINE_CHARS):
-    """``line`` cut to at most ``limit`` characters (see MAX_LINE_CHARS)."""
-    if len(line) <= limit:
-        return line
-    if "\r" in line:
-        head = line.split("\r", 1)[0][:limit // 4]
-        tail = line[-(limit // 2):]
-        at = tail.find("\r")
-        if at >= 0:
-            return head + tail[at:]
-        return head
-    return line[:limit]
-
-
-_YEAR = 2000
-_MONTHS = dict((m, i + 1) for i, m in enumerate(
-    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]))
 
 # "Loading safetensors checkpoint shards:  44% Completed | 17/39 [05:06<06:40, 18.20s/it]"
 # Found from the ": NN% ... |" head (one start per colon, bounded after it), the description is the text
@@ -327,134 +124,7 @@ _BENIGN_RE = re.compile(
     r"ERROR\s+\d\d-\d\d \d\d:\d\d:\d\d.{0,400}?\bWARNING\b"
 )
 
-# Root causes: (class, strong regex, weak regex). A strong line ends the startup by itself; a weak
-# one only when nothing progresses after it (it may be a tolerated error).
-_CAUSES = [
-    ("ray_oom_killed", re.compile(
-        r"ray\.exceptions\.OutOfMemoryError|node running low on memory|"
-        r"Ray killed this worker|memory usage threshold of|"
-        r"Workers \(tasks / actors\) killed due to memory pressure|killed due to memory pressure \(OOM\)|"
-        r"NODE_OUT_OF_MEMORY|Killing worker with task .{0,400}?[Mm]emory|"
-        r"Memory on the node .{0,400}? exceeds the (?:memory usage )?threshold"), None),
-    ("cuda_oom", re.compile(
-        r"CUDA out of memory|torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError|OutOfMemoryError: CUDA|"
-        r"CUDA error: out of memory|CUDA driver error: out of memory|cudaErrorMemoryAllocation|"
-        r"CUBLAS_STATUS_ALLOC_FAILED|HIP out of memory|out of memory on device|"
-        r"cudaMalloc.{0,400}?out of memory|CUDA_ERROR_OUT_OF_MEMORY|"
-        r"Failed to allocate memory for (?:the )?(?:KV cache|CUDA graph)"), None),
-    # Kernels missing for this GPU, reported by torch, NCCL ("Cuda failure 'invalid device function'"),
-    # the CUDA runtime or Triton's ptxas. Before nccl_error: NCCL wraps them as "unhandled cuda error".
-    ("gpu_arch_unsupported", re.compile(
-        r"no kernel image is available for execution|invalid device function|"
-        r"cudaErrorNoKernelImageForDevice|cudaErrorInvalidDeviceFunction|CUDA_ERROR_NO_BINARY_FOR_GPU|"
-        r"CUDA_ERROR_INVALID_SOURCE|no binary for GPU|"
-        r"ptxas fatal\s{0,4}: Value 'sm_\w{1,8}' is not defined for option"),
-        re.compile(r"with CUDA capability sm_\w{1,8} is not compatible with the current PyTorch installation|"
-                   r"[Uu]nsupported (?:GPU|CUDA) architecture|CUDA arch(?:itecture)? .{0,80}? not supported")),
-    ("insufficient_memory", re.compile(
-        r"Free memory on device .{0,400}?less than desired GPU memory utilization|"
-        r"No available memory for the cache blocks|"
-        r"larger than the available KV cache memory|"
-        r"Available KV cache memory: -|"
-        r"is larger than the maximum number of tokens that can be stored in KV cache|"
-        r"Insufficient memory for|Not enough memory to|Error in memory profiling|"
-        r"\[Errno 12\] Cannot allocate memory|DefaultCPUAllocator: can't allocate memory"),
-        re.compile(r"[Ii]nsufficient memory|[Nn]ot enough memory|Cannot allocate memory")),
-    ("placement_group", re.compile(
-        r"Cannot provide a placement group|No available node types can fulfill resource request|"
-        r"placement group .{0,400}?(?:infeasible|cannot be scheduled)|"
-        r"does not have enough GPUs|Ray does not allocate any GPUs on the driver node|"
-        r"The number of required GPUs exceeds the total number of available GPUs|"
-        r"Current node has no GPU available|The current placement group .{0,400}? does not have"), None),
-    ("rendezvous_failed", re.compile(
-        r"client socket has failed to connect to any network address|connectFullMesh failed|DistNetworkError|"
-        r"DistStoreError|Timed out after \d+ seconds waiting for clients|"
-        r"TCPStore.{0,400}?(?:timed out|failed|Broken pipe|Connection reset)|TCP client failed to connect|"
-        r"Gloo connectFullMesh|gloo/transport/tcp/pair\.cc|"
-        r"RendezvousConnectionError|RendezvousTimeoutError|"
-        r"init_process_group.{0,400}?(?:timed out|failed)|connect\(\) timed out\. Original timeout"),
-        # torch warns "[c10d] The client socket has failed to connect to [host]:port" while it retries.
-        re.compile(r"client socket has failed to connect|Network is unreachable|"
-                   r"Connection refused.{0,400}?(?:store|rendezvous|c10d)")),
-    ("nccl_error", re.compile(
-        r"NCCL [Ee]rror|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclInvalidUsage|"
-        r"ncclRemoteError|ncclInvalidArgument|unhandled system error|unhandled cuda error|"
-        r"DistBackendError|ProcessGroupNCCL.{0,400}?(?:[Ww]atchdog caught|timed? ?out|error)|"
-        r"NCCL communicator was aborted|Failed to initialize NCCL|NCCL_CHECK|"
-        r"ncclCommInitRank failed|pynccl.{0,400}?(?:error|failed)"),
-        re.compile(r"NCCL WARN|Call to ibv_\w+ failed|NET/IB : .{0,400}?(?:failed|error)")),
-    ("ray_unreachable", re.compile(
-        r"Could not find any running Ray instance|Could not read 'node_ip_address'|"
-        r"Failed to connect to GCS within|"
-        r"Failed to get the system config from raylet|RaySystemError|"
-        r"GCS (?:server )?(?:is not|could not be) (?:reachable|reached)|"
-        r"Failed to connect to the Ray cluster|Raylet is terminated|Failed to register worker.{0,400}? to Raylet|"
-        r"ray\.init\(\) .{0,400}?failed|Can't find a `node_ip_address\.json`|"
-        r"ray client connection timeout"),
-        re.compile(r"Unable to connect to GCS|Failed to connect to GCS")),
-    ("model_unsupported", re.compile(
-        r"Model architectures? \[.{0,400}?\] (?:are|is) not supported|are not supported for now|"
-        r"is not supported for now|Unrecognized model in|but Transformers does not recognize this architecture|"
-        r"does not recognize this architecture|The checkpoint you are trying to load has model type|"
-        r"No model architectures are specified|Cannot find model module|failed to be inspected|"
-        r"Unrecognized configuration class|contains custom code which must be executed|"
-        r"is not supported by the current vLLM|not supported on this GPU|"
-        r"Unsupported (?:model|architecture)|Unknown quantization method|"
-        r"quantization (?:method )?.{0,400}? is not supported|compute capability .{0,400}? not supported|"
-        r"requires (?:a )?(?:GPU|compute capability) |only supported on GPUs with compute capability"), None),
-    ("weights_corrupt", re.compile(
-        r"SafetensorError|safetensors_rust|Error while deserializing header|"
-        r"HeaderTooLarge|MetadataIncompleteBuffer|InvalidHeaderDeserialization|"
-        r"incomplete metadata, file not fully covered|"
-        r"Cannot find any model weights|No such file or directory: .{0,400}?\.(?:safetensors|bin|pt)\b|"
-        r"PytorchStreamReader failed|invalid load key|storage has wrong size|"
-        r"size mismatch for|not found in checkpoint|"
-        r"does not appear to have a file named|No such file or directory: .{0,400}?config\.json|"
-        r"\.safetensors\b.{0,400}?(?:not found|does not exist|missing|truncated)"),
-        re.compile(r"unexpected EOF|KeyError: '[\w.]+\.(?:weight|bias|scale|weight_scale|qweight)\w*'|"
-                   r"Repository Not Found|RepositoryNotFoundError|LocalEntryNotFoundError|"
-                   r"is not a local folder and is not a valid model identifier|GatedRepoError|"
-                   r"gated repo")),
-    ("port_in_use", re.compile(
-        r"\[Errno 98\]|Address already in use|address already in use|EADDRINUSE|"
-        r"port \d+ is (?:already )?in use|port is already in use|port is already allocated"), None),
-    ("dependency_missing", re.compile(
-        r"(?:vllm|ray|python3?): (?:command )?not found|executable file not found in \$PATH|"
-        r"CUDA driver version is insufficient|NVIDIA driver on your system is too old|"
-        r"could not select device driver .{0,400}? with capabilities"), re.compile(
-        r"ModuleNotFoundError|No module named|ImportError: |cannot import name|"
-        r"undefined symbol|libcuda\.so.{0,400}?(?:not found|cannot open)|"
-        r"lib[\w.+-]+\.so[.\d]*: cannot open shared object file|"
-        r"requires the [`']?[\w-]+[`']? (?:package|library)|Please install [\w-]+|"
-        r"pip install [\w\[\]-]+ to|Failed to find C compiler|Python\.h: No such file")),
-    # A worker whose Python packages differ from the driver's: Ray says so, or the worker cannot import or
-    # unpickle what the driver sent. Import errors raised inside a Ray worker are moved here from
-    # dependency_missing (see _failure_checks).
-    ("worker_env_mismatch", re.compile(
-        r"Version mismatch: The cluster was started with|failed to import on the worker|"
-        r"library dependencies are not installed in the worker environment|"
-        r"Can't get attribute '\w{1,80}' on <module '(?:vllm|ray|torch)|"
-        r"(?:vllm|ray|torch) version mismatch between (?:the )?driver and (?:the )?workers?"), None),
-    ("tokenizer_error", None, re.compile(
-        r"[Tt]okenizer[\w.]{0,80}(?: class)? .{0,400}?(?:does not exist|not found|could not be loaded|"
-        r"failed to load|is not currently imported)|"
-        r"Can't load tokenizer|Failed to load the tokenizer|Error loading tokenizer|No tokenizer file found|"
-        r"TokenizerError|untagged enum ModelWrapper|sentencepiece.{0,400}?(?:[Ee]rror|failed)|"
-        r"tiktoken.{0,400}?(?:error|Error)|Couldn't instantiate the backend tokenizer|"
-        r"Tokenizer class .{0,400}? does not exist|tokenizer_config\.json.{0,400}?(?:not found|does not exist)|"
-        # transformers warns about a tokenizer_class that differs from the class it builds; the error that
-        # follows ("TypeError: not a string", an AttributeError) names no tokenizer.
-        r"tokenizer class you load from this checkpoint is not the same type|"
-        r"tokenizer class you load from this checkpoint is '|"
-        r"tokenizer_class.{0,200}?(?:does not match|mismatch|is not the same)")),
-    ("worker_died", re.compile(
-        r"RayActorError|ActorDiedError|actor died unexpectedly|The actor died|NodeDiedError|"
-        r"has been marked dead|died unexpectedly|Worker proc .{0,400}? died|WorkerProc hit an exception|"
-        r"Engine core proc .{0,400}? died|EngineDeadError|worker process .{0,400}? (?:died|exited)|"
-        r"A worker died or was killed|Worker .{0,400}? exited unexpectedly|Actor .{0,400}? is dead|"
-        r"exited with code -9"), None),
-]
-_RAY_OOM_RE = dict((c[0], c[1]) for c in _CAUSES)["ray_oom_killed"]
+_RAY_OOM_RE = CAUSE["ray_oom_killed"].strong
 # Warnings that are weak evidence of a cause (vLLM logs tolerated problems at WARNING, but these explain
 # the error that follows them).
 _WARNING_EVIDENCE_RE = re.compile(
@@ -483,7 +153,7 @@ _FRAME_PHASE = {
     "check_enough_kv_cache_memory": "profiling", "raise_if_cache_size_invalid": "profiling",
     "capture_model": "cuda_graphs", "compile_or_warm_up_model": "cuda_graphs",
 }
-_PORT_IN_USE_RE = dict((c[0], c[1]) for c in _CAUSES)["port_in_use"]
+_PORT_IN_USE_RE = CAUSE["port_in_use"].strong
 _EXC_IGNORE = ("StopIteration", "KeyboardInterrupt", "SystemExit", "GeneratorExit")
 
 # Generic fatal markers: the startup is over, root cause is earlier (or later in the traceback).
@@ -568,49 +238,6 @@ def _shard_bar(text):
     return None
 
 
-def _norm(line):
-    """Evidence line without prefixes and headers, to drop the same message printed twice."""
-    text = line or ""
-    for _i in range(_MAX_PREFIXES):
-        m = _PREFIX_RE.match(text)
-        if not m:
-            break
-        text = text[m.end():]
-    m = _VLLM_HDR_RE.match(text) or _GLOG_RE.match(text)
-    if m:
-        text = text[m.end():]
-    return text.strip()[:200]
-
-
-class Line(object):
-    """One logical log line after the wrappers are taken off."""
-
-    __slots__ = ("raw", "text", "level", "ts", "prefixes")
-
-    def __init__(self, raw, text, level, ts, prefixes):
-        self.raw = raw
-        self.text = text
-        self.level = level
-        self.ts = ts
-        self.prefixes = prefixes
-
-
-def _rank_key(prefixes):
-    """Key a rank by its Ray ip/pid prefix; local processes by their innermost name and pid."""
-    for body in prefixes:
-        kv = dict(_KV_RE.findall(body))
-        if "ip" in kv:
-            return "%s pid=%s" % (kv["ip"], kv["pid"]) if "pid" in kv else kv["ip"]
-    if prefixes:
-        body = prefixes[-1]
-        kv = dict(_KV_RE.findall(body))
-        name = re.split(r"[ ,]", body, 1)[0]
-        if "=" in name:  # "(pid=412)": no process name
-            return "pid=%s" % kv.get("pid")
-        return "%s pid=%s" % (name, kv["pid"]) if "pid" in kv else name
-    return "local"
-
-
 class VllmLogParser(object):
     """Incremental vLLM startup-log state machine.
 
@@ -618,8 +245,10 @@ class VllmLogParser(object):
     ``mark_stalled()`` / ``mark_exited()``. Timestamps found in lines drive ``phase_times()``.
     """
 
-    def __init__(self, stall_timeout=0, rank_names=None):
+    def __init__(self, stall_timeout=0, rank_names=None, setting_names=None):
         self.stall_timeout = stall_timeout or 0
+        # How hints name the settings to change (see _vllm_causes.render_hint).
+        self.setting_names = dict(setting_names or {})
         # A healthy cluster places at once; vLLM's own limit is 1800 s. Waiting this long is a stall.
         self.placement_stall_s = min(self.stall_timeout, PLACEMENT_STALL_S) if self.stall_timeout else 0
         self.rank_names = dict(rank_names or {})
@@ -628,9 +257,7 @@ class VllmLogParser(object):
         self.truncated_lines = 0
         self._pending_prefixes = None
         self._bar_prefixes = None
-        self._outer_clock = False
-        self._ts_cache = (None, None)
-        self._day_base = {}
+        self._reader = LineReader()
         self.lines_seen = 0
         self.attempts = 0
         self.previous_failure = None
@@ -715,7 +342,7 @@ class VllmLogParser(object):
         saved = self._pending_prefixes
         prefixes = self._pending_prefixes or self._bar_prefixes
         for seg in segs:
-            line = self._unwrap(seg, prefixes)
+            line = self._reader.unwrap(seg, prefixes)
             if line.prefixes:
                 prefixes = line.prefixes
             self._progress(line)
@@ -730,7 +357,7 @@ class VllmLogParser(object):
             self.lines_seen += 1
             return
         if "\r" not in physical:
-            line = self._unwrap(physical, None)
+            line = self._reader.unwrap(physical, None)
             self._logical(line)
             return
         segs = physical.split("\r")
@@ -738,126 +365,10 @@ class VllmLogParser(object):
         for seg in segs:
             if not seg.strip() and len(segs) > 1:
                 continue
-            line = self._unwrap(seg, inherited)
+            line = self._reader.unwrap(seg, inherited)
             self._logical(line)
             if line.prefixes:
                 inherited = line.prefixes
-
-    def _unwrap(self, seg, inherited):
-        raw = seg
-        if "#033[" in raw or "^[[" in raw:
-            # rsyslog writes ESC as "#033", `cat -v` / less as "^[".
-            raw = raw.replace("#033[", "\x1b[").replace("^[[", "\x1b[")
-        if "\x1b" in raw:
-            raw = _ANSI_RE.sub("", raw)
-        if "m" in raw and "[" in raw:
-            # Colour codes whose ESC was lost on the way (pasted logs): "[36m(RayWorkerWrapper ...)[0m".
-            raw = _BARE_ANSI_RE.sub("", raw)
-        text = raw.strip()
-        ts = None
-        outer = None
-        m = _COLLECTOR_RE.match(text)  # "vllm-1  | " (docker compose), "[pod/vllm-0/vllm] " (kubectl)
-        if m:
-            text = text[m.end():]
-        m = _DOCKER_TS_RE.match(text)
-        if m:
-            outer = self._iso_ts(m.group(1))
-            text = text[m.end():]
-            m = _HOST_PROC_RE.match(text)  # journalctl -o short-iso
-            if m:
-                text = text[m.end():]
-        m = _SYSLOG_RE.match(text)
-        if m:
-            outer = self._syslog_ts(m) or outer
-            text = text[m.end():]
-        prefixes = []
-        pos = 0
-        for _i in range(_MAX_PREFIXES):
-            m = _PREFIX_RE.match(text, pos)
-            if not m:
-                break
-            prefixes.append(m.group("body"))
-            pos = m.end()
-        text = text[pos:]
-        m = _RANK_PREFIX_RE.match(text)
-        if m:
-            text = text[m.end():]
-        if "repeated" in text:
-            m = _REPEATED_RE.search(text)
-            if m:
-                text = text[:m.start()]
-        text = text.strip()
-        if not prefixes and inherited:
-            prefixes = list(inherited)
-        level = None
-        m = _VLLM_HDR_RE.match(text)
-        if m:
-            level = m.group("lvl") or m.group("lvl0")
-            md, hms = (m.group("md"), m.group("hms")) if m.group("lvl") else (m.group("md0"), m.group("hms0"))
-            if md:
-                ts = self._vllm_ts(md, hms) or ts
-            text = text[m.end():]
-        else:
-            m = _ISO_PREFIX_RE.match(text)
-            if m:
-                ts = self._iso_ts(m.group(1)) or ts
-                text = text[m.end():]
-                m2 = _RAY_HDR_RE.match(text)
-                if m2:
-                    level = m2.group("lvl")
-                    text = text[m2.end():]
-                else:
-                    m2 = re.match(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL)\b[\s:]*", text)
-                    if m2:
-                        level = m2.group(1)
-                        text = text[m2.end():]
-            else:
-                m = _UVICORN_RE.match(text)
-                if m:
-                    level = m.group("lvl")
-                    text = text[m.end():]
-        if level == "WARN":
-            level = "WARNING"
-        # One clock per log: the collector's (docker, journal) when present, else vLLM's and Ray's own.
-        if outer is not None:
-            self._outer_clock = True
-            ts = outer
-        elif self._outer_clock:
-            ts = None
-        return Line(raw, text.strip(), level, ts, prefixes)
-
-    # ----- timestamps -----
-    def _vllm_ts(self, md, hms):
-        if self._ts_cache[0] == (md, hms):
-            return self._ts_cache[1]
-        val = self._vllm_ts_uncached(md, hms)
-        self._ts_cache = ((md, hms), val)
-        return val
-
-    def _vllm_ts_uncached(self, md, hms):
-        base = self._day_base.get(md)
-        if base is None:
-            try:
-                base = calendar.timegm((_YEAR, int(md[:2]), int(md[3:5]), 0, 0, 0, 0, 0, 0))
-            except (ValueError, OverflowError):
-                return None
-            self._day_base[md] = base
-        return base + int(hms[:2]) * 3600 + int(hms[3:5]) * 60 + int(hms[6:8])
-
-    def _iso_ts(self, text):
-        # vLLM and syslog stamps carry no year: every clock is put in one fixed (leap) year.
-        try:
-            t = time.strptime(text.replace("T", " "), "%Y-%m-%d %H:%M:%S")
-            return calendar.timegm((_YEAR, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec, 0, 0, 0))
-        except (ValueError, OverflowError):
-            return None
-
-    def _syslog_ts(self, m):
-        try:
-            h, mi, s = [int(x) for x in m.group("time").split(":")]
-            return calendar.timegm((_YEAR, _MONTHS[m.group("mon")], int(m.group("day")), h, mi, s, 0, 0, 0))
-        except (ValueError, KeyError, OverflowError):
-            return None
 
     # ----- the machine -----
     def _set_phase(self, phase, ts):
@@ -967,7 +478,7 @@ class VllmLogParser(object):
             n, total = int(m["n"]), int(m["total"])
             if total <= 0:
                 return False
-            key = _rank_key(line.prefixes) if line.prefixes else "local"
+            key = rank_key(line.prefixes) if line.prefixes else "local"
             rank = self.ranks.setdefault(key, {"n": 0, "total": total})
             changed = (n, total) != (rank.get("n"), rank.get("total")) or "ts" not in rank
             rank.update({
@@ -1059,7 +570,8 @@ class VllmLogParser(object):
             self._confirm()
             marker = True
         # A marker line may carry the cause too: "Worker failed with error 'NCCL error: ...'".
-        for cls, strong_rx, weak_rx in _CAUSES:
+        for cause in LINE_CAUSES:
+            cls, strong_rx, weak_rx = cause.name, cause.strong, cause.weak
             strong = bool(strong_rx and strong_rx.search(text))
             if strong or (weak_rx and weak_rx.search(text)):
                 if cls == "dependency_missing" and not strong and (
@@ -1091,16 +603,22 @@ class VllmLogParser(object):
             self.failure_phase = self.phase
 
     # ----- output -----
-    def _weak_pending(self):
+    def _weak_candidates(self):
         return [c for c in self.candidates if not c["strong"]]
+
+    @property
+    def weak_cause_pending(self):
+        """An error line that does not end a startup by itself waits for the rest of the log to decide it:
+        progress after it clears it, and ``settle(final=True)`` (no more log) makes it the failure."""
+        return not self.confirmed and bool(self._weak_candidates())
 
     def settle(self, final=False):
         """Decide weak causes: at the end of input (``final``) an unanswered error ends the startup."""
         if self.confirmed or self.phase == "ready":
             return
-        if final and self._weak_pending():
+        if final and self._weak_candidates():
             self._confirm()
-            self.failure_phase = self._weak_pending()[0]["phase"]
+            self.failure_phase = self._weak_candidates()[0]["phase"]
         if self.placement_stall_s and self.pg_wait_s >= self.placement_stall_s and self.phase == "placement":
             self.candidates.append({
                 "cls": "stalled", "line": self.pg_wait_line, "strong": True,
@@ -1131,8 +649,8 @@ class VllmLogParser(object):
             self._confirm()
             return
         self.exit_lines.append(evidence)
-        if self._weak_pending() and not self.confirmed:
-            self.failure_phase = self._weak_pending()[0]["phase"]
+        if self._weak_candidates() and not self.confirmed:
+            self.failure_phase = self._weak_candidates()[0]["phase"]
         self._confirm()
 
     def quiet_for(self):
@@ -1153,7 +671,7 @@ class VllmLogParser(object):
             return None
         best = None
         for c in self.candidates:
-            if best is None or (_PRIORITY[c["cls"]], c["seq"]) < (_PRIORITY[best["cls"]], best["seq"]):
+            if best is None or (PRIORITY[c["cls"]], c["seq"]) < (PRIORITY[best["cls"]], best["seq"]):
                 best = c
         if best is not None:
             cls = best["cls"]
@@ -1161,7 +679,7 @@ class VllmLogParser(object):
             seen = set()
             # Strong lines first (the exception itself), then the weak ones (warnings that led to it).
             for c in sorted(self.candidates, key=lambda c: (not c["strong"], c["seq"])):
-                key = _norm(c["line"])
+                key = norm(c["line"])
                 if c["cls"] == cls and key not in seen:
                     seen.add(key)
                     evidence.append(c["line"])
@@ -1188,7 +706,7 @@ class VllmLogParser(object):
         return {
             "class": cls,
             "evidence": evidence[:8],
-            "hint": HINTS[cls],
+            "hint": render_hint(cls, self.setting_names),
             "phase": phase,
         }
 
@@ -1269,7 +787,7 @@ def summary(snap):
     phase = snap["phase"]
     if phase == "failed":
         f = snap["failure"]
-        first = _norm(f["evidence"][0]) if f["evidence"] else ""
+        first = norm(f["evidence"][0]) if f["evidence"] else ""
         return "failed in %s: %s%s" % (snap["failed_phase"], f["class"], (" (%s)" % first[:160]) if first else "")
     prog = snap.get("progress") or {}
     parts = [phase]

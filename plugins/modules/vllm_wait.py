@@ -14,7 +14,7 @@ description:
   - Reads a vLLM server's log (a file, a systemd unit's journal or a container's log) and tells where the
     startup is - C(starting), C(engine_init), C(placement), C(loading_weights), C(profiling), C(cuda_graphs),
     C(api_starting), C(ready) - or that it C(failed), with the failure's class, the log lines that show it and
-    a hint naming the role variable to change.
+    a hint naming the settings to change (by the names in I(setting_names)).
   - 'Understands vLLM 0.6 to 0.33 logs, V0 and V1 engines, Ray worker prefixes such as
     "(RayWorkerWrapper pid=860, ip=192.168.200.13)" and "(RayWorkerProc ...) (Worker_DP0_TP1_EP1 ...)",
     Ray''s "[repeated 2x across cluster]" suffixes, ANSI colour codes and tqdm bars redrawn with carriage returns.'
@@ -149,13 +149,28 @@ options:
       - The key C(local) names ranks on the node that runs the API server, whose lines Ray prints without an IP.
     type: dict
     default: {}
+  setting_names:
+    description:
+      - 'How failure hints name the settings they tell to change, keyed by setting, for example
+        C({"gpu_memory_utilization": "vllm_serve_gpu_memory_utilization"}) so a hint names the caller''s variable.
+        A setting not given is named by its vLLM flag, environment variable or action (C(--gpu-memory-utilization)).'
+      - 'The settings: C(api_key), C(engine_ready_timeout), C(fabric_interface), C(fabric_ip), C(fabric_mtu),
+        C(gpu_cleanup), C(gpu_memory_utilization), C(image), C(images), C(max_model_len), C(max_num_seqs), C(model),
+        C(model_dir), C(model_sync), C(model_sync_checksum), C(model_sync_verify), C(nccl_debug),
+        C(pipeline_parallel_size), C(port), C(ray_cluster), C(ray_head_address), C(ray_memory_monitor),
+        C(ray_memory_usage_threshold), C(ray_node_ip), C(served_model_name), C(server), C(stale_units),
+        C(stall_timeout), C(tensor_parallel_size), C(trust_remote_code).'
+      - The C(vllm_serve) role passes its variables here.
+    type: dict
+    default: {}
 notes:
-  - Failure classes are C(ray_oom_killed), C(cuda_oom), C(gpu_arch_unsupported) (the image has no kernels for
-    this GPU), C(insufficient_memory), C(placement_group), C(rendezvous_failed), C(nccl_error), C(worker_died),
-    C(ray_unreachable), C(model_unsupported), C(weights_corrupt), C(port_in_use), C(dependency_missing),
-    C(worker_env_mismatch) (a Ray worker runs other packages than the driver), C(tokenizer_error),
-    C(engine_init_failed) (generic, only when nothing more specific is in the log), C(engine_exited) (process or
-    unit gone without a failure in the log), C(stalled) and C(log_missing) (I(log_file) does not exist).
+  - 'Failure classes, from the one that wins when several show in a log to the most generic: C(ray_oom_killed),
+    C(cuda_oom), C(gpu_arch_unsupported) (the image has no kernels for this GPU), C(insufficient_memory),
+    C(port_in_use), C(dependency_missing), C(worker_env_mismatch) (a Ray worker runs other packages than the
+    driver), C(model_unsupported), C(tokenizer_error), C(weights_corrupt), C(ray_unreachable), C(rendezvous_failed),
+    C(nccl_error), C(placement_group), C(worker_died), C(stalled) (no progress for I(stall_timeout)),
+    C(engine_exited) (process or unit gone without a failure in the log), C(engine_init_failed) (generic, only when
+    nothing more specific is in the log) and C(log_missing) (I(log_file) does not exist).'
   - After the log says the startup completed, an engine that dies at its first request (for example a Ray worker
     that cannot import what the driver sends) is still a failure; ordinary request errors are not.
   - Returned text is always valid UTF-8; undecodable bytes in the log become U+FFFD.
@@ -244,7 +259,7 @@ failure:
       type: list
       elements: str
     hint:
-      description: What to change, naming the role variables.
+      description: What to change, naming each setting as I(setting_names) says.
       type: str
 summary:
   description: One line for people.
@@ -352,6 +367,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 from ansible.module_utils.urls import open_url
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import c_locale
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes import render_text, unknown_settings
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
     PHASE_INDEX,
     VllmLogParser,
@@ -359,7 +376,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
     summary as make_summary,
 )
 
-_C_ENV = {"LANG": "C", "LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
+_C_ENV = c_locale(SYSTEMD_COLORS="0", SYSTEMD_PAGER="")
 # After a failing line, read once more this much later so the rest of the traceback (written in the
 # same burst) is classified too; small enough to stay within one poll interval.
 _SETTLE_S = 0.05
@@ -621,6 +638,9 @@ class ApiProbe(object):
             self.headers["Authorization"] = "Bearer %s" % module.params["api_key"]
         self.state = {"url": base, "models": [], "completion_ok": False, "error": None}
 
+    def _hint(self, text):
+        return render_text(text, self.module.params["setting_names"])
+
     def _call(self, path, body=None):
         data = json.dumps(body) if body is not None else None
         try:
@@ -637,7 +657,7 @@ class ApiProbe(object):
         code, body = self._call("/v1/models")
         if code in (401, 403):
             self.module.fail_json(msg="The API at %s refused the key (HTTP %s)" % (self.base, code),
-                                  hint="Pass the server's --api-key as api_key (vllm_serve_api_key).")
+                                  hint=self._hint("Pass the server's --api-key as api_key ({api_key})."))
         if code != 200 or not isinstance(body, dict):
             self.state["error"] = "GET /v1/models: %s" % (body if code is None else "HTTP %s" % code)
             return False
@@ -647,7 +667,7 @@ class ApiProbe(object):
             if ids:
                 self.module.fail_json(
                     msg="The API at %s serves %s, not %s" % (self.base, ", ".join(ids), self.model),
-                    hint="Set model to the server's --served-model-name (vllm_serve_served_model_name).",
+                    hint=self._hint("Set model to the server's --served-model-name ({served_model_name})."),
                     api=self.state)
             self.state["error"] = "model %s not listed yet" % self.model
             return False
@@ -671,7 +691,9 @@ def quiet_seconds(source, parser, now, in_call):
 
     A role calls this module in a loop of short calls, so this call's own clock is not enough:
     the log tells how long before its last line progress stopped (in its own clock, so time zones
-    do not matter) and the source tells how long ago that last line was written.
+    do not matter) and the source tells how long ago that last line was written. ``now`` is the
+    wall clock (the clock of file times and journal or docker stamps); ``in_call`` is the quiet time
+    this call measured itself, on the monotonic clock.
     """
     idle = in_call
     if source is None:
@@ -684,90 +706,191 @@ def quiet_seconds(source, parser, now, in_call):
 
 
 def _new_parser(p):
-    return VllmLogParser(stall_timeout=p["stall_timeout"], rank_names=p["rank_names"])
+    return VllmLogParser(stall_timeout=p["stall_timeout"], rank_names=p["rank_names"],
+                         setting_names=p["setting_names"])
 
 
-def run(module):
-    p = module.params
-    parser = _new_parser(p)
-    source = None
-    journal = None  # the unit's journal, read when the container is gone
-    if p["log_file"]:
-        source = FileSource(module, p["log_file"], p["since_offset"], p["max_bytes"])
-    elif p["container"]:
-        source = DockerSource(module, p["container"], p["since"])
-        if p["unit"] and module.get_bin_path("journalctl", required=False):
-            journal = JournalSource(module, p["unit"], None, p["since"], last_run=True)
-    elif p["unit"]:
-        source = JournalSource(module, p["unit"], p["cursor"], p["since"])
-    api = ApiProbe(module) if p["url"] else None
+class StartupWaiter(object):
+    """Follows one vLLM startup until it is ready, has failed, or the call's time is up.
 
-    once = p["timeout"] <= 0
-    start = time.time()
-    deadline = start + max(0, p["timeout"])
-    mark = (parser.progress_seq, parser.last_progress_line)
-    last_progress = start
-    missing = False
-    missing_since = None
-    missing_reads = 0
-    file_missing_since = None
-    from_journal = False
-    state = {"read_once": False, "pending": "", "skipped": 0}
-    # A container started with --rm disappears when it exits; one missing for this long (within one call) is gone.
-    missing_grace = min(_MISSING_GRACE_S, max(2.0, p["timeout"] / 2.0))
-    api_ready = False
-    timed_out = False
-    next_tick = start
+    Like kubernetes.core's waiter, the caller drives it: ``step()`` reads what is new and decides, returning
+    None to go on or why it stopped (``ready``, ``failed``, ``timed_out``, ``read`` for a single read);
+    ``sleep()`` waits for the next beat; ``result()`` is the module's answer. Deadlines and waits use the
+    monotonic clock; the wall clock only meets the log's own write times (see ``quiet_seconds``).
+    """
 
-    def pull():
-        if source is None:
+    def __init__(self, module):
+        self.module = module
+        p = self.p = module.params
+        self.parser = _new_parser(p)
+        self.source = None
+        self.journal = None  # the unit's journal, read when the container is gone
+        if p["log_file"]:
+            self.source = FileSource(module, p["log_file"], p["since_offset"], p["max_bytes"])
+        elif p["container"]:
+            self.source = DockerSource(module, p["container"], p["since"])
+            if p["unit"] and module.get_bin_path("journalctl", required=False):
+                self.journal = JournalSource(module, p["unit"], None, p["since"], last_run=True)
+        elif p["unit"]:
+            self.source = JournalSource(module, p["unit"], p["cursor"], p["since"])
+        self.api = ApiProbe(module) if p["url"] else None
+        self.once = p["timeout"] <= 0
+        self.start = time.monotonic()
+        self.deadline = self.start + max(0, p["timeout"])
+        self.next_tick = self.start
+        self.progress_mark = (self.parser.progress_seq, self.parser.last_progress_line)
+        self.last_progress = self.start
+        # A container started with --rm disappears when it exits; one missing for this long (within one call) is gone.
+        self.missing_grace = min(_MISSING_GRACE_S, max(2.0, p["timeout"] / 2.0))
+        self.container_missing_since = None
+        self.file_missing_reads = 0
+        self.file_missing_since = None
+        self.from_journal = False
+        self.read_once = False
+        self.pending = ""  # journal or docker text left unparsed at the deadline
+        self.skipped = 0
+        self.api_ready = False
+        self.timed_out = False
+
+    def _out_of_time(self):
+        return not self.once and time.monotonic() >= self.deadline
+
+    # ----- reading -----
+    def pull(self):
+        """Feed the parser what is new; True when the source is not there (no file, no container)."""
+        if self.source is None:
             return False
-        if source.kind != "file":
-            text = source.read()
-            if text is None:
-                return True
-            if not state["read_once"] and len(text) > p["max_bytes"]:
-                # First read of a long journal or container log: its last max_bytes, from a line start.
-                tail = text[-p["max_bytes"]:]
-                tail = tail[tail.find("\n") + 1:]
-                state["skipped"] += len(text) - len(tail)
-                text = tail
-            state["read_once"] = True
-            text = state["pending"] + text
-            state["pending"] = ""
-            for at in range(0, len(text), _READ_CHUNK):
-                if at and not once and time.time() >= deadline:
-                    # Out of time: the rest is parsed on the next poll (journal and docker do not re-send it).
-                    state["pending"] = text[at:]
-                    break
-                parser.feed(text[at:at + _READ_CHUNK])
-            return False
+        if self.source.kind == "file":
+            return self._pull_file()
+        text = self.source.read()
+        if text is None:
+            return True
+        max_bytes = self.p["max_bytes"]
+        if not self.read_once and len(text) > max_bytes:
+            # First read of a long journal or container log: its last max_bytes, from a line start.
+            tail = text[-max_bytes:]
+            tail = tail[tail.find("\n") + 1:]
+            self.skipped += len(text) - len(tail)
+            text = tail
+        self.read_once = True
+        text = self.pending + text
+        self.pending = ""
+        for at in range(0, len(text), _READ_CHUNK):
+            if at and self._out_of_time():
+                # Out of time: the rest is parsed on the next poll (journal and docker do not re-send it).
+                self.pending = text[at:]
+                break
+            self.parser.feed(text[at:at + _READ_CHUNK])
+        return False
+
+    def _pull_file(self):
         # A file is read in pieces up to max_bytes per poll, and not past the deadline (timeout bounds the
         # whole call, parsing included); what is left is read on the next poll or call, from offset.
-        budget = p["max_bytes"]
+        budget = self.p["max_bytes"]
         while budget > 0:
-            before = source.bytes_read
-            text = source.read(min(_READ_CHUNK, budget))
+            before = self.source.bytes_read
+            text = self.source.read(min(_READ_CHUNK, budget))
             if text is None:
                 return True
-            parser.feed(text)
-            got = source.bytes_read - before
+            self.parser.feed(text)
+            got = self.source.bytes_read - before
             if got <= 0:
                 break
             budget -= got
-            if not once and time.time() >= deadline:
+            if self._out_of_time():
                 break
         return False
 
-    def from_unit_journal():
-        """The container is gone: read the unit's journal of this run (docker run's output), so the cause
-        comes from the log. Returns the journal's parser when it settles the answer, else None."""
-        jp = _new_parser(p)
-        text = journal.read()
+    # ----- one poll -----
+    def step(self):
+        missing = self.pull()
+        if self._log_file_missing(missing):
+            return "failed"
+        if self.once:
+            self.parser.finish()
+        else:
+            self.parser.peek_tail()
+        if self._failure_seen():
+            return "failed"
+        if missing and self.source.kind == "docker":
+            if self._container_gone():
+                return "failed"
+        else:
+            self.container_missing_since = None
+        if self._process_gone(missing):
+            return "failed"
+        if self._ready():
+            return "ready"
+        if self.once:
+            self.parser.settle(final=True)
+            return "read"
+        return self._quiet()
+
+    def _log_file_missing(self, missing):
+        """A log file that stays missing (three reads, two seconds; at once when reading once) is log_missing."""
+        if self.source is None or self.source.kind != "file":
+            return False
+        if not missing:
+            self.file_missing_reads = 0
+            self.file_missing_since = None
+            return False
+        if self.source.error and "ermission denied" in self.source.error:
+            self.module.fail_json(msg="Log file %s cannot be read: %s" % (self.p["log_file"], self.source.error),
+                                  hint="Run the task as a user that may read it (become: true).")
+        self.file_missing_reads += 1
+        if self.file_missing_since is None:
+            self.file_missing_since = time.monotonic()
+        waited = time.monotonic() - self.file_missing_since
+        if self.once or (self.file_missing_reads >= _MISSING_POLLS and waited >= _MISSING_MIN_S):
+            self.parser.mark_missing("log file %s cannot be read (%s); tried %d time(s) over %.0f s" % (
+                self.p["log_file"], self.source.error, self.file_missing_reads, waited))
+            return True
+        return False
+
+    def _failure_seen(self):
+        if (self.parser.failed or (self.parser.previous_failure and self.parser.phase != "ready")) and not self.once:
+            # A failure (or a restart after one) is final. Let the rest of the traceback (the root
+            # cause) arrive before classifying.
+            time.sleep(_SETTLE_S)
+            self.pull()
+            self.parser.finish()
+            return True
+        return self.parser.failed
+
+    def _container_gone(self):
+        """The container is not there. With its unit, the unit's journal tells why (or that it is still starting);
+        without, a container missing for the grace period has exited and was removed (--rm)."""
+        if self.journal is not None:
+            jp = self._from_unit_journal()
+            if jp is not None:
+                self.parser = jp
+                self.from_journal = True
+                return True
+            # The unit still runs (pulling the image, or restarting): wait for its container.
+            if self.container_missing_since is None:
+                self.container_missing_since = time.monotonic()
+            return False
+        if self.container_missing_since is None:
+            self.container_missing_since = time.monotonic()
+        if self.once or time.monotonic() - self.container_missing_since >= self.missing_grace:
+            self.parser.finish()
+            self.parser.settle(final=True)
+            if not self.parser.failed:
+                self.parser.mark_exited(
+                    "docker: container %s does not exist: it exited and was removed (--rm), or never started; see the"
+                    " unit that runs it (systemctl status, journalctl -u)" % self.p["container"])
+            return True
+        return False
+
+    def _from_unit_journal(self):
+        """Read the unit's journal of this run (docker run's output), so the cause comes from the log. Returns the
+        journal's parser when it settles the answer, else None."""
+        jp = _new_parser(self.p)
+        text = self.journal.read()
         if text:
-            jp.feed(text[-p["max_bytes"]:])
+            jp.feed(text[-self.p["max_bytes"]:])
         jp.finish()
-        alive, evidence = journal.alive()
+        alive, evidence = self.journal.alive()
         if alive is False:
             jp.settle(final=True)
             if not jp.failed:
@@ -776,135 +899,100 @@ def run(module):
             return jp
         return None
 
-    while True:
-        missing = pull()
-        if missing and source.kind == "file":
-            if source.error and "ermission denied" in source.error:
-                module.fail_json(msg="Log file %s cannot be read: %s" % (p["log_file"], source.error),
-                                 hint="Run the task as a user that may read it (become: true).")
-            missing_reads += 1
-            file_missing_since = file_missing_since or time.time()
-            waited = time.time() - file_missing_since
-            if once or (missing_reads >= _MISSING_POLLS and waited >= _MISSING_MIN_S):
-                parser.mark_missing("log file %s cannot be read (%s); tried %d time(s) over %.0f s" % (
-                    p["log_file"], source.error, missing_reads, waited))
-                break
-        elif source is not None and source.kind == "file":
-            missing_reads = 0
-            file_missing_since = None
-        if once:
-            parser.finish()
-        else:
-            parser.peek_tail()
+    def _process_gone(self, missing):
+        """The unit or container stopped before ready: classify from the whole log, else engine_exited."""
+        if self.source is None or self.parser.phase == "ready":
+            return False
+        alive, evidence = self.source.alive()
+        if alive is False and not missing:
+            self.pull()
+            self.parser.finish()
+            self.parser.settle(final=True)
+            if not self.parser.failed:
+                self.parser.mark_exited(evidence)
+            return True
+        return False
 
-        if (parser.failed or (parser.previous_failure and parser.phase != "ready")) and not once:
-            # A failure (or a restart after one) is final. Let the rest of the traceback (the root
-            # cause) arrive before classifying.
-            time.sleep(_SETTLE_S)
-            pull()
-            parser.finish()
-            break
-        if parser.failed:
-            break
+    def _ready(self):
+        log_ready = self.parser.phase == "ready"
+        if self.api is None:
+            return log_ready
+        if self.source is None or PHASE_INDEX[self.parser.phase] >= PHASE_INDEX["api_starting"]:
+            self.api_ready = self.api.check()
+        return self.api_ready
 
-        if missing and source is not None and source.kind == "docker" and journal is not None:
-            jp = from_unit_journal()
-            if jp is not None:
-                parser = jp
-                from_journal = True
-                break
-        if missing and source is not None and source.kind == "docker":
-            missing_since = missing_since or time.time()
-            if journal is not None:
-                # The unit still runs (pulling the image, or restarting): wait for its container.
-                pass
-            elif once or time.time() - missing_since >= missing_grace:
-                parser.finish()
-                parser.settle(final=True)
-                if not parser.failed:
-                    parser.mark_exited("docker: container %s does not exist: it exited and was removed (--rm), or never"
-                                       " started; see the unit that runs it (systemctl status, journalctl -u)"
-                                       % p["container"])
-                break
-        else:
-            missing_since = None
+    def _quiet(self):
+        """Nothing decided yet: a weak cause with nothing after it, a stall, or the end of this call's time."""
+        now = time.monotonic()
+        mark = (self.parser.progress_seq, self.parser.last_progress_line)
+        if mark != self.progress_mark:
+            self.progress_mark = mark
+            self.last_progress = now
+        self.parser.settle(final=False)
+        if self.parser.failed:
+            return "failed"
+        idle = quiet_seconds(self.source, self.parser, time.time(), now - self.last_progress)
+        if self.parser.weak_cause_pending and idle >= _WEAK_CONFIRM_S:
+            self.parser.settle(final=True)
+            return "failed"
+        if self.source is not None and self.p["stall_timeout"] and idle >= self.p["stall_timeout"]:
+            self.parser.mark_stalled(int(idle))
+            return "failed"
+        if now >= self.deadline:
+            self.timed_out = True
+            return "timed_out"
+        return None
 
-        if source is not None and parser.phase != "ready":
-            alive, evidence = source.alive()
-            if alive is False and not missing:
-                pull()
-                parser.finish()
-                parser.settle(final=True)
-                if not parser.failed:
-                    parser.mark_exited(evidence)
-                break
+    def sleep(self):
+        """Wait for the next poll, on a fixed beat so reading and parsing time does not stretch the interval."""
+        self.next_tick += self.p["poll_interval"]
+        time.sleep(max(0.0, min(self.next_tick, self.deadline) - time.monotonic()))
 
-        log_ready = parser.phase == "ready"
-        if api is not None and (source is None or PHASE_INDEX[parser.phase] >= PHASE_INDEX["api_starting"]):
-            api_ready = api.check()
-        if (api_ready if api is not None else log_ready):
-            break
-        if once:
-            parser.settle(final=True)
-            break
+    # ----- the answer -----
+    def result(self):
+        snap = self.parser.snapshot()
+        api = self.api
+        ready = (self.api_ready if api is not None else snap["phase"] == "ready") and snap["phase"] != "failed"
+        if api is not None and self.api_ready and snap["phase"] != "failed":
+            snap["phase"] = "ready"
+        if api is not None and not self.api_ready and snap["phase"] == "ready":
+            # The log says up but the API does not answer yet.
+            snap["phase"] = "api_starting"
+        result = dict(
+            changed=False,
+            phase=snap["phase"],
+            ready=ready,
+            failed_phase=snap["failed_phase"],
+            failure=snap["failure"],
+            summary=make_summary(snap),
+            progress=snap["progress"],
+            ranks=snap["ranks"],
+            phase_times=snap["phase_times"],
+            placement_wait_s=snap["placement_wait_s"],
+            vllm_version=snap["vllm_version"],
+            api_address=snap["api_address"],
+            attempts=snap["attempts"],
+            previous_failure=snap["previous_failure"],
+            benign_warnings=snap["benign_warnings"],
+            lines=snap["lines"],
+            timed_out=self.timed_out,
+            elapsed=round(time.monotonic() - self.start, 2),
+        )
+        if self.source is not None:
+            result.update(self.source.result())
+            result["log_source"] = "journal" if self.from_journal else self.source.kind
+            if self.source.kind != "file":
+                result["skipped_chars"] = self.skipped
+        if api is not None:
+            result["api"] = api.state
+        return _clean(result)
 
-        now = time.time()
-        cur = (parser.progress_seq, parser.last_progress_line)
-        if cur != mark:
-            mark = cur
-            last_progress = now
-        parser.settle(final=False)
-        if parser.failed:
-            break
-        idle = quiet_seconds(source, parser, now, now - last_progress)
-        if parser._weak_pending() and idle >= _WEAK_CONFIRM_S:
-            parser.settle(final=True)
-            break
-        if source is not None and p["stall_timeout"] and idle >= p["stall_timeout"]:
-            parser.mark_stalled(int(idle))
-            break
-        if now >= deadline:
-            timed_out = True
-            break
-        # Poll on a fixed beat so reading and parsing time does not stretch the interval.
-        next_tick += p["poll_interval"]
-        time.sleep(max(0.0, min(next_tick, deadline) - time.time()))
 
-    snap = parser.snapshot()
-    ready = (api_ready if api is not None else snap["phase"] == "ready") and snap["phase"] != "failed"
-    if api is not None and api_ready and snap["phase"] != "failed":
-        snap["phase"] = "ready"
-    if api is not None and not api_ready and snap["phase"] == "ready":
-        # The log says up but the API does not answer yet.
-        snap["phase"] = "api_starting"
-    result = dict(
-        changed=False,
-        phase=snap["phase"],
-        ready=ready,
-        failed_phase=snap["failed_phase"],
-        failure=snap["failure"],
-        summary=make_summary(snap),
-        progress=snap["progress"],
-        ranks=snap["ranks"],
-        phase_times=snap["phase_times"],
-        placement_wait_s=snap["placement_wait_s"],
-        vllm_version=snap["vllm_version"],
-        api_address=snap["api_address"],
-        attempts=snap["attempts"],
-        previous_failure=snap["previous_failure"],
-        benign_warnings=snap["benign_warnings"],
-        lines=snap["lines"],
-        timed_out=timed_out,
-        elapsed=round(time.time() - start, 2),
-    )
-    if source is not None:
-        result.update(source.result())
-        result["log_source"] = "journal" if from_journal else source.kind
-        if source.kind != "file":
-            result["skipped_chars"] = state["skipped"]
-    if api is not None:
-        result["api"] = api.state
-    return _clean(result)
+def run(module):
+    waiter = StartupWaiter(module)
+    while waiter.step() is None:
+        waiter.sleep()
+    return waiter.result()
 
 
 def _clean(value):
@@ -938,6 +1026,7 @@ def main():
             poll_interval=dict(type="float", default=5),
             rank_names=dict(type="dict", default={}),
             max_bytes=dict(type="int", default=8388608),
+            setting_names=dict(type="dict", default={}),
         ),
         mutually_exclusive=[("log_file", "unit"), ("log_file", "container")],
         required_one_of=[("log_file", "unit", "container", "url")],
@@ -956,6 +1045,16 @@ def main():
     if module.params["max_bytes"] < 65536:
         module.fail_json(msg="max_bytes must be at least 65536 (got %d)" % module.params["max_bytes"],
                          hint="Leave max_bytes at its default (8388608, 8 MiB) unless the log is larger per poll.")
+    names = module.params["setting_names"]
+    unknown = unknown_settings(names)
+    if unknown:
+        module.fail_json(msg="setting_names has unknown setting(s) %s" % ", ".join(unknown),
+                         hint="Name only the settings listed in the option's documentation (ansible-doc "
+                              "sparkfleet.vllm.vllm_wait), e.g. {gpu_memory_utilization: vllm_serve_gpu_memory_utilization}.")
+    bad = sorted(k for k, v in names.items() if not isinstance(v, str) or not v.strip())
+    if bad:
+        module.fail_json(msg="setting_names values must be non-empty strings (%s)" % ", ".join(bad),
+                         hint="Give the name a hint should show for each setting, e.g. a role variable.")
     result = run(module)
     if result["failure"]:
         f = result["failure"]

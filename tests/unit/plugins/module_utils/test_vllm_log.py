@@ -6,18 +6,26 @@ import gzip
 import json
 import os
 import random
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
-    CALLER_CLASSES,
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes import (
+    CAUSES,
     FAILURE_CLASSES,
     HINTS,
+    render_hint,
+)
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
+    CALLER_CLASSES,
     MAX_LINE_CHARS,
     VllmLogParser,
     summary,
 )
+
+# A variable of this collection's roles, as a hint would name it.
+_ROLE_VAR = r"\b((?:vllm_serve|ray_cluster|model_sync|gpu_cleanup|sparkfleet)_[a-z0-9_]+)"
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "modules", "fixtures", "vllm_wait")
 EXPECTED = json.load(open(os.path.join(FIXTURES, "expected.json")))
@@ -78,11 +86,29 @@ def test_chunking_does_not_change_the_answer(name, seed):
         assert pieces[key] == whole[key], key
 
 
+def _role_setting_names():
+    """The names the vllm_serve role gives vllm_wait's hints (its vars/main.yml), or None without the roles."""
+    import yaml
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "vllm_serve", "vars", "main.yml")
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        return yaml.safe_load(fh)["_vllm_serve_setting_names"]
+
+
 def test_hints_name_role_variables():
+    # module_utils knows no role: its hints name generic settings, the role passes its variables' names.
     for cls in FAILURE_CLASSES:
         assert cls in HINTS
-    assert "vllm_serve_gpu_memory_utilization" in HINTS["ray_oom_killed"]
-    assert "sparkfleet_fabric_interface" in HINTS["nccl_error"]
+        assert not re.search(_ROLE_VAR, HINTS[cls]), HINTS[cls]
+    names = _role_setting_names()
+    if names is None:
+        pytest.skip("no roles next to the tests")
+    assert "vllm_serve_gpu_memory_utilization" in render_hint("ray_oom_killed", names)
+    assert "sparkfleet_fabric_interface" in render_hint("nccl_error", names)
+    # Every setting a hint uses has the role's name, so the role's user never sees a generic one.
+    used = set(s for c in CAUSES for s in c.settings)
+    assert sorted(used - set(names)) == []
 
 
 # ---- progress ----
@@ -415,7 +441,6 @@ def test_container_that_never_started(line, cls):
 def test_hints_only_name_variables_that_exist():
     """A hint that names a renamed or invented variable sends the operator nowhere."""
     import glob
-    import re
     root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
     sources = glob.glob(os.path.join(root, "roles", "*", "defaults", "main.yml"))
     sources += glob.glob(os.path.join(root, "inventories", "*", "group_vars", "*", "*.yml"))
@@ -426,9 +451,12 @@ def test_hints_only_name_variables_that_exist():
     for path in sources:
         with open(path) as fh:
             defined.update(re.findall(r"^([a-z][a-z0-9_]*):", fh.read(), re.M))
+    names = _role_setting_names()
     named = set()
-    for hint in HINTS.values():
-        named.update(re.findall(r"\b((?:vllm_serve|ray_cluster|model_sync|gpu_cleanup|sparkfleet)_[a-z0-9_]+)", hint))
+    for cls in FAILURE_CLASSES:
+        named.update(re.findall(_ROLE_VAR, render_hint(cls, names)))
+    for value in names.values():  # the module's own hints (API key, served model name) use them too
+        named.update(re.findall(_ROLE_VAR, value))
     assert named, "hints must name role variables"
     assert sorted(named - defined) == []
 

@@ -6,6 +6,7 @@ import atexit
 import gzip
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -410,7 +411,7 @@ def test_ansible_doc_renders():
     spec_opts = set(doc["options"])
     assert spec_opts == {"log_file", "unit", "container", "since_offset", "cursor", "since", "url", "api_key",
                          "model", "validate_certs", "timeout", "fail_on_timeout", "stall_timeout",
-                         "poll_interval", "rank_names", "max_bytes"}
+                         "poll_interval", "rank_names", "max_bytes", "setting_names"}
     assert doc["options"]["api_key"]["type"] == "str"
     assert doc["options"]["timeout"]["default"] == 900
     yaml.safe_load(vllm_wait.RETURN)
@@ -689,3 +690,45 @@ def test_good_urls_pass_validation(run_module, url):
     # Loopback only, and a port nothing listens on: the module reads once and reports the API as not up.
     res = run_module(vllm_wait, {"url": url, "timeout": 0})
     assert "url must be" not in res.get("msg", ""), res
+
+
+# ---- the cause table is the documentation's source; hints name the caller's settings ----
+
+def test_documentation_lists_exactly_the_cause_table():
+    # DOCUMENTATION stays a static string (ansible-doc and sanity read it without importing): it must hold
+    # the sentence the table makes, so a class added to the table without its documentation fails here.
+    import yaml
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes import SETTINGS, doc_note
+    doc = yaml.safe_load(vllm_wait.DOCUMENTATION)
+    notes = [n for n in doc["notes"] if n.startswith("Failure classes")]
+    assert notes == [doc_note()], "paste _vllm_causes.doc_note() into vllm_wait's notes:\n" + doc_note()
+    listed = [d for d in doc["options"]["setting_names"]["description"] if d.startswith("The settings:")]
+    assert len(listed) == 1
+    assert sorted(re.findall(r"C\((\w+)\)", listed[0])) == sorted(SETTINGS)
+
+
+def test_hints_name_the_settings_as_the_caller_says(run_module):
+    names = {"gpu_memory_utilization": "my_gpu_fraction", "ray_memory_monitor": "my_ray_monitor: off"}
+    res = run_module(vllm_wait, {"log_file": fixture("fail_ray_oom_killed_v1_graphs.log"), "timeout": 0,
+                                 "setting_names": names})
+    assert res["failure"]["class"] == "ray_oom_killed"
+    assert "lower my_gpu_fraction (e.g. 0.85)" in res["hint"] and "my_ray_monitor: off" in res["hint"]
+    assert res["hint"] == res["failure"]["hint"]
+    plain = run_module(vllm_wait, {"log_file": fixture("fail_ray_oom_killed_v1_graphs.log"), "timeout": 0})
+    assert "--gpu-memory-utilization" in plain["hint"] and "{" not in plain["hint"]
+
+
+def test_api_hints_name_the_settings_as_the_caller_says(run_module, api):
+    handler, url = api
+    res = run_module(vllm_wait, {"url": url, "api_key": "wrong", "timeout": 30,
+                                 "setting_names": {"api_key": "vllm_serve_api_key"}})
+    assert res["failed"] is True and "(vllm_serve_api_key)" in res["hint"]
+
+
+@pytest.mark.parametrize("names, why", [
+    ({"gpu_memory_utilisation": "x"}, "unknown setting(s) gpu_memory_utilisation"),
+    ({"port": ""}, "non-empty strings (port)"),
+])
+def test_bad_setting_names_are_refused(run_module, names, why):
+    res = run_module(vllm_wait, {"log_file": fixture("ok_v1_010_ray.log"), "timeout": 0, "setting_names": names})
+    assert res["failed"] is True and why in res["msg"], res
