@@ -9,16 +9,14 @@ import ipaddress
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._validate import check_int
+
 
 def _count(name, value, minimum):
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        number = int(str(value).strip())
-    except (TypeError, ValueError):
-        raise AnsibleFilterError("ray_start_args: %s must be a whole number, got %r" % (name, value))
-    if number < minimum:
-        raise AnsibleFilterError("ray_start_args: %s must be at least %d, got %d" % (name, minimum, number))
+    # The check preflight runs on the same variables, so both accept the same values.
+    number, problem = check_int(value, minimum)
+    if problem:
+        raise AnsibleFilterError("ray_start_args: %s %s, got %r" % (name, problem, value))
     return number
 
 

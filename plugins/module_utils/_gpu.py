@@ -1,10 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, sparkfleet.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Pure helpers for finding who holds an NVIDIA GPU (private to sparkfleet.vllm).
+"""Finding who holds an NVIDIA GPU (private to sparkfleet.vllm).
 
 Parsers take text and return plain data; the /proc readers take a ``proc_root`` so tests
-can point them at a fixture tree. Nothing here runs a command.
+can point them at a fixture tree. ``GpuScanner`` is the one part that runs commands (nvidia-smi,
+docker, systemctl), through the module's ``run_command`` in the C locale.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import json
 import os
 import pwd
 import re
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import C_LOCALE
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._files import read_file
 
 # Values nvidia-smi prints where a field has no value on this GPU (GB10 memory.*, MIG ids ...).
 _NA_VALUES = frozenset(['', 'n/a', '[n/a]', 'not supported', '[not supported]',
@@ -330,13 +334,6 @@ def classify(holder, ours, protect):
 
 # ---- /proc readers (I/O, but no commands) ----
 
-def _read(path, binary=False):
-    try:
-        with open(path, 'rb' if binary else 'r') as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
-
 
 def parse_stat(text):
     """/proc/PID/stat -> {'comm', 'state', 'ppid', 'starttime'} (comm may hold spaces)."""
@@ -356,13 +353,13 @@ def parse_stat(text):
 def proc_info(pid, proc_root='/proc'):
     """Facts about one process from /proc, or None when it is gone (or a zombie)."""
     base = os.path.join(proc_root, str(pid))
-    stat = parse_stat(_read(os.path.join(base, 'stat')))
+    stat = parse_stat(read_file(os.path.join(base, 'stat')))
     if stat is None or stat['state'] in ('Z', 'X'):
         return None
-    raw = _read(os.path.join(base, 'cmdline'), binary=True) or b''
+    raw = read_file(os.path.join(base, 'cmdline'), binary=True) or b''
     cmdline = [part.decode('utf-8', 'replace') for part in raw.split(b'\0') if part]
     uid = None
-    status = _read(os.path.join(base, 'status')) or ''
+    status = read_file(os.path.join(base, 'status')) or ''
     for line in status.splitlines():
         if line.startswith('Uid:'):
             fields = line.split()
@@ -373,7 +370,7 @@ def proc_info(pid, proc_root='/proc'):
         exe = os.readlink(os.path.join(base, 'exe'))
     except OSError:
         exe = None
-    cgroup = parse_cgroup(_read(os.path.join(base, 'cgroup')) or '')
+    cgroup = parse_cgroup(read_file(os.path.join(base, 'cgroup')) or '')
     return {
         'pid': int(pid), 'ppid': stat['ppid'], 'name': stat['comm'], 'state': stat['state'],
         'starttime': stat['starttime'], 'cmdline': ' '.join(cmdline), 'exe': exe, 'uid': uid,
@@ -424,7 +421,7 @@ def children_map(proc_root='/proc'):
     """Map ppid -> [child pids] for all live processes."""
     children = {}
     for pid in list_pids(proc_root):
-        stat = parse_stat(_read(os.path.join(proc_root, str(pid), 'stat')))
+        stat = parse_stat(read_file(os.path.join(proc_root, str(pid), 'stat')))
         if stat is None or stat['state'] in ('Z', 'X'):
             continue
         children.setdefault(stat['ppid'], []).append(pid)
@@ -451,7 +448,7 @@ def ancestors(pid, proc_root='/proc'):
     current = pid
     while current and current not in seen:
         seen.add(current)
-        stat = parse_stat(_read(os.path.join(proc_root, str(current), 'stat')))
+        stat = parse_stat(read_file(os.path.join(proc_root, str(current), 'stat')))
         if stat is None:
             break
         current = stat['ppid']
@@ -490,8 +487,6 @@ COMMON_ARGSPEC = dict(
     stale_units=dict(type='list', elements='str', default=DEFAULT_STALE),
 )
 
-_C_ENV = dict(LANG='C', LC_ALL='C', LC_MESSAGES='C')
-
 
 class GpuScanner(object):
     """Reads the GPU, its holders and the stale units/containers of one node."""
@@ -518,7 +513,7 @@ class GpuScanner(object):
             self.warnings.append(text)
 
     def _run(self, cmd):
-        return self.module.run_command(cmd, environ_update=_C_ENV)
+        return self.module.run_command(cmd, environ_update=C_LOCALE)
 
     def _smi(self, args):
         cmd = [self.smi] + args
@@ -534,7 +529,7 @@ class GpuScanner(object):
         return out
 
     def gpu_summary(self):
-        memory = parse_meminfo(_read(self.meminfo_path) or '')
+        memory = parse_meminfo(read_file(self.meminfo_path) or '')
         summary = {'nvidia_smi': self.smi, 'gpus': [], 'name': None, 'uuid': None,
                    'driver_version': None, 'memory_used_mib': None, 'memory_total_mib': None,
                    'unified_memory': None, 'mem_total_mib': memory['mem_total_mib'],

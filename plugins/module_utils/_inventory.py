@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ipaddress
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._validate import check_int
+
 # The group names every play and role targets: the one place they are decided (tests/unit checks the plays
 # and roles use no others). A play's hosts pattern is fixed when the playbook is parsed, before any inventory
 # variable exists, so the names are not variables: name the inventory's groups like this.
@@ -21,12 +23,6 @@ def _get(hostvars, host, name, default=None):
     except (KeyError, AttributeError):
         return default
     return default if value is None else value
-
-
-def _as_int(value):
-    if isinstance(value, bool):
-        raise ValueError("a boolean is not a count")
-    return int(str(value).strip())
 
 
 def inventory_errors(hostvars, groups, head_group=HEAD_GROUP, worker_group=WORKER_GROUP, all_group=ALL_GROUP):
@@ -115,9 +111,6 @@ def inventory_errors(hostvars, groups, head_group=HEAD_GROUP, worker_group=WORKE
     # tensor x pipeline parallel = GPUs is checked with the vllm_serve variables (_validate.serving_errors).
     for host in nodes:
         raw = _get(hostvars, host, "sparkfleet_gpus_per_node", 1)
-        try:
-            if _as_int(raw) < 1:
-                raise ValueError
-        except (TypeError, ValueError):
+        if check_int(raw, 1)[1]:
             errors.append("%s: sparkfleet_gpus_per_node '%s' must be a whole number >= 1" % (host, raw))
     return errors

@@ -16,6 +16,8 @@ import os
 import re
 import stat
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._files import read_file
+
 ACTIVE = "ACTIVE"
 ROCE_V2 = "RoCE v2"
 LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
@@ -36,18 +38,6 @@ class FabricError(Exception):
         super(FabricError, self).__init__(msg)
         self.msg = msg
         self.hint = hint
-
-
-def _read(path):
-    """Return the stripped content of a sysfs file, or None when it is absent or unreadable.
-
-    Unused GID slots raise EINVAL on read on a real kernel; they count as absent.
-    """
-    try:
-        with open(path, "r") as f:
-            return f.read().strip()
-    except (IOError, OSError, UnicodeDecodeError):
-        return None
 
 
 def parse_state(text):
@@ -135,14 +125,14 @@ def read_gids(port_dir):
     """Return the used GID table entries: [{index, gid, type, ndev}] (all-zero slots skipped)."""
     gids = []
     for name in _sorted_numeric(_listdir(os.path.join(port_dir, "gids"))):
-        gid = _read(os.path.join(port_dir, "gids", name))
+        gid = read_file(os.path.join(port_dir, "gids", name), strip=True)
         if not gid or set(gid.replace(":", "")) <= {"0"}:
             continue
         gids.append({
             "index": int(name),
             "gid": gid,
-            "type": _read(os.path.join(port_dir, "gid_attrs", "types", name)),
-            "ndev": _read(os.path.join(port_dir, "gid_attrs", "ndevs", name)),
+            "type": read_file(os.path.join(port_dir, "gid_attrs", "types", name), strip=True),
+            "ndev": read_file(os.path.join(port_dir, "gid_attrs", "ndevs", name), strip=True),
         })
     return gids
 
@@ -156,8 +146,8 @@ def read_rdma_sysfs(sysfs_root):
         netdevs = sorted(_listdir(os.path.join(dev_dir, "device", "net")))
         for port in _sorted_numeric(_listdir(os.path.join(dev_dir, "ports"))):
             port_dir = os.path.join(dev_dir, "ports", port)
-            state_num, state = parse_state(_read(os.path.join(port_dir, "state")))
-            phys_num, phys_state = parse_state(_read(os.path.join(port_dir, "phys_state")))
+            state_num, state = parse_state(read_file(os.path.join(port_dir, "state"), strip=True))
+            phys_num, phys_state = parse_state(read_file(os.path.join(port_dir, "phys_state"), strip=True))
             gids = read_gids(port_dir)
             netdev = None
             # The GID table names the port's netdev; device/net is the fallback for an empty table.
@@ -168,7 +158,7 @@ def read_rdma_sysfs(sysfs_root):
             if netdev is None and netdevs:
                 idx = int(port) - 1
                 netdev = netdevs[idx] if idx < len(netdevs) else netdevs[0]
-            rate = _read(os.path.join(port_dir, "rate"))
+            rate = read_file(os.path.join(port_dir, "rate"), strip=True)
             records.append({
                 "name": dev,
                 "port": int(port),
@@ -176,7 +166,7 @@ def read_rdma_sysfs(sysfs_root):
                 "state": state,
                 "state_num": state_num,
                 "phys_state": phys_state,
-                "link_layer": _read(os.path.join(port_dir, "link_layer")),
+                "link_layer": read_file(os.path.join(port_dir, "link_layer"), strip=True),
                 "rate": rate,
                 "rate_gbps": parse_rate_gbps(rate),
                 "gids": gids,

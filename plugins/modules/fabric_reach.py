@@ -69,15 +69,9 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import C_LOCALE
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._files import read_file
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._reach import parse_route_get, verdict
-
-
-def _read(path):
-    try:
-        with open(path) as handle:
-            return handle.read().strip()
-    except (IOError, OSError):
-        return None
 
 
 def _answer(ip, port, timeout):
@@ -123,13 +117,14 @@ def main():
     me = socket.gethostname()
     results, problems = [], []
     for peer in p["peers"]:
-        rc, out, err = module.run_command([ip_bin, "-o", "route", "get", peer["ip"]], environ_update=dict(LC_ALL="C"))
+        rc, out, err = module.run_command([ip_bin, "-o", "route", "get", peer["ip"]], environ_update=C_LOCALE)
         route = parse_route_get(out) if rc == 0 else {"dev": None, "via": None, "src": None,
                                                       "kind": (err or "no route").strip()}
         link = None
         if route.get("dev"):
             base = "/sys/class/net/%s" % route["dev"]
-            link = {"operstate": _read(base + "/operstate"), "carrier": _read(base + "/carrier")}
+            link = {"operstate": read_file(base + "/operstate", strip=True),
+                    "carrier": read_file(base + "/carrier", strip=True)}
         answer = _answer(peer["ip"], p["port"], p["timeout"]) if route.get("dev") and not route.get("via") else None
         problem = verdict(me, peer["name"], peer["ip"], p["port"], route, link, answer, p["timeout"],
                           p["interfaces"])

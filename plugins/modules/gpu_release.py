@@ -163,6 +163,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import C_LOCALE
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import (
     COMMON_ARGSPEC,
     GpuScanner,
@@ -260,7 +261,7 @@ class Releaser(object):
     # ---- doing ----
 
     def _cmd(self, cmd, errors):
-        rc, out, err = self.module.run_command(cmd, environ_update=dict(LC_ALL='C', LANG='C'))
+        rc, out, err = self.module.run_command(cmd, environ_update=C_LOCALE)
         if rc != 0:
             errors.append({'cmd': cmd, 'rc': rc, 'stderr': (err or out).strip()})
         return rc

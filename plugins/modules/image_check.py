@@ -138,6 +138,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import c_locale
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import (
     LOADER_ADVICE, PROBE, ProbeError, image_id_key, judge, parse_probe, summary)
 
@@ -204,7 +205,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    module.run_command_environ_update = dict(LANG="C", LC_ALL="C")
+    module.run_command_environ_update = c_locale()
     docker = module.get_bin_path("docker", required=True)
     image_id = _inspect(module, docker, p["image"])
     key = image_id_key(image_id)

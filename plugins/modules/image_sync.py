@@ -140,6 +140,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import c_locale
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_docker_load
 
 # docker save's stdout straight into ssh; pipefail makes a failing save fail the transfer.
@@ -180,7 +181,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    module.run_command_environ_update = dict(LANG="C", LC_ALL="C")
+    module.run_command_environ_update = c_locale()
     docker = module.get_bin_path("docker", required=True)
     bash = module.get_bin_path("bash", required=True)
     ssh = module.get_bin_path("ssh", required=True)

@@ -238,6 +238,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import c_locale, tail
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import (
     HASH_SCRIPT,
     cache_file,
@@ -267,10 +268,6 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import
 )
 
 SOURCE = "source"
-
-
-def _tail(text, lines=15):
-    return "\n".join((text or "").strip().splitlines()[-lines:])
 
 
 def _mb_per_s(nbytes, seconds):
@@ -335,14 +332,14 @@ class ModelSync(object):
         argv = [self.python, "-c", HASH_SCRIPT, self.src, cache_file(self.src, pwd.getpwuid(os.getuid()).pw_dir)]
         rc, out, err = self.module.run_command(argv, data=self._names_data(names), binary_data=True)
         if rc != 0:
-            self.module.fail_json(msg="hashing the source model %s failed: %s" % (self.src, _tail(err or out)))
+            self.module.fail_json(msg="hashing the source model %s failed: %s" % (self.src, tail(err or out, 15)))
         return parse_hashes(out)
 
     def remote_hashes(self, host, names):
         """Content hashes of the files on a destination, or (None, error)."""
         rc, out, err = self._remote(host, self.cmds["hash"], data=self._names_data(names))
         if rc != 0:
-            return None, "hashing %s on %s failed: %s" % (self.dest, host, _tail(err or out))
+            return None, "hashing %s on %s failed: %s" % (self.dest, host, tail(err or out, 15))
         try:
             return parse_hashes(out), None
         except ValueError as exc:
@@ -378,7 +375,7 @@ class ModelSync(object):
         rc, out, err = self.module.run_command([agent, "-s", "-a", sock])
         m = re.search(r"SSH_AGENT_PID=(\d+)", out or "")
         if rc != 0 or not m:
-            return "ssh-agent failed: %s" % _tail(err or out)
+            return "ssh-agent failed: %s" % tail(err or out, 15)
         self.agent_pid = m.group(1)
         self.agent_env = {"SSH_AUTH_SOCK": sock, "SSH_AGENT_PID": self.agent_pid}
         lifetime = str(max(600, 4 * 3600))
@@ -386,7 +383,7 @@ class ModelSync(object):
         rc, out, err = self.module.run_command(argv, environ_update=self.agent_env)
         if rc != 0:
             self.stop_agent()
-            return "ssh-add failed: %s" % _tail(err or out)
+            return "ssh-add failed: %s" % tail(err or out, 15)
         return None
 
     def stop_agent(self):
@@ -418,7 +415,7 @@ class ModelSync(object):
             return info, []
         try:
             if rc != 0:
-                raise ValueError(_tail(err or out))
+                raise ValueError(tail(err or out, 15))
             avail = parse_df_avail(probe["df"])
         except ValueError as exc:
             info.update(status="failed", msg="cannot read free space under %s on %s: %s" % (self.dest, host, exc))
@@ -427,7 +424,7 @@ class ModelSync(object):
         argv, _env = self._push_argv(SOURCE, host, dry_run=True, delete=self.p["delete"])
         rc, out, err = self.module.run_command(argv, expand_user_and_vars=False)
         if rc != 0:
-            info.update(status="failed", msg="rsync dry run to %s failed (rc %d): %s" % (host, rc, _tail(err)))
+            info.update(status="failed", msg="rsync dry run to %s failed (rc %d): %s" % (host, rc, tail(err, 15)))
             return info, []
         entries = parse_itemize(out)
         nfiles, nbytes, names, deleted = summarize(entries)
@@ -453,7 +450,7 @@ class ModelSync(object):
         staging = os.path.join(self.dest, TEMP_DIR_NAME)
         rc, out, err = self._remote(target, self.cmds["prepare"])
         if rc != 0:
-            return False, "cannot prepare %s on %s: %s" % (staging, target, _tail(err or out))
+            return False, "cannot prepare %s on %s: %s" % (staging, target, tail(err or out, 15))
         bins = pack_bins(moved, self.p["streams"])
         info["streams"] = len(bins)
         per_stream = (max(1, self.p["bwlimit"] // len(bins)) if self.p["bwlimit"] and bins else 0)
@@ -468,12 +465,12 @@ class ModelSync(object):
                     nfiles += f
                     nbytes += b
                     if rc != 0:
-                        errors.append("rc %d: %s" % (rc, _tail(err or out, 8)))
+                        errors.append("rc %d: %s" % (rc, tail(err or out, 8)))
         if not errors and self.p["delete"]:
             argv, _env = self._push_argv(SOURCE, target, delete=True, existing_only=True)
             rc, out, err = self.module.run_command(argv, expand_user_and_vars=False)
             if rc != 0:
-                errors.append("delete pass rc %d: %s" % (rc, _tail(err)))
+                errors.append("delete pass rc %d: %s" % (rc, tail(err, 15)))
             else:
                 info["files_deleted"] = len(summarize(parse_itemize(out))[3])
         if not errors:
@@ -490,7 +487,7 @@ class ModelSync(object):
     def verify(self, host, expected, source_hashes=None, names=()):
         rc, out, err = self._remote(host, self.cmds["list"])
         if rc != 0:
-            return ["cannot list %s: %s" % (self.dest, _tail(err or out))]
+            return ["cannot list %s: %s" % (self.dest, tail(err or out, 15))]
         problems = compare_sizes(expected, parse_size_list(out))
         if not problems and source_hashes is not None and names:
             hashes, err = self.remote_hashes(host, names)
@@ -502,7 +499,7 @@ class ModelSync(object):
             argv, _env = self._push_argv(SOURCE, host, dry_run=True, checksum=True)
             rc, out, err = self.module.run_command(argv, expand_user_and_vars=False)
             if rc != 0:
-                return ["checksum re-check failed (rc %d): %s" % (rc, _tail(err))]
+                return ["checksum re-check failed (rc %d): %s" % (rc, tail(err, 15))]
             problems = ["%s differs by checksum" % n for n in summarize(parse_itemize(out))[2]]
         return problems
 
@@ -523,7 +520,7 @@ class ModelSync(object):
     def drop_remote_cache(self, host, names):
         # Only the model's own files (sent on stdin), never whatever else lives under dest.
         rc, out, err = self._remote(host, self.cmds["drop_cache"], data=self._names_data(names))
-        return None if rc == 0 else _tail(err or out)
+        return None if rc == 0 else tail(err or out, 15)
 
     # ------------------------------------------------------------------ main
     def run(self):
@@ -692,7 +689,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    module.run_command_environ_update = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C", LC_CTYPE="C")
+    module.run_command_environ_update = c_locale()
     ModelSync(module).run()
 
 

@@ -118,9 +118,8 @@ problems:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import C_LOCALE
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._nccl import judge, parse, summary
-
-_C_ENV = {"LANG": "C", "LC_ALL": "C"}
 
 
 def main():
@@ -146,7 +145,7 @@ def main():
         nodes[str(node["ip"])] = {"name": node["host"], "rdma_devices": devices}
     docker = module.get_bin_path("docker", required=True)
     cmd = [docker, "logs", p["container"]]
-    rc, out, err = module.run_command(cmd, environ_update=_C_ENV)
+    rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
     if rc != 0:
         module.fail_json(msg="cannot read the log of container %s" % p["container"], rc=rc, stdout=out,
                          stderr=err, cmd=cmd, hint="is vLLM running? `systemctl status sparkfleet-vllm`")

@@ -68,6 +68,7 @@ foreign:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import C_LOCALE
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import parse_docker_inspect
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._ports import describe, is_ours, listeners
 
@@ -89,7 +90,7 @@ def main():
     names = {}
     docker = module.get_bin_path("docker")
     if ids and docker:
-        _rc, out, _err = module.run_command([docker, "inspect"] + ids, environ_update=dict(LC_ALL="C"))
+        _rc, out, _err = module.run_command([docker, "inspect"] + ids, environ_update=C_LOCALE)
         names = dict((c["id"], c["name"]) for c in parse_docker_inspect(out or "[]") if c["id"])
     for holder in found:
         holder["container_name"] = names.get(holder["container_id"]) if holder["container_id"] else None

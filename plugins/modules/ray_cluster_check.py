@@ -244,6 +244,7 @@ import math
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import c_locale, tail
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._ray import (
     FIX_PIN,
     PROBE_PROGRAM,
@@ -261,10 +262,6 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._ray import (
 # Grace for `timeout` after the program's own watchdog, then SIGKILL after KILL_AFTER.
 GRACE = 15
 KILL_AFTER = 10
-
-
-def _tail(text, lines=20):
-    return "\n".join((text or "").strip().splitlines()[-lines:])
 
 
 def _advice_once(text):
@@ -346,16 +343,15 @@ def main():
                                       workers=workers)
     cmd = build_command(module, p, cfg_json, deadline)
     rc, out, err = module.run_command(cmd, data=PROBE_PROGRAM, binary_data=True,
-                                      environ_update={"LANG": "C", "LC_ALL": "C",
-                                                      "RAY_USAGE_STATS_ENABLED": "0"})
+                                      environ_update=c_locale(RAY_USAGE_STATS_ENABLED="0"))
     doc = parse_probe_output(out)
     if doc is None:
         if rc in (124, 137):
             msg = ("the Ray probe did not finish within %d s and was killed; its watchdog did not fire either "
                    "(a hung docker exec or interpreter)" % (deadline + GRACE))
         else:
-            msg = "the Ray probe printed no result (rc=%s): %s" % (rc, _tail(err, 3) or _tail(out, 3))
-        module.fail_json(msg=msg, rc=rc, stdout=_tail(out), stderr=_tail(err), cmd=cmd[:-1] + ["<config>"],
+            msg = "the Ray probe printed no result (rc=%s): %s" % (rc, tail(err, 3) or tail(out, 3))
+        module.fail_json(msg=msg, rc=rc, stdout=tail(out), stderr=tail(err), cmd=cmd[:-1] + ["<config>"],
                          hint="run the same command by hand on the head; check python/container")
 
     nodes = normalize_nodes(doc.get("nodes"))

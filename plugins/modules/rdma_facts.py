@@ -247,6 +247,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import C_LOCALE
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import (
     FabricError,
     fabric_env,
@@ -261,7 +262,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import (
 def read_links(module):
     ip_bin = module.get_bin_path("ip", required=True)
     cmd = [ip_bin, "-j", "addr", "show"]
-    rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C"})
+    rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
     if rc != 0:
         module.fail_json(msg="`ip -j addr show` failed", rc=rc, stdout=out, stderr=err, cmd=cmd,
                          hint="install iproute2 >= 4.14 (JSON output) on the node")
