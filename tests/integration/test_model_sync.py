@@ -8,10 +8,12 @@ sync key authorized on the workers by an Ansible play, as the role will do.
 from __future__ import annotations
 
 import json
-import textwrap
 import time
+from pathlib import Path
 
 import pytest
+
+from ansible_collections.sparkfleet.vllm.tests.unit.support import model_files
 
 pytestmark = pytest.mark.lab
 
@@ -20,21 +22,8 @@ KEY = "/home/spark/.ssh/sparkfleet_sync"
 SHARDS = 6
 SHARD_MB = 8
 
-GEN = textwrap.dedent(r'''
-    import json, os, struct, sys
-    root, shards, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    os.makedirs(root, exist_ok=True)
-    json.dump({"model_type": "itest"}, open(os.path.join(root, "config.json"), "w"))
-    wm = {}
-    for i in range(1, shards + 1):
-        name = "model-%05d-of-%05d.safetensors" % (i, shards)
-        n = size - i * 4096
-        hdr = json.dumps({"w%d" % i: {"dtype": "F8_E4M3", "shape": [n], "data_offsets": [0, n]}}).encode()
-        with open(os.path.join(root, name), "wb") as f:
-            f.write(struct.pack("<Q", len(hdr)) + hdr + os.urandom(n))
-        wm["w%d" % i] = name
-    json.dump({"weight_map": wm}, open(os.path.join(root, "model.safetensors.index.json"), "w"))
-''')
+# Run on spark-1 as a program (ROOT SHARDS SHARD_BYTES): the tests' one safetensors writer.
+GEN = Path(model_files.__file__).read_text(encoding="utf-8")
 
 SETUP = """
 - name: Head gets a sync key authorized on the workers

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import struct
 
 import pytest
 
@@ -23,17 +22,12 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import
     summarize,
     tree_rounds,
 )
+from ansible_collections.sparkfleet.vllm.tests.unit.support import model_files
 
 
 def write_safetensors(path, tensors):
-    header, data, offset = {}, b"", 0
-    for name, nbytes in tensors.items():
-        header[name] = {"dtype": "U8", "shape": [nbytes], "data_offsets": [offset, offset + nbytes]}
-        data += b"\x01" * nbytes
-        offset += nbytes
-    raw = json.dumps(header).encode()
-    with open(path, "wb") as handle:
-        handle.write(struct.pack("<Q", len(raw)) + raw + data)
+    """{name: nbytes}: U8 tensors of ones."""
+    model_files.write_safetensors(path, dict((n, ("U8", [k], b"\x01" * k)) for n, k in tensors.items()), pad=False)
 
 
 @pytest.fixture

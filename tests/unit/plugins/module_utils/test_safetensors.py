@@ -13,13 +13,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._safetensors impor
     SafetensorsError,
     read_header,
 )
-
-
-def encode(header, data=b"", pad=True):
-    raw = json.dumps(header).encode("utf-8")
-    if pad:
-        raw += b" " * (-len(raw) % 8)  # writers pad the header with spaces to 8-byte alignment
-    return struct.pack("<Q", len(raw)) + raw + data
+from ansible_collections.sparkfleet.vllm.tests.unit.support.model_files import encode
 
 
 def good_header():

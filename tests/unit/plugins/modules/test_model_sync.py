@@ -18,6 +18,7 @@ import time
 import pytest
 
 from ansible_collections.sparkfleet.vllm.plugins.modules import model_sync
+from ansible_collections.sparkfleet.vllm.tests.unit.support.model_files import write_safetensors
 
 pytestmark = pytest.mark.skipif(
     subprocess.call(["sh", "-c", "command -v rsync && command -v ssh-agent && command -v ssh-keygen"],
@@ -52,19 +53,6 @@ os.execvp("sh", ["sh", "-c", cmd])
 '''
 
 
-def write_safetensors(path, tensors):
-    """Write a real safetensors file by hand: {name: (dtype, shape, bytes)} in order."""
-    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, (dtype, shape, blob) in tensors.items():
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
-    raw = json.dumps(header).encode("utf-8")
-    raw += b" " * (-len(raw) % 8)
-    with open(path, "wb") as handle:
-        handle.write(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
-
-
 def make_model(root, shards=4, shard_bytes=64 * 1024):
     """A multi-shard model: config, tokenizer, index, shards of F8 tensors (random bytes)."""
     os.makedirs(root, exist_ok=True)
@@ -79,7 +67,7 @@ def make_model(root, shards=4, shard_bytes=64 * 1024):
         rows = (shard_bytes * (shards + 1 - i)) // 1024
         tensors = {"layers.%d.w" % i: ("F8_E4M3", [rows, 1024], os.urandom(rows * 1024)),
                    "layers.%d.scale" % i: ("BF16", [4], os.urandom(8))}
-        write_safetensors(os.path.join(root, name), tensors)
+        write_safetensors(os.path.join(root, name), tensors, metadata={"format": "pt"})
         for t in tensors:
             weight_map[t] = name
     with open(os.path.join(root, "model.safetensors.index.json"), "w") as handle:

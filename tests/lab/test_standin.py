@@ -9,6 +9,7 @@ import struct
 
 import pytest
 
+from ansible_collections.sparkfleet.vllm.tests.unit.support.model_files import encode
 from sparklab_vllm import __version__, cli, formats
 from sparklab_vllm.safetensors_io import SafetensorError, read_header
 
@@ -196,18 +197,13 @@ def _write(tmp_path, name, data):
     return str(p)
 
 
-def _header(obj):
-    raw = json.dumps(obj).encode()
-    return struct.pack("<Q", len(raw)) + raw
-
-
 @pytest.mark.parametrize("name,data", [
     ("short", b"abc"),
     ("large", struct.pack("<Q", 200_000_000) + b"{}"),
     ("length", struct.pack("<Q", 100) + b"{}"),
-    ("incomplete", _header({"a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}}) + b"1234"),
-    ("too_long", _header({"a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}}) + b"1234567890"),
-    ("info", _header({"a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 6]}}) + b"123456"),
+    ("incomplete", encode({"a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}}, pad=False) + b"1234"),
+    ("too_long", encode({"a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}}, pad=False) + b"1234567890"),
+    ("info", encode({"a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 6]}}, pad=False) + b"123456"),
 ])
 def test_broken_shards_fail_with_the_safetensors_librarys_text(tmp_path, name, data):
     safetensors = pytest.importorskip("safetensors")
