@@ -32,4 +32,9 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
   echo "$want" > "$stamp"
 fi
+# The `sparkfleet` command (pyproject.toml), editable so it follows the checkout; its deps are in requirements.txt.
+if [ ! -x .venv/bin/sparkfleet ]; then
+  log "venv: installing the sparkfleet command (pip install -e .)"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps -e .
+fi
 log "ready: $(.venv/bin/ansible --version | sed -n 1p)"

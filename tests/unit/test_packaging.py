@@ -27,9 +27,9 @@ VLLM_LOG = os.path.join(ROOT, "tests", "unit", "plugins", "modules", "fixtures",
 
 # What a user runs, and the metadata ansible-galaxy adds. Anything else at the top of the tarball is a leak.
 SHIPPED_TOP = {"MANIFEST.json", "FILES.json", "README.md", "LICENSE", "CHANGELOG.rst",
-               "meta", "plugins", "roles", "playbooks", "docs", "changelogs"}
+               "meta", "plugins", "roles", "playbooks", "docs", "changelogs", "extensions"}
 # Source trees that must ship whole (every tracked file in them).
-SHIPPED_TREES = ("plugins/", "roles/", "playbooks/", "meta/")
+SHIPPED_TREES = ("plugins/", "roles/", "playbooks/", "meta/", "extensions/")
 
 
 def _tool(name):
@@ -124,7 +124,8 @@ def test_tarball_ships_only_what_a_user_runs(members):
     assert top <= SHIPPED_TOP, "unexpected in the tarball: %s" % sorted(top - SHIPPED_TOP)
     leaks = [m for m in members
              if any(part.startswith(".") for part in m.split("/"))     # .ansible/ (a 2nd copy), .git, caches
-             or m.split("/", 1)[0] in ("inventories", "tests", "lab", "collections", "ansible.cfg", "site.yml")
+             or m.split("/", 1)[0] in ("inventories", "tests", "lab", "collections", "ansible.cfg", "site.yml",
+                                       "cli", "pyproject.toml", "sparkfleet-reports")
              or "__pycache__" in m]
     assert not leaks, leaks[:20]
     # The tarball had 2,090 entries (1,773 sysfs fixture files); the collection itself is ~150.

@@ -1,0 +1,3 @@
+from sparkfleet_cli.cli import run
+
+run()

@@ -1,0 +1,155 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: report
+type: aggregate
+short_description: Write a deploy report (JSON, table, timeline chart) after every deploy
+version_added: 0.2.0
+author: sparkfleet.vllm contributors (@sparkfleet)
+description:
+  - Times every phase on every node (a phase is the play's tag, which C(site.yml)'s thin plays name after their role;
+    else the task's role) from the start of its first task to its last result, and keeps what the modules report
+    (model transfer rate, Ray proof, vLLM and Ray versions, vLLM's startup phases, the first failure with its class
+    and hint) and the results the healthcheck role publishes with C(set_stats) (endpoint, model, tokens/s).
+  - At the end of a playbook named in O(playbooks) it writes C(report.json), C(report.txt) (the table it also prints)
+    and C(timeline.png) (phases per node; needs matplotlib on the controller, else skipped with a note) into a new
+    directory under O(dir), points C(latest) at it, and prints where.
+  - C(playbooks/status.yml) prints the latest report's table.
+  - Enable it with C(callbacks_enabled = sparkfleet.vllm.report) in C(ansible.cfg); it works beside any stdout callback.
+requirements:
+  - enabled in callbacks_enabled
+  - matplotlib (optional, for the chart)
+options:
+  dir:
+    description: Directory that receives one sub-directory per run (C(<UTC time>-<playbook>)) and the C(latest) link.
+      A relative path is taken from the directory the playbook was started in.
+    type: path
+    default: sparkfleet-reports
+    env:
+      - name: SPARKFLEET_REPORT_DIR
+    ini:
+      - section: callback_sparkfleet_report
+        key: dir
+  playbooks:
+    description: File names of the playbooks that get a report (the deploy and the restart).
+    type: list
+    elements: str
+    default: [site.yml, restart.yml]
+    env:
+      - name: SPARKFLEET_REPORT_PLAYBOOKS
+    ini:
+      - section: callback_sparkfleet_report
+        key: playbooks
+"""
+
+import os
+import time
+
+from ansible.plugins.callback import CallbackBase
+
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _report
+
+
+class CallbackModule(CallbackBase):
+    """Time the phases per node and write the deploy report."""
+
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "sparkfleet.vllm.report"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, display=None):
+        super(CallbackModule, self).__init__(display=display)
+        self._clock = _report.PhaseClock()
+        self._captured = {}
+        self._failure = None
+        self._playbook = None
+        self._play_tags = ()
+        self._play_name = None
+        self._cwd = os.getcwd()
+
+    def _phase(self, task):
+        role = task._role.get_name() if getattr(task, "_role", None) else None
+        return _report.phase_of(self._play_tags, role, self._play_name, task.action)
+
+    def v2_playbook_on_start(self, playbook):
+        self._playbook = os.path.basename(playbook._file_name)
+        self._clock = _report.PhaseClock()
+
+    def v2_playbook_on_play_start(self, play):
+        self._play_tags = tuple(play.tags or ())
+        self._play_name = play.get_name()
+
+    def v2_runner_on_start(self, host, task):
+        self._clock.start(host.get_name(), self._phase(task))
+
+    def _result(self, result, status):
+        task = result._task
+        self._clock.result(result._host.get_name(), self._phase(task), status)
+        got = _report.capture(task.action, result._result)
+        if got:
+            self._captured[got[0]] = got[1]
+        return task
+
+    def v2_runner_on_ok(self, result):
+        self._result(result, "ok")
+
+    def v2_runner_on_skipped(self, result):
+        self._result(result, "ok")
+
+    def v2_runner_on_unreachable(self, result):
+        self._note_failure(result, "unreachable")
+        self._result(result, "unreachable")
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        if ignore_errors:
+            self._result(result, "ok")
+            return
+        self._note_failure(result, "failed")
+        self._result(result, "failed")
+
+    def _note_failure(self, result, status):
+        if self._failure is not None:
+            return
+        res = result._result
+        failure = res.get("failure") if isinstance(res.get("failure"), dict) else {}
+        self._failure = {
+            "host": result._host.get_name(),
+            "task": result._task.get_name(),
+            "phase": self._phase(result._task),
+            "status": status,
+            "class": failure.get("class") or ("unreachable" if status == "unreachable" else None),
+            "msg": str(res.get("msg", ""))[:1000],
+            "hint": failure.get("hint") or res.get("hint"),
+        }
+
+    def v2_playbook_on_stats(self, stats):
+        wanted = self.get_option("playbooks") or []
+        if self._playbook not in wanted:
+            return
+        host_stats = {h: stats.summarize(h) for h in sorted(stats.processed)}
+        custom = (stats.custom or {}).get("_run") or {}
+        report = _report.build(self._playbook, self._clock, self._captured, custom, host_stats, self._failure)
+        base = self.get_option("dir")
+        base = base if os.path.isabs(base) else os.path.join(self._cwd, base)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock.started))
+        run_dir = os.path.join(base, "%s-%s" % (stamp, os.path.splitext(self._playbook)[0]))
+        try:
+            written = _report.write(report, run_dir)
+            link = os.path.join(base, "latest")
+            if os.path.islink(link):
+                os.unlink(link)
+            if not os.path.exists(link):
+                os.symlink(os.path.basename(run_dir), link)
+        except OSError as e:
+            self._display.warning("sparkfleet report: could not write %s: %s" % (run_dir, e))
+            return
+        for line in _report.table(report):
+            self._display.display(line)
+        self._display.display("sparkfleet report: %s" % run_dir, color="cyan")
+        if written.get("chart_missing"):
+            self._display.display("sparkfleet report: %s" % written["chart_missing"])

@@ -1,0 +1,57 @@
+"""`sparkfleet status -i <lab inventory>` from the control namespace, as a user runs it after a deploy."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+
+def sparkfleet(lab, tmp_path, *args, timeout=300):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(PYTHONPATH=str(lab.repo / "cli"), PATH="%s:%s" % (lab.repo / ".venv" / "bin", env.get("PATH", "")))
+    return subprocess.run([str(lab.repo / "lab" / "labctl"), "ctl", "--", str(lab.repo / ".venv" / "bin" / "python"),
+                           "-m", "sparkfleet_cli", *args, "--reports", str(tmp_path / "reports")],
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=str(lab.repo))
+
+
+@pytest.fixture(scope="module")
+def serving(lab, tmp_path_factory):
+    """A deployed lab (deploys it when an earlier test has not)."""
+    if lab.host_exec("spark-1", "systemctl", "is-active", "sparkfleet-vllm").stdout.strip() != "active":
+        staged = lab.run([lab.repo / "lab" / "stage.sh"], timeout=900)
+        assert staged.returncode == 0, staged.stderr[-3000:]
+        r = lab.ansible_run(private_data_dir=str(tmp_path_factory.mktemp("site")), playbook=str(lab.repo / "site.yml"),
+                            inventory=str(lab.inventory), envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
+        assert r["status"] == "successful", r["stats"]
+
+
+def test_status_exit_0_names_every_node_and_keeps_the_event_log(lab, serving, tmp_path):
+    p = sparkfleet(lab, tmp_path, "status", "-i", str(lab.inventory))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    out = p.stdout
+    assert "status: done in" in out
+    for host in lab.hosts:
+        assert "  %s ok=" % host in out and "failed=0 unreachable=0" in out
+    assert "no deploy report under %s" % (tmp_path / "reports") in out  # status prints the latest report's table
+    log = out.strip().splitlines()[-1]
+    assert log.startswith("events: ")
+    events = [json.loads(line) for line in open(log[len("events: "):])]
+    assert events[-1]["event"] == "playbook_on_stats"
+    assert {e["event_data"].get("host") for e in events if e["event"] == "runner_on_ok"} >= set(lab.hosts)
+
+
+def test_status_unreachable_head_exits_3_with_a_hint(lab, tmp_path):
+    inv = tmp_path / "inventory"
+    shutil.copytree(lab.inventory, inv)
+    head = inv / "host_vars" / "spark-1.yml"
+    head.write_text(head.read_text().replace("ansible_host: 10.99.0.11", "ansible_host: 10.99.0.99"))
+    p = sparkfleet(lab, tmp_path, "status", "-i", str(inv))
+    assert p.returncode == 3, p.stdout[-3000:]
+    assert "FAILED: unreachable on spark-1" in p.stdout
+    assert "hint: check ssh to spark-1" in p.stdout
