@@ -85,11 +85,15 @@ class CallbackModule(CallbackBase):
         self._play_name = play.get_name()
 
     def v2_runner_on_start(self, host, task):
-        self._clock.start(host.get_name(), self._phase(task))
+        phase = self._phase(task)
+        if phase:
+            self._clock.start(host.get_name(), phase)
 
     def _result(self, result, status):
         task = result._task
-        self._clock.result(result._host.get_name(), self._phase(task), status)
+        phase = self._phase(task)
+        if phase:
+            self._clock.result(result._host.get_name(), phase, status)
         got = _report.capture(task.action, result._result)
         if got:
             self._captured[got[0]] = got[1]

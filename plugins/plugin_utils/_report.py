@@ -23,6 +23,10 @@ CAPTURED = {
 }
 
 
+# Tasks that only pull in other tasks: not timed themselves (the tasks they include are).
+INCLUDES = ("include_role", "import_role", "include_tasks", "import_tasks")
+
+
 class PhaseClock(object):
     """Per host, the phases it went through in order: when the first task started, when the last result came, and
     whether one failed. A phase entered again later (the lock taken at the start, released at the end) is a new span."""
@@ -64,12 +68,14 @@ class PhaseClock(object):
 
 def phase_of(play_tags, role_name, play_name, action=None):
     """A task's phase: its play's tag (site.yml's thin plays carry their role's name), else its role, else its module
-    (the lock plays run one module, run_lock), else its play."""
+    (the lock plays run one module, run_lock), else its play. None for a role-less include (not timed)."""
     for tag in play_tags or ():
         if tag not in ("always", "never"):
             return tag
     if role_name:
         return role_name.rsplit(".", 1)[-1]
+    if action and action.rsplit(".", 1)[-1] in INCLUDES:
+        return None  # the tasks it pulls in carry their role
     if action:
         return action.rsplit(".", 1)[-1]
     return play_name or "play"
@@ -158,8 +164,8 @@ def table(report):
     hosts = sorted(phases)
     width = max([len("phase")] + [len(p) for p in order])
     cols = [max(len(h), 9) for h in hosts]
-    lines = ["sparkfleet report: %s %s in %s (%s)" % (report.get("playbook"), report.get("status"),
-                                                     _fmt_s(report.get("seconds")), report.get("started"))]
+    head = (report.get("playbook"), report.get("status"), _fmt_s(report.get("seconds")), report.get("started"))
+    lines = ["sparkfleet report: %s %s in %s (%s)" % head]
     lines.append("  " + "phase".ljust(width) + "".join("  " + h.rjust(c) for h, c in zip(hosts, cols)))
     for phase in order:
         cells = []
@@ -169,24 +175,26 @@ def table(report):
             cells.append("  " + cell.rjust(col))
         lines.append("  " + phase.ljust(width) + "".join(cells))
     transfer = report.get("transfer") or {}
-    if transfer.get("bytes_transferred") is not None:
-        lines.append("  transfer: %.1f MB in %s (%.1f MB/s)" % (transfer["bytes_transferred"] / 1e6,
-                                                               _fmt_s(transfer.get("transfer_seconds")),
-                                                               transfer.get("mb_per_s") or 0.0))
+    if transfer.get("bytes_transferred") == 0:
+        lines.append("  transfer: nothing to send (every worker has the model, verified)")
+    elif transfer.get("bytes_transferred") is not None:
+        moved = (transfer["bytes_transferred"] / 1e6, _fmt_s(transfer.get("transfer_seconds")),
+                 transfer.get("mb_per_s") or 0.0)
+        lines.append("  transfer: %.1f MB in %s (%.1f MB/s)" % moved)
     if report.get("ray"):
         lines.append("  ray: %s" % report["ray"].get("summary"))
     versions = report.get("versions") or {}
     if any(versions.values()):
-        lines.append("  versions: vLLM %s, Ray %s, image %s" % (versions.get("vllm") or "?", versions.get("ray") or "?",
-                                                              versions.get("image") or "?"))
+        found = tuple(versions.get(k) or "?" for k in ("vllm", "ray", "image"))
+        lines.append("  versions: vLLM %s, Ray %s, image %s" % found)
     if report.get("endpoint"):
         tps = report.get("tokens_per_s")
-        lines.append("  serving: %s at %s, %s" % (report.get("model"), report["endpoint"],
-                                                 "%s tokens/s" % tps if tps is not None else "tokens/s not measured"))
+        rate = "%s tokens/s" % tps if tps is not None else "tokens/s not measured"
+        lines.append("  serving: %s at %s, %s" % (report.get("model"), report["endpoint"], rate))
     failure = report.get("failure")
     if failure:
-        lines.append("  failed: %s on %s (%s): %s" % (failure.get("task"), failure.get("host"),
-                                                     failure.get("class") or "error", failure.get("msg")))
+        what = (failure.get("task"), failure.get("host"), failure.get("class") or "error", failure.get("msg"))
+        lines.append("  failed: %s on %s (%s): %s" % what)
         if failure.get("hint"):
             lines.append("  hint: %s" % failure["hint"])
     return lines
@@ -253,10 +261,10 @@ def timeline(report, path):
         title += ", %s tokens/s" % report["tokens_per_s"]
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", linestyle=":", alpha=0.6)
-    ax.legend(handles=[Patch(facecolor=colours[p], edgecolor="black", label=p) for p in order],
-              loc="upper center", bbox_to_anchor=(0.5, -0.28 - 0.05 * (4 - min(len(hosts), 4))),
-              ncol=min(len(order), 8), fontsize=8, frameon=False)
-    fig.tight_layout()
+    height = fig.get_size_inches()[1]
+    fig.legend(handles=[Patch(facecolor=colours[p], edgecolor="black", label=p) for p in order],
+               loc="lower center", ncol=min(len(order), 8), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.45 / height, 1, 1))
     fig.savefig(path, dpi=110)
     pyplot.close(fig)
     return path

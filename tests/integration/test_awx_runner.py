@@ -132,7 +132,7 @@ def test_site_as_an_awx_job_twice_second_changes_nothing(lab, staged, tmp_path):
     report = json.loads((tmp_path / "reports" / "latest" / "report.json").read_text())
     assert set(report["phases"]) == set(lab.hosts)
     phases = [row["phase"] for row in report["phases"][HEAD]]
-    assert phases[0] == "preflight" and "model_sync" in phases and phases[-1] == "healthcheck"
+    assert phases[0] == "preflight" and "model_sync" in phases and phases[-2:] == ["healthcheck", "run_lock"]
     assert (tmp_path / "reports" / "latest" / "timeline.png").stat().st_size > 10000
 
     # Second job: a fresh private data dir and HOME, as AWX gives every job.

@@ -40,7 +40,7 @@ def test_wheel_puts_sparkfleet_on_path(tmp_path):
         shutil.copy(os.path.join(ROOT, name), src / name)
     shutil.copytree(os.path.join(ROOT, "cli"), src / "cli", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(src), "-w", str(tmp_path / "w")],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, check=False)
     if p.returncode != 0 and "No matching distribution found for setuptools" in p.stderr:
         pytest.skip("no package index for the build backend")
     assert p.returncode == 0, p.stderr[-2000:]

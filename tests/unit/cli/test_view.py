@@ -4,7 +4,8 @@ Fixtures (events.jsonl of real runs, trimmed to the fields the view reads; no se
 - deploy_ok: `sparkfleet deploy -i <lab inventory>` on a deployed 2-node lab (a re-run that restarts vLLM);
 - deploy_preflight_failed: the same with `-e vllm_serve_gpu_memory_utilization=1.5`;
 - status_unreachable: `sparkfleet status` with the head's address pointing nowhere;
-- restart_progress: `sparkfleet restart -e vllm_serve_poll_interval=2` (shard progress while loading).
+- restart_progress: `sparkfleet restart -e vllm_serve_poll_interval=2` (shard progress while loading, then a 401:
+  the server had been deployed with another key).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def test_deploy_shows_model_sync_and_the_graph_progress_then_ready():
     assert "  spark-1 ok=83 changed=2 failed=0 unreachable=0" in lines
 
 
-def test_restart_shows_a_shard_bar_with_eta():
+def test_restart_shows_a_shard_bar_with_eta_then_the_failure_and_its_hint():
+    """The recorded restart ran with a key the server did not have (a deploy with another key had run meanwhile)."""
     frames = []
 
     def grab(v):
@@ -99,8 +101,13 @@ def test_restart_shows_a_shard_bar_with_eta():
 
     view = replay("restart_progress", action="restart", each=grab)
     assert frames, "no loading_weights progress in the recorded restart"
-    assert "shards" in frames[0] and "ETA" in frames[0] and "spark-1" in frames[0]
-    assert view.exit_code("successful") == EXIT_OK
+    shard_line = next(ln for ln in frames[0].splitlines() if "shards" in ln)
+    assert "loading_weights 1/8 shards, ETA 7 s, slowest spark-2" in shard_line
+    assert "\u2501" in shard_line  # rich's bar glyph
+    assert view.exit_code("failed") == EXIT_FAILED
+    assert view.failure["msg"] == "The API at http://10.99.0.11:30000 refused the key (HTTP 401)"
+    assert view.failure["hint"] == "Pass the server's --api-key as api_key (vllm_serve_api_key)."
+    assert view.failure["phase"] == "vllm_serve"
 
 
 def test_preflight_failure_class_hint_and_exit_code():

@@ -101,12 +101,12 @@ def answer_errors(item, data):
         return ([] if lo is None or len(value) >= int(lo) else ["'%s' too short" % var]) + \
                ([] if hi is None or len(value) <= int(hi) else ["'%s' too long" % var])
     if qtype == "integer":
-        if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, int):  # AWX: type(value) != int
             return ["Value %s for '%s' expected to be an integer." % (value, var)]
         return ([] if lo is None or value >= int(lo) else ["'%s' too small" % var]) + \
                ([] if hi is None or value <= int(hi) else ["'%s' too large" % var])
     if qtype == "float":
-        if type(value) not in (float, int):
+        if isinstance(value, bool) or not isinstance(value, (float, int)):  # AWX: type() not in (float, int)
             return ["Value %s for '%s' expected to be a numeric type." % (value, var)]
         return ([] if lo is None or value >= float(lo) else ["'%s' too small" % var]) + \
                ([] if hi is None or value <= float(hi) else ["'%s' too large" % var])

@@ -70,7 +70,7 @@ def run_playbook(tmp_path, name, playbook, extra_env=None):
                 "ANSIBLE_CALLBACKS_ENABLED": "sparkfleet.vllm.report", "ANSIBLE_NOCOLOR": "1"})
     env.update(extra_env or {})
     return subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), name],
-                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180)
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +133,7 @@ def test_phase_of_prefers_the_play_tag_then_role_then_play():
     assert _report.phase_of(["always"], "sparkfleet.vllm.vllm_serve", "Restart") == "vllm_serve"
     assert _report.phase_of(["always"], None, "Deployment lock", "sparkfleet.vllm.run_lock") == "run_lock"
     assert _report.phase_of([], None, "Deployment lock") == "Deployment lock"
+    assert _report.phase_of([], None, "Restart vLLM", "ansible.builtin.include_role") is None
 
 
 def test_capture_keeps_only_known_fields_and_skips_hidden_results():
@@ -163,9 +164,8 @@ def test_table_and_chart_from_a_report(tmp_path):
                 continue
             clock.result(host, phase, "ok")
     captured = {"model_sync": {"bytes_transferred": 119e9, "transfer_seconds": 190.0, "mb_per_s": 626.3}}
-    report = _report.build("site.yml", clock, captured, {"sparkfleet": {"tokens_per_s": 27.1, "model": "m",
-                                                                       "endpoint": "http://h:30000"}},
-                           {}, None, now=now)
+    stats = {"sparkfleet": {"tokens_per_s": 27.1, "model": "m", "endpoint": "http://h:30000"}}
+    report = _report.build("site.yml", clock, captured, stats, {}, None, now=now)
     lines = _report.table(report)
     assert lines[0].startswith("sparkfleet report: site.yml successful in 6m28s")
     assert any(ln.split()[:2] == ["model_sync", "3m10s"] for ln in lines), lines
