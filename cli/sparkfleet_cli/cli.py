@@ -153,6 +153,15 @@ def main(argv=None):
     for line in view.summary_lines(status):
         console.print(line, markup=False, highlight=False, style="red" if code else None)
     report = _report_written(base, started)
+    if args.action == "status":
+        # status.yml shows the latest deploy report's table first; the live view shows no task output, so here it is.
+        latest = os.path.join(base, "latest", "report.txt")
+        if os.path.exists(latest):
+            with open(latest, encoding="utf-8") as f:
+                console.print("last deploy (%s):\n%s" % (os.path.realpath(os.path.dirname(latest)), f.read().rstrip()),
+                              markup=False, highlight=False)
+        else:
+            console.print("no deploy report under %s" % base, markup=False)
     if report:
         with open(os.path.join(report, "report.txt"), encoding="utf-8") as f:
             console.print(f.read().rstrip(), markup=False, highlight=False)

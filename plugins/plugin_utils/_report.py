@@ -173,7 +173,7 @@ def table(report):
             row = keyed[host].get(phase)
             cell = "" if row is None else _fmt_s(row["seconds"]) + ("" if row["status"] == "ok" else " FAILED")
             cells.append("  " + cell.rjust(col))
-        lines.append("  " + phase.ljust(width) + "".join(cells))
+        lines.append(("  " + phase.ljust(width) + "".join(cells)).rstrip())
     transfer = report.get("transfer") or {}
     if transfer.get("bytes_transferred") == 0:
         lines.append("  transfer: nothing to send (every worker has the model, verified)")
@@ -249,7 +249,7 @@ def timeline(report, path):
             ax.broken_barh([(row["start_s"], width)], (y - 0.35, 0.7), facecolors=colours[row["phase"]],
                            edgecolor="black" if row["status"] == "ok" else "red",
                            hatch=None if row["status"] == "ok" else "xx", linewidth=0.6)
-            if width >= 0.06 * max(report.get("seconds") or 1, 1):
+            if width >= 0.045 * max(report.get("seconds") or 1, 1):
                 ax.text(row["start_s"] + width / 2, y, _fmt_s(row["seconds"]), ha="center", va="center", fontsize=8)
     ax.set_yticks(range(len(hosts)))
     ax.set_yticklabels(list(reversed(hosts)))
@@ -259,6 +259,8 @@ def timeline(report, path):
         title += " - %s" % report["model"]
     if report.get("tokens_per_s") is not None:
         title += ", %s tokens/s" % report["tokens_per_s"]
+    if (report.get("transfer") or {}).get("bytes_transferred"):
+        title += "; model sent at %.1f MB/s" % (report["transfer"].get("mb_per_s") or 0.0)
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", linestyle=":", alpha=0.6)
     height = fig.get_size_inches()[1]

@@ -38,7 +38,14 @@ def test_status_exit_0_names_every_node_and_keeps_the_event_log(lab, serving, tm
     assert "status: done in" in out
     for host in lab.hosts:
         assert "  %s ok=" % host in out and "failed=0 unreachable=0" in out
-    assert "no deploy report under %s" % (tmp_path / "reports") in out  # status prints the latest report's table
+    assert "no deploy report under %s" % (tmp_path / "reports") in out  # no deploy ran with these --reports
+    # After a deploy's report, status prints its table (status.yml shows the same first).
+    report = tmp_path / "reports" / "20260101T000000Z-site"
+    report.mkdir()
+    (report / "report.txt").write_text("sparkfleet report: site.yml successful in 3m38s\n  phase  spark-1\n")
+    (tmp_path / "reports" / "latest").symlink_to(report.name)
+    p = sparkfleet(lab, tmp_path, "status", "-i", str(lab.inventory))
+    assert p.returncode == 0 and "last deploy (%s):\nsparkfleet report: site.yml successful" % report in p.stdout
     log = out.strip().splitlines()[-1]
     assert log.startswith("events: ")
     events = [json.loads(line) for line in open(log[len("events: "):])]
