@@ -19,7 +19,9 @@ import pytest
 import yaml
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-pytestmark = pytest.mark.lab
+# Two full site.yml runs (~5-8 min on this lab machine): CI skips it (long). Run it with
+#   lab/labctl ctl -- .venv/bin/pytest tests/integration/test_awx_runner.py
+pytestmark = [pytest.mark.lab, pytest.mark.long]
 
 HEAD = "spark-1"
 RAY_TOKEN = "/etc/sparkfleet/ray-token"
