@@ -16,6 +16,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes impor
     FAILURE_CLASSES,
     HINTS,
     render_hint,
+    unknown_settings,
 )
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
     CALLER_CLASSES,
@@ -109,6 +110,8 @@ def test_hints_name_role_variables():
     # Every setting a hint uses has the role's name, so the role's user never sees a generic one.
     used = set(s for c in CAUSES for s in c.settings)
     assert sorted(used - set(names)) == []
+    # ... and the role names no setting vllm_wait does not know (it would refuse the role's call).
+    assert unknown_settings(names) == []
 
 
 # ---- progress ----
