@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import sys
 import threading
 import time
@@ -87,6 +88,10 @@ def main(argv=None):
     from rich.live import Live  # pylint: disable=import-outside-toplevel
 
     console = Console(soft_wrap=True)
+    # Installed in a virtualenv or by pipx and run by its path: ansible-playbook sits next to our interpreter.
+    here = os.path.dirname(sys.executable)
+    if not shutil.which("ansible-playbook") and os.path.exists(os.path.join(here, "ansible-playbook")):
+        os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
     plain = args.plain or not console.is_terminal
     base = os.path.abspath(args.reports)
     run_dir = _run_dir(base, args.action)
