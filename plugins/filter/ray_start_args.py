@@ -20,7 +20,55 @@ def _count(name, value, minimum):
     return number
 
 
-def ray_start_args(node_ip, head, head_ip, port=6379, num_gpus=1, num_cpus=None, dashboard=False, extra=None):
+# Ray's other listening ports, pinned so a node firewall can name them (Ray picks most at random otherwise).
+# Key -> flag; the head-only ones are left out on workers, the dashboard's when it is off.
+PORT_FLAGS = (
+    ("node_manager_port", "--node-manager-port", False),
+    ("object_manager_port", "--object-manager-port", False),
+    ("runtime_env_agent_port", "--runtime-env-agent-port", False),
+    ("dashboard_agent_grpc_port", "--dashboard-agent-grpc-port", False),
+    ("dashboard_agent_listen_port", "--dashboard-agent-listen-port", False),
+    ("metrics_export_port", "--metrics-export-port", False),
+    ("min_worker_port", "--min-worker-port", False),
+    ("max_worker_port", "--max-worker-port", False),
+    ("ray_client_server_port", "--ray-client-server-port", True),
+    ("dashboard_port", "--dashboard-port", True),
+)
+
+
+def _port_args(ports, head, dashboard):
+    if ports in (None, ""):
+        return []
+    if not isinstance(ports, dict):
+        raise AnsibleFilterError("ray_start_args: ports must be a dict of port names to numbers, got %r" % (ports,))
+    known = dict((key, (flag, head_only)) for key, flag, head_only in PORT_FLAGS)
+    unknown = sorted(set(ports) - set(known))
+    if unknown:
+        raise AnsibleFilterError("ray_start_args: unknown port name(s) %s; known: %s"
+                                 % (", ".join(unknown), ", ".join(k for k, _f, _h in PORT_FLAGS)))
+    numbers = {}
+    for key, value in ports.items():
+        if value in (None, ""):
+            continue
+        number = _count(key, value, 1)
+        if number > 65535:
+            raise AnsibleFilterError("ray_start_args: %s %d is out of range" % (key, number))
+        numbers[key] = number
+    if ("min_worker_port" in numbers) != ("max_worker_port" in numbers):
+        raise AnsibleFilterError("ray_start_args: set min_worker_port and max_worker_port together")
+    if numbers.get("min_worker_port", 0) > numbers.get("max_worker_port", 65535):
+        raise AnsibleFilterError("ray_start_args: min_worker_port %d is above max_worker_port %d"
+                                 % (numbers["min_worker_port"], numbers["max_worker_port"]))
+    args = []
+    for key, flag, head_only in PORT_FLAGS:
+        if key not in numbers or (head_only and not head) or (key == "dashboard_port" and not dashboard):
+            continue
+        args += [flag, str(numbers[key])]
+    return args
+
+
+def ray_start_args(node_ip, head, head_ip, port=6379, num_gpus=1, num_cpus=None, dashboard=False, extra=None,
+                   ports=None):
     """The words after `ray start` for one node, every address pinned to its fabric IP."""
     for name, value in (("node_ip", node_ip), ("head_ip", head_ip)):
         try:
@@ -40,6 +88,7 @@ def ray_start_args(node_ip, head, head_ip, port=6379, num_gpus=1, num_cpus=None,
     args += ["--node-ip-address", str(node_ip), "--num-gpus", str(_count("num_gpus", num_gpus, 0))]
     if num_cpus not in (None, ""):
         args += ["--num-cpus", str(_count("num_cpus", num_cpus, 1))]
+    args += _port_args(ports, head, dashboard)
     extra = list(extra or [])
     if any(str(word).startswith("--node-ip-address") for word in extra):
         raise AnsibleFilterError("ray_start_args: extra arguments must not override --node-ip-address; set the"

@@ -48,3 +48,35 @@ def test_bad_values_fail_naming_them(kwargs, message):
     args.update(kwargs)
     with pytest.raises(AnsibleFilterError, match=message):
         ray_start_args(**args)
+
+
+PORTS = {"node_manager_port": 6380, "object_manager_port": "6381", "runtime_env_agent_port": 6382,
+         "dashboard_agent_grpc_port": 6383, "dashboard_agent_listen_port": 6384, "metrics_export_port": 6385,
+         "min_worker_port": 10002, "max_worker_port": 19999, "ray_client_server_port": 10001, "dashboard_port": 8265}
+
+
+def test_ports_are_pinned_so_a_firewall_can_name_them():
+    head = ray_start_args("10.99.1.11", True, "10.99.1.11", ports=PORTS)
+    flag = lambda args, f: args[args.index(f) + 1]  # noqa: E731
+    assert flag(head, "--node-manager-port") == "6380" and flag(head, "--object-manager-port") == "6381"
+    assert flag(head, "--min-worker-port") == "10002" and flag(head, "--max-worker-port") == "19999"
+    assert flag(head, "--ray-client-server-port") == "10001"
+    assert "--dashboard-port" not in head  # the dashboard is off
+    assert head[-2:] == ["--disable-usage-stats", "--block"]
+    worker = ray_start_args("10.99.1.12", False, "10.99.1.11", ports=PORTS)
+    assert "--ray-client-server-port" not in worker and flag(worker, "--runtime-env-agent-port") == "6382"
+    assert flag(ray_start_args("10.99.1.11", True, "10.99.1.11", dashboard=True, ports=PORTS), "--dashboard-port") == "8265"
+
+
+@pytest.mark.parametrize("ports, message", [
+    ({"gcs_port": 1}, "unknown port name(s) gcs_port"),
+    ({"node_manager_port": "x"}, "node_manager_port must be a whole number"),
+    ({"node_manager_port": 70000}, "out of range"),
+    ({"min_worker_port": 10002}, "set min_worker_port and max_worker_port together"),
+    ({"min_worker_port": 20000, "max_worker_port": 10000}, "above max_worker_port"),
+    ([6380], "must be a dict"),
+])
+def test_bad_ports_are_refused(ports, message):
+    import re as _re
+    with pytest.raises(AnsibleFilterError, match=_re.escape(message)):
+        ray_start_args("10.99.1.11", True, "10.99.1.11", ports=ports)

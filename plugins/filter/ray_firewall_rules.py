@@ -1,0 +1,117 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filter: sparkfleet.vllm.ray_firewall_rules (documented in ray_firewall_rules.yml)."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+
+from ansible.errors import AnsibleFilterError
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+
+
+def _port(value, what):
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise AnsibleFilterError("ray_firewall_rules: %s %r is not a port number" % (what, value))
+    if not 1 <= number <= 65535:
+        raise AnsibleFilterError("ray_firewall_rules: %s %d is out of range (1-65535)" % (what, number))
+    return number
+
+
+def _span(item):
+    """A port (6379, "6379") or a range ("10002-19999", [10002, 19999]) as (low, high)."""
+    if isinstance(item, (list, tuple)):
+        if len(item) != 2:
+            raise AnsibleFilterError("ray_firewall_rules: a port range needs two ends, got %r" % (item,))
+        low, high = item
+    elif isinstance(item, str) and "-" in item.strip().lstrip("-"):
+        low, high = item.split("-", 1)
+    else:
+        low = high = item
+    low, high = _port(low, "port"), _port(high, "port")
+    if low > high:
+        raise AnsibleFilterError("ray_firewall_rules: port range %d-%d runs backwards" % (low, high))
+    return low, high
+
+
+def _merge(spans):
+    merged = []
+    for low, high in sorted(spans):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], high)
+        else:
+            merged.append([low, high])
+    return merged
+
+
+def ray_firewall_rules(ports, allow, table="sparkfleet"):
+    """An nft script that replaces our own table: Ray's ports answer loopback and the allowed networks only."""
+    if not isinstance(ports, (list, tuple)) or not ports:
+        raise AnsibleFilterError("ray_firewall_rules: ports must be a non-empty list of ports or ranges, got %r"
+                                 % (ports,))
+    if not isinstance(table, str) or not _NAME.match(table):
+        raise AnsibleFilterError("ray_firewall_rules: table %r is not a valid nftables name" % (table,))
+    if isinstance(allow, str):
+        allow = [allow]
+    if not isinstance(allow, (list, tuple)) or not allow:
+        raise AnsibleFilterError("ray_firewall_rules: allow must list the networks that may reach Ray (the fabric"
+                                 " subnet, sparkfleet_fabric_subnet), got %r" % (allow,))
+    nets = {4: [], 6: []}
+    for net in allow:
+        try:
+            parsed = ipaddress.ip_network(str(net).strip(), strict=False)
+        except ValueError:
+            raise AnsibleFilterError("ray_firewall_rules: %r in allow is not a network (CIDR)" % (net,))
+        if parsed.prefixlen == 0:
+            raise AnsibleFilterError("ray_firewall_rules: allow %s would open Ray's ports to every address; name the"
+                                     " fabric subnet instead" % parsed)
+        if str(parsed) not in nets[parsed.version]:
+            nets[parsed.version].append(str(parsed))
+    elements = ", ".join(str(lo) if lo == hi else "%d-%d" % (lo, hi) for lo, hi in _merge(_span(p) for p in ports))
+    allowed = ["    ip saddr { %s } accept" % ", ".join(nets[4])] if nets[4] else []
+    allowed += ["    ip6 saddr { %s } accept" % ", ".join(nets[6])] if nets[6] else []
+    body = "\n".join([
+        "  set ray_ports {",
+        "    type inet_service; flags interval;",
+        "    elements = { %s }" % elements,
+        "  }",
+        "  chain input {",
+        "    type filter hook input priority filter; policy accept;",
+        "    meta l4proto { tcp, udp } th dport @ray_ports jump ray",
+        "  }",
+        "  chain ray {",
+        '    iif "lo" accept',
+        "    ct state established,related accept",
+    ] + allowed + [
+        "    counter reject with icmpx type admin-prohibited",
+        "  }",
+    ])
+    digest = hashlib.sha256(body.encode()).hexdigest()[:16]
+    return "\n".join([
+        "#!/usr/sbin/nft -f",
+        "# sparkfleet.vllm ray_cluster: Ray's ports answer only loopback and %s. This file replaces the table"
+        % ", ".join(nets[4] + nets[6]),
+        "# inet %s (ours alone) atomically; no other table is read or changed." % table,
+        "table inet %s" % table,
+        "delete table inet %s" % table,
+        "table inet %s {" % table,
+        '  comment "sparkfleet ray firewall %s"' % digest,
+        body,
+        "}",
+        "",
+    ])
+
+
+class FilterModule:
+    """Node firewall rules for Ray."""
+
+    def filters(self):
+        return {"ray_firewall_rules": ray_firewall_rules}
