@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import re
+import time
 
 import pytest
 
@@ -253,17 +254,6 @@ def test_a_node_without_nft_is_refused_before_anything_changes(lab, deployed, tm
     assert after == before
 
 
-@pytest.mark.fault(name="our firewall table removed by hand on a worker, then Ray restarts (as at boot)",
-                   expected="the unit puts the table back before Ray starts")
-def test_the_unit_restores_the_firewall_before_ray_starts(lab, deployed, observe):
-    worker = lab.hosts[-1]
-    assert lab.host_exec(worker, "nft", "delete", "table", *TABLE.split()).returncode == 0
-    assert lab.host_exec(worker, "systemctl", "restart", "sparkfleet-ray", timeout=180).returncode == 0
-    listed = lab.host_exec(worker, "nft", "list", "table", *TABLE.split())
-    assert listed.returncode == 0 and "sparkfleet ray firewall" in listed.stdout, listed.stderr
-    observe("table back after the restart: %s" % re.search(r'comment "([^"]+)"', listed.stdout).group(1))
-
-
 def test_stop_removes_our_firewall_and_nothing_else(lab, deployed, tmp_path):
     r, failures = play(lab, tmp_path, "playbooks/stop.yml")
     assert r["status"] == "successful" and not failures, failures[-3:]
@@ -271,3 +261,25 @@ def test_stop_removes_our_firewall_and_nothing_else(lab, deployed, tmp_path):
         tables = lab.host_exec(host, "nft", "list", "tables").stdout.split("\n")
         assert "table %s" % TABLE not in tables and "table inet sfl_egress" in tables, (host, tables)
     assert os.path.exists(API_KEY_FILE)
+
+
+@pytest.mark.fault(name="a node starts Ray without our firewall table (after stop, as at boot)",
+                   expected="the unit puts the table back before Ray starts")
+def test_the_unit_restores_the_firewall_before_ray_starts(lab, deployed, observe):
+    """After stop.yml the table is gone; starting the unit (what a boot does) re-applies it before `ray start`."""
+    worker = lab.hosts[-1]
+    assert lab.host_exec(worker, "nft", "list", "table", *TABLE.split()).returncode != 0
+    try:
+        # --no-block: the worker then waits for the head's GCS (stopped); the firewall comes first
+        assert lab.host_exec(worker, "systemctl", "start", "--no-block", "sparkfleet-ray").returncode == 0
+        listed = None
+        for _ in range(60):
+            listed = lab.host_exec(worker, "nft", "list", "table", *TABLE.split())
+            if listed.returncode == 0:
+                break
+            time.sleep(0.5)
+        assert listed.returncode == 0 and "sparkfleet ray firewall" in listed.stdout, listed.stderr
+        observe("table back at the unit's start: %s" % re.search(r'comment "([^"]+)"', listed.stdout).group(1))
+    finally:
+        lab.host_exec(worker, "systemctl", "stop", "sparkfleet-ray", timeout=180)
+        lab.host_exec(worker, "nft", "delete", "table", *TABLE.split())
