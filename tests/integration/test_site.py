@@ -283,6 +283,34 @@ def test_stop_keeps_the_model_and_stops_our_services(lab, deployed, tmp_path):
     assert systemctl(lab, HEAD, "is-active", "sparkfleet-vllm") != "active"
     code = lab.ctl("curl", "-s", "-m", "5", "-o", "/dev/null", API + "/health").returncode
     assert code != 0  # connection refused: nothing listens any more
+    # our firewall table goes with Ray; the node's other tables (the lab's egress guard) stay
+    for host in lab.hosts:
+        tables = lab.host_exec(host, "nft", "list", "tables").stdout.split("\n")
+        assert "table inet sparkfleet" not in tables and "table inet sfl_egress" in tables, (host, tables)
+
+
+@pytest.mark.fault(name="a node starts Ray without our firewall table (after stop, as at boot)",
+                   expected="the unit puts the table back before Ray starts")
+def test_the_unit_restores_the_firewall_before_ray_starts(lab, deployed, observe):
+    """After stop.yml the table is gone; starting the unit (what a boot does) re-applies it before `ray start`."""
+    import time
+
+    worker = lab.hosts[-1]
+    assert lab.host_exec(worker, "nft", "list", "table", "inet", "sparkfleet").returncode != 0
+    try:
+        # --no-block: the worker then waits for the head's GCS (stopped); the firewall comes first
+        assert lab.host_exec(worker, "systemctl", "start", "--no-block", "sparkfleet-ray").returncode == 0
+        listed = None
+        for _ in range(60):
+            listed = lab.host_exec(worker, "nft", "list", "table", "inet", "sparkfleet")
+            if listed.returncode == 0:
+                break
+            time.sleep(0.5)
+        assert listed.returncode == 0 and "sparkfleet ray firewall" in listed.stdout, listed.stderr
+        observe("table back at the unit's start: %s" % re.search(r'comment "([^"]+)"', listed.stdout).group(1))
+    finally:
+        lab.host_exec(worker, "systemctl", "stop", "sparkfleet-ray", timeout=180)
+        lab.host_exec(worker, "nft", "delete", "table", "inet", "sparkfleet")
 
 
 @pytest.mark.fault(name='API / Ray port taken on the head (a hand-started Ray on the management IP)',
