@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
-"""Benchmark: ways to move a model spark-1 -> spark-2 over the lab fabric, side by side in one run.
+"""Benchmark B1: ways to move a model spark-1 -> spark-2 over the lab fabric, side by side in one run.
 
-    lab/labctl up && .venv/bin/python bench/model_sync.py [--size-mb 1024] [--shards 8] [--shape 1gbit]
+    SPARKLAB_NAME=perf lab/labctl up && .venv/bin/python bench/model_sync.py [--size-mb 2048] [--shards 40]
+    .venv/bin/python bench/model_sync.py --shape 1gbit --cases module,tcp     # the link capped by tbf
 
-Run as root from the repo root (it drives lab/labctl). It writes an incompressible multi-shard model
-(FP8 weights are high-entropy) to spark-1:/models/bench-src once, authorizes a sync key from spark-1 on
-spark-2, then for every case empties spark-2:/models/bench-dst and times a full copy:
+Run as root from the repo root (it drives lab/labctl). It writes an incompressible multi-shard model (FP8 weights
+are high-entropy: real safetensors headers, random bytes) to spark-1:/models/bench-src once, authorizes a sync key
+from spark-1 on spark-2, then for every case empties spark-2:/models/bench-dst and times a full copy:
 
-  rsync -az         the operators' way (`rsync -avP --compress`), one stream, ssh default cipher
-  rsync -a -W       one stream, whole-file, no compression, aes128-gcm
-  module s=1        sparkfleet.vllm.model_sync streams=1 through ansible (checks + verify included)
-  module s=4        the same with streams=4
-  daemon x1         rsync daemon bound to spark-2's fabric IP, per-run credentials, no ssh
-  daemon x4         the same, four parallel clients (largest-first packing)
+  ops         (a) the operators' `rsync -avP --compress` over ssh, one stream
+  module      (b) sparkfleet.vllm.model_sync with its defaults (transport auto = tcp, 4 streams, content hashes
+              checked on the worker before each file gets its name), through ansible from the control namespace
+  module-ssh  model_sync with transport=ssh (rsync over ssh, 4 streams): the fallback
+  daemon      an rsync daemon started for the run, bound to spark-2's fabric IP, per-run secret, 4 clients: the
+              candidate measured before (issue 8)
+  tcp         (c) raw TCP capacity of the same link: a socket copy of as many bytes, memory to memory, the best
+              of 1 and 4 streams
 
-and prints MB/s and the ratio to the first case. Numbers on this 2-core machine are CPU bound: both
-ends and the "wire" share the same two cores, unlike two Sparks. Never used for asserts.
+It prints MB/s per case and the ratios b/a and b/c, and one JSON line (prefix BENCH-JSON) for bench/run_all.sh.
+"MB/s (copy)" of the module is its own transfer_seconds (the bytes moving, the per-file checks on the worker
+included); "MB/s (all)" is the whole ansible run (source checks, dry run, verify, cache drop). Never used for asserts.
 """
 
 from __future__ import annotations
@@ -37,8 +41,12 @@ LABCTL = os.path.join(REPO, "lab", "labctl")
 SRC = "/models/bench-src"
 DST = "/models/bench-dst"
 KEY = "/home/spark/.ssh/sparkfleet_sync"
-S2 = "10.99.1.12"
 CIPHER = "aes128-gcm@openssh.com"
+
+
+def fabric_ip(host):
+    return "10.99.1.%d" % (10 + int(host.split("-")[1]))
+
 
 GEN = r'''
 import json, os, struct, sys
@@ -66,30 +74,74 @@ for dp, dn, fn in os.walk(root):
         print("%d %s" % (os.path.getsize(os.path.join(dp, n)), n))
 '''
 
+# Raw TCP: a socket copy of NBYTES over STREAMS connections, memory to memory (no disk, no hashing).
+TCP = r'''
+import socket, sys, threading, time
+mode, host, port, streams, nbytes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+if mode == "srv":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((host, port)); s.listen(16)
+    s.settimeout(60)
+    def sink(c):
+        buf = memoryview(bytearray(1 << 20))
+        while c.recv_into(buf):
+            pass
+    ts = []
+    for _ in range(streams):
+        c, _a = s.accept(); t = threading.Thread(target=sink, args=(c,)); t.start(); ts.append(t)
+    s.close()
+    for t in ts:
+        t.join()
+else:
+    buf = b"\x5a" * (1 << 20)
+    per = nbytes // streams // len(buf) + 1
+    def one():
+        c = socket.create_connection((host, port))
+        for _ in range(per):
+            c.sendall(buf)
+        c.close()
+    t0 = time.time(); ts = [threading.Thread(target=one) for _ in range(streams)]
+    [t.start() for t in ts]; [t.join() for t in ts]
+    print("%.3f %d" % (time.time() - t0, per * streams * len(buf)))
+'''
+
 
 def sh(*argv, **kw):
     return subprocess.run(list(argv), check=True, stdout=subprocess.PIPE, universal_newlines=True, **kw).stdout
 
 
-def hexec(host, script, user=None, stdin=None):
+def hexec(host, script, user=None, stdin=None, check=True):
     if user:
         script = "su %s -s /bin/sh -c %s" % (user, shlex.quote(script))
-    return subprocess.run([LABCTL, "exec", host, "sh", "-c", script], check=True, input=stdin,
+    return subprocess.run([LABCTL, "exec", host, "sh", "-c", script], check=check, input=stdin,
                           stdout=subprocess.PIPE, universal_newlines=True).stdout
 
 
-def setup(args):
-    out = subprocess.run([LABCTL, "exec", "spark-1", "python3", "-c", GEN, SRC, str(args.shards),
-                          str(args.size_mb * 1024 * 1024 // args.shards)],
+def machine():
+    load = open("/proc/loadavg").read().split()[:3]
+    cpu = "?"
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem = int(open("/proc/meminfo").readline().split()[1]) // 1024 // 1024
+    return "%d x %s, %d GiB RAM, kernel %s, load average %s at start" % (
+        os.cpu_count(), cpu, mem, os.uname().release, " ".join(load))
+
+
+def setup(size_mb, shards, workers=("spark-2",)):
+    """The source model on spark-1 and the sync key authorized on the workers (plain key, as an operator would)."""
+    out = subprocess.run([LABCTL, "exec", "spark-1", "python3", "-c", GEN, SRC, str(shards),
+                          str(size_mb * 1024 * 1024 // shards)],
                          check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
     files = [(line.split(" ", 1)[1], int(line.split(" ", 1)[0])) for line in out.splitlines()]
     hexec("spark-1", "chown -R spark: %s; test -f %s || su spark -c \"ssh-keygen -q -t ed25519 -N '' -f %s\""
           % (SRC, KEY, KEY))
     pub = hexec("spark-1", "cat %s.pub" % KEY).strip()
-    hexec("spark-2", "install -d -o spark -g spark -m 700 /home/spark/.ssh; "
-          "grep -qxF %s /home/spark/.ssh/authorized_keys 2>/dev/null || echo %s >> /home/spark/.ssh/authorized_keys; "
-          "chown spark: /home/spark/.ssh/authorized_keys; install -d -o spark -g spark /models"
-          % (shlex.quote(pub), shlex.quote(pub)))
+    for w in ("spark-1",) + tuple(workers):  # every node may feed another in a fan-out
+        hexec(w, "install -d -o spark -g spark -m 700 /home/spark/.ssh; "
+              "grep -qxF %s /home/spark/.ssh/authorized_keys 2>/dev/null || echo %s >> /home/spark/.ssh/authorized_keys; "
+              "chown spark: /home/spark/.ssh/authorized_keys; install -d -o spark -g spark /models"
+              % (shlex.quote(pub), shlex.quote(pub)))
     return files
 
 
@@ -98,92 +150,150 @@ def ssh_e(cipher=None):
     return e + (" -c %s" % cipher if cipher else "")
 
 
-def case_rsync(flags, cipher):
-    def run(files):
-        hexec("spark-1", "rsync %s -e %s %s/ spark@%s:%s/" % (flags, shlex.quote(ssh_e(cipher)), SRC, S2, DST),
-              user="spark")
-    return run
+def run_ops(dst_ip="10.99.1.12"):
+    hexec("spark-1", "rsync -avP --compress -e %s %s/ spark@%s:%s/ >/dev/null"
+          % (shlex.quote(ssh_e()), SRC, dst_ip, DST), user="spark")
 
 
-def case_module(streams):
-    def run(files):
-        args = json.dumps({"src": SRC, "dest": DST, "destinations": [S2], "ssh_user": "spark",
-                           "ssh_key": KEY, "streams": streams})
-        out = subprocess.run([LABCTL, "ctl", "--", os.path.join(REPO, ".venv/bin/ansible"), "spark-1",
-                              "-o", "-m", "sparkfleet.vllm.model_sync", "-a", args, "-e", "ansible_become=false"],
-                             cwd=REPO, stdout=subprocess.PIPE, universal_newlines=True, check=False).stdout
+def inventory():
+    name = os.environ.get("SPARKLAB_NAME", "sfl")
+    return os.path.join(REPO, "inventories", "lab") if name == "sfl" else "/var/tmp/sparklab/lab-%s/inventory" % name
+
+
+def run_module(destinations, **extra):
+    """model_sync through ansible from the control namespace; returns its result."""
+    args = dict({"src": SRC, "dest": DST, "destinations": destinations, "ssh_user": "spark", "ssh_key": KEY},
+                **extra)
+    out = subprocess.run([LABCTL, "ctl", "--", os.path.join(REPO, ".venv/bin/ansible"), "spark-1", "-i", inventory(),
+                          "-o", "-m", "sparkfleet.vllm.model_sync", "-a", json.dumps(args), "-e", "ansible_become=false"],
+                         cwd=REPO, stdout=subprocess.PIPE, universal_newlines=True, check=False,
+                         env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+                                  ANSIBLE_DEPRECATION_WARNINGS="false")).stdout
+    try:
         res = json.loads(out.split("=> ", 1)[1])
-        if res.get("failed") or res["files_transferred"] != len(files):
-            raise RuntimeError(out[-2000:])
-        return res["transfer_seconds"]
-    return run
+    except (IndexError, ValueError):
+        raise RuntimeError(out[-3000:])
+    if res.get("failed"):
+        raise RuntimeError(json.dumps(res)[-3000:])
+    return res
 
 
-def case_daemon(streams):
-    port = 8730 + streams  # a fresh port per case: no wait on the previous daemon's exit
+def run_daemon(files, streams=4, dst_ip="10.99.1.12"):
+    port = 8730 + streams
+    secret = secrets.token_hex(16)
+    conf = ("pid file = /tmp/bench-rsyncd.%d.pid\nuse chroot = no\nmax connections = %d\nlock file = /tmp/bench-rsyncd.lock\n"
+            "[m]\npath = %s\nread only = no\nauth users = bench\nsecrets file = /tmp/bench-rsyncd.secrets\n"
+            % (port, streams, DST))
+    hexec("spark-2", "umask 077; printf %s > /tmp/bench-rsyncd.conf; printf 'bench:%s\\n' > /tmp/bench-rsyncd.secrets; "
+          "mkdir -p %s; rsync --daemon --address=%s --port=%d --config=/tmp/bench-rsyncd.conf; "
+          "for i in $(seq 50); do [ -s /tmp/bench-rsyncd.%d.pid ] && break; sleep 0.1; done"
+          % (shlex.quote(conf), secret, DST, dst_ip, port, port), user="spark")
+    try:
+        bins = pack_bins(files, streams)
+        lists = "".join("printf '%%s\\n' %s > /tmp/bench-list.%d; " % (" ".join(shlex.quote(n) for n in b), i)
+                        for i, b in enumerate(bins))
+        pulls = "".join("rsync -a -W --files-from=/tmp/bench-list.%d %s/ rsync://bench@%s:%d/m/ & pids=\"$pids $!\"; "
+                        % (i, SRC, dst_ip, port) for i in range(len(bins)))
+        hexec("spark-1", "%s export RSYNC_PASSWORD=%s; pids=; %s rc=0; for p in $pids; do wait $p || rc=1; done; "
+              "rm -f /tmp/bench-list.*; exit $rc" % (lists, secret, pulls), user="spark")
+    finally:
+        hexec("spark-2", "kill $(cat /tmp/bench-rsyncd.%d.pid); rm -f /tmp/bench-rsyncd.*" % port, user="spark")
 
-    def run(files):
-        secret = secrets.token_hex(16)
-        conf = ("pid file = /tmp/bench-rsyncd.%d.pid\nuse chroot = no\nmax connections = 16\nlock file = /tmp/bench-rsyncd.lock\n[m]\npath = %s\n"
-                "read only = no\nauth users = bench\nsecrets file = /tmp/bench-rsyncd.secrets\n" % (port, DST))
-        hexec("spark-2", "umask 077; printf %s > /tmp/bench-rsyncd.conf; printf 'bench:%s\\n' > /tmp/bench-rsyncd.secrets; "
-              "mkdir -p %s; rsync --daemon --address=%s --port=%d --config=/tmp/bench-rsyncd.conf; "
-              "for i in $(seq 50); do [ -s /tmp/bench-rsyncd.%d.pid ] && break; sleep 0.1; done"
-              % (shlex.quote(conf), secret, DST, S2, port, port), user="spark")
-        try:
-            bins = pack_bins(files, streams)
-            lists = "".join("printf '%%s\\n' %s > /tmp/bench-list.%d; " % (" ".join(shlex.quote(n) for n in b), i)
-                            for i, b in enumerate(bins))
-            pulls = "".join("rsync -a -W --files-from=/tmp/bench-list.%d %s/ rsync://bench@%s:%d/m/ & pids=\"$pids $!\"; "
-                            % (i, SRC, S2, port) for i in range(len(bins)))
-            hexec("spark-1", "%s export RSYNC_PASSWORD=%s; pids=; %s rc=0; for p in $pids; do wait $p || rc=1; done; "
-                  "rm -f /tmp/bench-list.*; exit $rc" % (lists, secret, pulls), user="spark")
-        finally:
-            hexec("spark-2", "kill $(cat /tmp/bench-rsyncd.%d.pid); rm -f /tmp/bench-rsyncd.*" % port, user="spark")
-    return run
+
+def raw_tcp(nbytes, streams, dst="spark-2", port=5299):
+    """Seconds for a memory-to-memory socket copy of nbytes over streams connections spark-1 -> dst."""
+    ip = fabric_ip(dst)
+    srv = subprocess.Popen([LABCTL, "exec", dst, "timeout", "300", "python3", "-c", TCP, "srv", ip, str(port),
+                            str(streams), str(nbytes)])
+    try:
+        for _ in range(50):
+            time.sleep(0.2)
+            if ":%d " % port in hexec(dst, "ss -ltnH", check=False):
+                break
+        out = hexec("spark-1", "python3 -c %s cli %s %d %d %d" % (shlex.quote(TCP), ip, port, streams, nbytes))
+    finally:
+        srv.wait(timeout=120)
+    secs, sent = out.split()
+    return float(secs), int(sent)
+
+
+def arrived(host):
+    """Bytes of the model's files under their final names on host (staging and marker aside)."""
+    return int(hexec(host, "find %s -path %s/.sparkfleet-sync -prune -o -type f ! -name .sparkfleet-model "
+                           "-printf '%%s\\n' | awk '{s+=$1} END {print s+0}'" % (DST, DST)).split()[0])
+
+
+def clean(hosts):
+    for h in hosts:
+        hexec(h, "rm -rf %s /home/spark/.cache/sparkfleet" % DST)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size-mb", type=int, default=1024)
-    ap.add_argument("--shards", type=int, default=8)
+    ap.add_argument("--size-mb", type=int, default=2048)
+    ap.add_argument("--shards", type=int, default=40)
     ap.add_argument("--shape", default=None, help="cap the fabric first (lab/labctl shape RATE), e.g. 1gbit")
-    ap.add_argument("--cases", default="rsync-z,rsync-W,module-1,module-4,daemon-1,daemon-4")
+    ap.add_argument("--cases", default="ops,module,module-ssh,daemon,tcp")
     args = ap.parse_args()
-    cases = {
-        "rsync-z": ("rsync -az (operators')", case_rsync("-az", None)),
-        "rsync-W": ("rsync -a -W aes128-gcm", case_rsync("-a -W", CIPHER)),
-        "module-1": ("model_sync streams=1", case_module(1)),
-        "module-4": ("model_sync streams=4", case_module(4)),
-        "daemon-1": ("rsync daemon x1", case_daemon(1)),
-        "daemon-4": ("rsync daemon x4", case_daemon(4)),
-    }
     if args.shape:
         sh(LABCTL, "shape", args.shape)
-    files = setup(args)
-    total = sum(s for _n, s in files)
-    print("model: %d files, %.1f MB on spark-1:%s -> spark-2 %s:%s; shape %s; %d CPUs here"
-          % (len(files), total / 1e6, SRC, S2, DST, args.shape or "none", os.cpu_count()))
-    rows = []
-    for key in args.cases.split(","):
-        label, run = cases[key]
-        hexec("spark-2", "rm -rf %s" % DST)
-        t0 = time.time()
-        inner = run(files)
-        secs = time.time() - t0
-        wire = inner or secs  # the module's own transfer phase, without ansible, checks and verify
-        got = int(hexec("spark-2", "du -sb --exclude=.sparkfleet-sync %s | cut -f1" % DST).split()[0])
-        rows.append((label, secs, total / secs / 1e6, total / wire / 1e6, got))
-        note = "" if got >= total else "  INCOMPLETE %d" % got
-        print("  %-26s %7.2f s %8.1f MB/s%s" % (label, secs, total / secs / 1e6, note), flush=True)
-    base = rows[0][3]
-    print("\n%-26s %9s %11s %13s %8s" % ("case", "seconds", "MB/s (all)", "MB/s (copy)", "ratio"))
-    for label, secs, mbs, wire_mbs, _got in rows:
-        print("%-26s %9.2f %11.1f %13.1f %7.2fx" % (label, secs, mbs, wire_mbs, wire_mbs / base))
-    print("ratio: copy-phase MB/s against the first case; (all) includes ansible, checks and verify.")
-    if args.shape:
-        sh(LABCTL, "shape", "off")
-    hexec("spark-2", "rm -rf %s" % DST)
+    try:
+        files = setup(args.size_mb, args.shards)
+        total = sum(s for _n, s in files)
+        print("machine: %s" % machine())
+        print("model: %d files, %.1f MB on spark-1:%s -> spark-2 10.99.1.12:%s; shape %s"
+              % (len(files), total / 1e6, SRC, DST, args.shape or "none"), flush=True)
+        rows = {}
+        for key in args.cases.split(","):
+            clean(["spark-2"])
+            hexec("spark-1", "sync")
+            t0 = time.time()
+            inner = None
+            if key == "ops":
+                run_ops()
+            elif key == "module":
+                res = run_module(["10.99.1.12"])
+                inner = res["transfer_seconds"]
+                assert res["destinations"]["10.99.1.12"]["transport"] == "tcp", res["destinations"]
+            elif key == "module-ssh":
+                inner = run_module(["10.99.1.12"], transport="ssh")["transfer_seconds"]
+            elif key == "daemon":
+                run_daemon(files)
+            elif key == "tcp":
+                best = min((raw_tcp(total, n) for n in (1, 4)), key=lambda r: r[0] / r[1])
+                inner, total_tcp = best[0] * total / best[1], best[1]
+            else:
+                raise SystemExit("unknown case %s" % key)
+            secs = time.time() - t0
+            copy = inner or secs
+            if key != "tcp":
+                got = arrived("spark-2")
+                if got != total:
+                    raise SystemExit("%s: %d of %d bytes arrived" % (key, got, total))
+            rows[key] = {"seconds_all": round(secs, 2), "seconds_copy": round(copy, 2),
+                         "mbs_all": round(total / secs / 1e6, 1), "mbs_copy": round(total / copy / 1e6, 1)}
+            print("  %-11s %8.2f s all %8.1f MB/s all %8.1f MB/s copy" % (key, secs, total / secs / 1e6,
+                                                                        total / copy / 1e6), flush=True)
+        clean(["spark-2"])
+    finally:
+        if args.shape:
+            sh(LABCTL, "shape", "off")
+    print("\n%-11s %9s %11s %12s" % ("case", "seconds", "MB/s (all)", "MB/s (copy)"))
+    for key, r in rows.items():
+        print("%-11s %9.2f %11.1f %12.1f" % (key, r["seconds_copy"], r["mbs_all"], r["mbs_copy"]))
+    ratios = {}
+    if "module" in rows and "ops" in rows:
+        ratios["b/a"] = round(rows["module"]["mbs_copy"] / rows["ops"]["mbs_copy"], 2)
+        ratios["b/a (all)"] = round(rows["module"]["mbs_all"] / rows["ops"]["mbs_all"], 2)
+    if "module" in rows and "tcp" in rows:
+        ratios["b/c"] = round(rows["module"]["mbs_copy"] / rows["tcp"]["mbs_copy"], 2)
+    if "module" in rows and args.shape:
+        cap = float(args.shape.lower().replace("gbit", "e9").replace("mbit", "e6")) / 8 / 1e6
+        ratios["b/cap"] = round(rows["module"]["mbs_copy"] / cap, 2)
+    for k, v in ratios.items():
+        print("ratio %-10s %5.2fx" % (k, v))
+    print("BENCH-JSON " + json.dumps({"bench": "B1", "shape": args.shape, "bytes": total, "files": len(files),
+                                      "rows": rows, "ratios": ratios}))
 
 
 if __name__ == "__main__":

@@ -19,11 +19,23 @@ description:
     cover the file exactly, and it holds the tensors the index puts there) and every destination must have
     room for the files that differ. Either failure stops the run before a byte moves, with the numbers.
   - Transfers only files that differ (size and modification time, or full checksum with C(checksum=true)),
-    with rsync over ssh, C(--whole-file), no compression, in C(streams) parallel rsync processes per
-    destination (files packed largest-first into streams of similar total size).
-  - Resumable. rsync writes every file into C(DEST/.sparkfleet-sync) and renames it into place only when
-    complete, so a killed run never leaves a partial file under its final name; the next run skips every
-    finished file and clears the staging directory first.
+    in C(streams) parallel streams per destination (files packed largest-first into streams of similar total
+    size). What differs is decided by an rsync dry run over ssh; the bytes move over the transport of
+    O(transport).
+  - The C(tcp) transport (tried first by default) moves the bytes over plain TCP on the fabric, unencrypted and
+    without an ssh cipher in the way: for each destination a receiver is started through ssh for this run only.
+    It listens on the address the ssh connection reached (the fabric IP), on a free port, only once the run
+    needs it; a connection must answer a challenge with an HMAC of a random per-run secret that only the ssh
+    channel carries; the listening socket closes once every stream is in, and the receiver exits when the run
+    ends, when ssh drops (a killed run), or after O(timeout) seconds without data. The sender uses
+    C(sendfile(2)). Every file lands in C(DEST/.sparkfleet-sync) and gets its final name only after its size
+    (and, with O(verify_content=true), its BLAKE2b hash against the source's) has been checked on the
+    destination; the checked hashes go into the destination's hash cache, so nothing is read twice.
+  - With the C(ssh) transport (the fallback when the receiver cannot start or no stream can connect, for
+    example a firewall), the bytes go through rsync over ssh, C(--whole-file), no compression.
+  - Resumable. A killed run never leaves a partial file under its final name; the next run skips every
+    finished file. With C(tcp) a partial file of the same version (same name, size and mtime) is continued from
+    where it stopped, so only the missing bytes are sent; rsync's staging directory is cleared instead.
   - Several destinations fan out as a tree. A destination that has finished feeds the next one
     (C(ssh feeder rsync ... target:)), so the holders double every round and the time grows with
     log2(N + 1), not N. The hop from a feeder to its target authenticates through a per-run ssh-agent that
@@ -125,9 +137,21 @@ options:
     default: true
   timeout:
     description:
-      - Seconds for an ssh connection to be set up, and for rsync to wait on a stalled transfer.
+      - Seconds for an ssh connection to be set up, and for rsync or the TCP receiver to wait on a stalled
+        transfer.
     type: int
     default: 60
+  transport:
+    description:
+      - How the bytes move. V(auto) tries V(tcp) on every destination and falls back to V(ssh) (with a warning
+        naming why) when the receiver cannot start there or no stream can connect; files the TCP transfer
+        could not deliver are then sent over ssh. V(tcp) fails instead of falling back. V(ssh) uses rsync over
+        ssh only (every byte encrypted on the wire).
+      - The feeder-to-target hops of the fan-out use the same transport.
+    type: str
+    choices: [auto, tcp, ssh]
+    default: auto
+    version_added: 0.2.0
 notes:
   - Needs rsync (3.2.3 or newer, for C(--mkpath)) on the source and on every destination, and GNU coreutils
     C(dd) on the destinations for O(drop_cache).
@@ -220,21 +244,30 @@ destinations:
       seconds: 190.2
       mb_per_s: 625.8
       streams: 4
+      transport: tcp
+      bytes_resumed: 0
       verified: true
       would_transfer: []
       would_delete: []
       content_mismatch: []
 """
 
+import json
 import os
 import pwd
 import re
 import shlex
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+try:
+    import queue
+except ImportError:  # pragma: no cover - Python 2 is not supported on the nodes
+    import Queue as queue  # type: ignore
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -247,6 +280,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash impo
     parse_hashes,
 )
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import model_path_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._fast_copy import FAST_SCRIPT
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
     TEMP_DIR_NAME,
     FanoutScheduler,
@@ -254,6 +288,8 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import
     compare_sizes,
     dest_problem,
     destination_commands,
+    fast_bins,
+    fast_request_files,
     host_spec,
     pack_bins,
     parse_dest_probe,
@@ -274,6 +310,69 @@ def _mb_per_s(nbytes, seconds):
     return round(nbytes / seconds / 1e6, 1) if seconds > 0 and nbytes else 0.0
 
 
+class _LineProc(object):
+    """A helper process that gets one JSON request line on stdin and answers JSON lines on stdout.
+
+    Its stdin stays open while it runs: the fast-copy script exits as soon as it closes, so a killed module
+    (whose pipes the kernel closes) never leaves a receiver listening or a sender sending.
+    """
+
+    def __init__(self, argv, request, env=None):
+        full_env = dict(os.environ, LANG="C", LC_ALL="C")
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=full_env, close_fds=True)
+        self.lines = queue.Queue()
+        self.err = []
+        threading.Thread(target=self._pump_out, daemon=True).start()
+        threading.Thread(target=self._pump_err, daemon=True).start()
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode("utf-8", "surrogateescape"))
+            self.proc.stdin.flush()
+        except (IOError, OSError):
+            pass
+
+    def _pump_out(self):
+        for raw in iter(self.proc.stdout.readline, b""):
+            self.lines.put(raw)
+        self.lines.put(None)
+
+    def _pump_err(self):
+        for raw in iter(self.proc.stderr.readline, b""):
+            self.err.append(raw.decode("utf-8", "replace"))
+
+    def line(self, timeout=None):
+        """The next JSON object it printed, or None when it exited (or the timeout passed) without one."""
+        try:
+            raw = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if raw is None:
+            self.lines.put(None)
+            return None
+        try:
+            obj = json.loads(raw.decode("utf-8", "surrogateescape"))
+        except ValueError:
+            return self.line(timeout)
+        return obj if isinstance(obj, dict) else None
+
+    def close(self, wait_s=10):
+        try:
+            self.proc.stdin.close()
+        except (IOError, OSError):
+            pass
+        deadline = time.time() + wait_s
+        while self.proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        return self.proc.returncode
+
+    def err_tail(self):
+        return tail("".join(self.err), 6)
+
+
 class ModelSync(object):
 
     def __init__(self, module):
@@ -291,6 +390,9 @@ class ModelSync(object):
         self.agent_env = {}
         self.agent_pid = None
         self.lock = threading.Lock()
+        self.warnings = []
+        self.stats = {}
+        self.source_hashes = None
 
     # ------------------------------------------------------------------ commands
     def _ssh(self, forward_agent=False):
@@ -405,7 +507,7 @@ class ModelSync(object):
         info = {"status": "pending", "fed_from": None, "files_transferred": 0, "bytes_transferred": 0,
                 "files_deleted": 0, "bytes_needed": 0, "bytes_available": None, "seconds": 0.0,
                 "mb_per_s": 0.0, "streams": 0, "verified": None, "would_transfer": [], "would_delete": [],
-                "content_mismatch": []}
+                "content_mismatch": [], "transport": None, "bytes_resumed": 0}
         # The guard comes first: nothing, not even a dry run, touches a dest that is not a model directory.
         rc, out, err = self._remote(host, self.cmds["probe"])
         probe = parse_dest_probe(out if rc == 0 else "")
@@ -444,19 +546,89 @@ class ModelSync(object):
         return self.module.run_command(argv, data=self._names_data(names), binary_data=True, environ_update=env,
                                        expand_user_and_vars=False)
 
+    def fast_transfer(self, feeder, target, moved, info):
+        """Move the files over the TCP transport. (status, message, names delivered, bytes sent, bytes resumed);
+        status: ok | unavailable (nothing was sent: fall back) | partial (some files not delivered)."""
+        if not moved:
+            return "ok", None, set(), 0, 0
+        nstreams = max(1, min(self.p["streams"], len(moved)))
+        timeout = max(5, self.p["timeout"])
+        request = {"files": fast_request_files(moved, self.stats, self.source_hashes),
+                   "streams": nstreams, "timeout": timeout}
+        recv = _LineProc(self._ssh() + [host_spec(target, self.user), self.cmds["receive"]], request)
+        try:
+            first = recv.line(timeout + 30)
+            if not first or "port" not in first:
+                recv.close(2)
+                return ("unavailable", "the receiver did not start on %s (rc %s): %s"
+                        % (target, recv.proc.returncode, recv.err_tail() or "no answer"), set(), 0, 0)
+            bins = fast_bins(moved, first.get("offsets") or {}, nstreams)
+            bins += [[] for _i in range(nstreams - len(bins))]
+            info["streams"] = nstreams
+            per_stream = self.p["bwlimit"] * 1024 // nstreams if self.p["bwlimit"] else 0
+            sreq = {"host": first["bind"], "port": first["port"], "key": first["key"], "bins": bins,
+                    "timeout": timeout, "bwlimit": per_stream}
+            if feeder == SOURCE:
+                sender = _LineProc([self.python, "-c", FAST_SCRIPT, "send", self.src], sreq)
+            else:
+                sender = _LineProc(self._ssh() + [host_spec(feeder, self.user), self.cmds["send"]], sreq)
+            sres = sender.line()
+            sender.close()
+            sres = sres or {"bytes": 0, "errors": ["the sender on %s failed: %s"
+                                                   % (feeder, sender.err_tail() or "no answer")]}
+            if sres.get("connect_failed") and not sres.get("bytes"):
+                recv.close(2)
+                return ("unavailable", "no stream could connect to %s:%s: %s"
+                        % (first["bind"], first["port"], "; ".join(sres["errors"][:2])), set(), 0, 0)
+            rres = recv.line(timeout + 30) or {}
+        finally:
+            recv.close()
+        delivered = set(rres.get("ok") or [])
+        sent, resumed = int(rres.get("bytes", sres.get("bytes", 0))), int(rres.get("resumed", 0))
+        missing = [n for n, _s in moved if n not in delivered]
+        if missing:
+            why = ["%s: %s" % (n, w) for n, w in sorted((rres.get("failed") or {}).items())]
+            why += sres.get("errors") or []
+            if not rres:
+                why.append("the receiver on %s gave no result: %s" % (target, recv.err_tail()))
+            return ("partial", "%d of %d file(s) not delivered over tcp to %s: %s"
+                    % (len(missing), len(moved), target, "; ".join(why[:5]) or "unknown"), delivered, sent, resumed)
+        return "ok", None, delivered, sent, resumed
+
     def transfer(self, feeder, target, moved, info):
-        """Prepare the staging dir, push in parallel streams, delete extras, tidy up."""
+        """Push the files over tcp (falling back to rsync over ssh), delete extras, tidy up."""
         start = time.time()
-        staging = os.path.join(self.dest, TEMP_DIR_NAME)
-        rc, out, err = self._remote(target, self.cmds["prepare"])
-        if rc != 0:
-            return False, "cannot prepare %s on %s: %s" % (staging, target, tail(err or out, 15))
-        bins = pack_bins(moved, self.p["streams"])
-        info["streams"] = len(bins)
-        per_stream = (max(1, self.p["bwlimit"] // len(bins)) if self.p["bwlimit"] and bins else 0)
         errors = []
         nfiles = nbytes = 0
+        transport = self.p["transport"]
+        info["transport"] = "ssh"
+        if transport != "ssh" and moved:
+            status, msg, delivered, sent, resumed = self.fast_transfer(feeder, target, moved, info)
+            info["transport"] = "tcp"
+            nfiles, nbytes = len(delivered), sent
+            info["bytes_resumed"] = resumed
+            if status != "ok":
+                if transport == "tcp":
+                    errors.append(msg)
+                    moved = []
+                else:
+                    with self.lock:
+                        self.warnings.append("%s; sending %s over ssh" % (msg, "them" if status == "partial" else
+                                                                          "everything"))
+                    info["transport"] = "tcp+ssh" if delivered else "ssh"
+                    moved = [m for m in moved if m[0] not in delivered]
+            else:
+                moved = []
+        staging = os.path.join(self.dest, TEMP_DIR_NAME)
+        if not errors and (moved or transport == "ssh" or self.p["delete"]):
+            rc, out, err = self._remote(target, self.cmds["prepare"])
+            if rc != 0:
+                return False, "cannot prepare %s on %s: %s" % (staging, target, tail(err or out, 15))
+        bins = pack_bins(moved, self.p["streams"])
         if bins:
+            info["streams"] = len(bins)
+        per_stream = (max(1, self.p["bwlimit"] // len(bins)) if self.p["bwlimit"] and bins else 0)
+        if bins and not errors:
             with ThreadPoolExecutor(max_workers=len(bins)) as pool:
                 futures = [pool.submit(self._run_stream, feeder, target, b, per_stream) for b in bins]
                 for fut in futures:
@@ -567,6 +739,7 @@ class ModelSync(object):
         source_hashes = None
         if m.params["verify_content"]:
             source_hashes = self.local_hashes(sorted(expected))
+            self.source_hashes = source_hashes
             result["fingerprint"] = fingerprint(expected.items(), source_hashes)
             with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
                 futures = dict((h, pool.submit(self.content_check, h, result["destinations"][h], moved[h], expected,
@@ -589,12 +762,14 @@ class ModelSync(object):
         if m.check_mode:
             result["rounds"] = [[list(p) for p in r] for r in tree_rounds(holders, pending)]
             for h in pending:
-                result["destinations"][h]["status"] = "would_sync"
+                result["destinations"][h].update(status="would_sync", transport=m.params["transport"])
             result["seconds"] = round(time.time() - started, 2)
             m.exit_json(**result)
 
-        warnings = []
-        if pending and len(holders) + len(pending) > 2:
+        warnings = self.warnings
+        for rel in expected:
+            self.stats[rel] = os.stat(os.path.join(self.src, rel))
+        if pending and len(holders) + len(pending) > 2 and m.params["transport"] != "tcp":
             why = self.start_agent()
             if why:
                 warnings.append("every destination is fed from this node (no tree fan-out): %s" % why)
@@ -686,6 +861,7 @@ def main():
             verify=dict(type="bool", default=True),
             verify_content=dict(type="bool", default=True),
             timeout=dict(type="int", default=60),
+            transport=dict(type="str", default="auto", choices=["auto", "tcp", "ssh"]),
         ),
         supports_check_mode=True,
     )

@@ -52,6 +52,10 @@ REFUSED = [
      "ProxyCommand is not allowed"),
     ("rsync -e 'sh -c x' " + DEST + "/ h:" + DEST + "/", "-e is not allowed"),
     ("'unbalanced", "unparsable"),
+    # The tcp transport's receiver and sender: only for DEST, only the script model_sync ships.
+    (destination_commands("/models/other")["receive"], "only model_sync's own commands"),
+    (destination_commands(DEST)["receive"].replace("receive", "send", 1) + "x", "only model_sync's own commands"),
+    ("python3 -c 'import os; os.system(\"sh\")' receive " + DEST, "only model_sync's own commands"),
 ]
 
 

@@ -49,6 +49,9 @@ if host not in hosts:
     sys.exit(255)
 dest = os.environ["SHIM_DEST"]
 cmd = re.sub(r"(?<![:\w/.-])" + re.escape(dest), hosts[host] + dest, cmd)
+# sshd tells the session which address the client reached: every fake host is this machine's loopback.
+if os.environ.get("SHIM_NO_SSH_CONNECTION") != "1":
+    os.environ["SSH_CONNECTION"] = "127.0.0.1 50000 127.0.0.1 22"
 os.execvp("sh", ["sh", "-c", cmd])
 '''
 
@@ -140,8 +143,10 @@ def test_first_sync_copies_everything_and_second_run_is_unchanged(run_module, la
     assert again["destinations"]["10.99.1.12"]["status"] == "in_sync"
 
 
-def test_transport_is_whole_file_uncompressed_with_fast_cipher(run_module, lab):
-    run_module(model_sync, lab.args())
+def test_ssh_transport_is_whole_file_uncompressed_with_fast_cipher(run_module, lab):
+    res = run_module(model_sync, lab.args(transport="ssh"))
+    assert res["destinations"]["10.99.1.12"]["transport"] == "ssh"
+    assert not [c for c in lab.calls() if " receive " in c["cmd"]]
     pushes = [c for c in lab.calls() if "--server" in c["cmd"] and "--dry-run" not in c["cmd"]
               and " -n" not in c["cmd"]]
     assert pushes, lab.calls()
@@ -222,7 +227,7 @@ def test_unreachable_destination_fails_before_copying(run_module, lab):
 
 def test_three_destinations_fan_out_as_a_tree_through_a_per_run_agent(run_module, lab):
     hosts = ["10.99.1.12", "10.99.1.13", "10.99.1.14"]
-    res = run_module(model_sync, lab.args(destinations=hosts))
+    res = run_module(model_sync, lab.args(destinations=hosts, transport="ssh"))
     assert res.get("failed") is not True, res
     for h in hosts:
         assert tree(lab.dest(h)) == tree(lab.src)
@@ -312,7 +317,7 @@ def test_content_hashes_repair_a_same_size_corruption_by_default(run_module, lab
     assert again["changed"] is False and again["destinations"]["10.99.1.12"]["content_mismatch"] == []
     # $HOME reaches the destination unexpanded: the cache lives in the sync user's home there, and the
     # command is byte for byte the one the sync key's forced command allows.
-    hashes = [c["cmd"] for c in lab.calls() if c["cmd"].startswith("python3 -c ")]
+    hashes = [c["cmd"] for c in lab.calls() if c["cmd"].startswith("python3 -c ") and " receive " not in c["cmd"]]
     assert hashes and all('"$HOME/.cache/sparkfleet/hashes-' in c for c in hashes), hashes[:1]
 
 
@@ -388,12 +393,17 @@ def test_killed_run_resumes_without_resending_finished_files(lab, tmp_path):
 
     args["bwlimit"] = 0
     argsfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    staged = sum(len(b) for r, b in tree(dest).items() if r.startswith(".sparkfleet-sync/"))
     out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, check=False).stdout
     res = json.loads(out)
     assert res.get("failed") is not True, res
     finished = {r for r in landed if not r.startswith(".sparkfleet-sync")}
     assert res["files_transferred"] == 7 - len(finished)
     assert tree(dest) == tree(lab.src)
+    # The partial file is continued, not sent again: exactly the missing bytes move.
+    missing = sum(len(b) for r, b in tree(lab.src).items() if r not in finished) - staged
+    assert staged > 0 and res["destinations"]["10.99.1.12"]["bytes_resumed"] == staged
+    assert res["bytes_transferred"] == missing
 
 
 # --------------------------------------------------------------------------- destructive paths (issue 11.1)
@@ -465,3 +475,64 @@ def test_source_that_is_not_a_model_directory_is_refused_without_walking(run_mod
     res = run_module(model_sync, lab.args(src=str(home)))
     assert res["failed"] is True and "is not a model directory" in res["msg"], res
     assert lab.calls() == []
+
+
+# --------------------------------------------------------------------------- the tcp transport (issue 8)
+
+def test_tcp_transport_is_the_default_and_runs_only_the_allowed_fixed_commands(run_module, lab):
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import destination_commands
+    res = run_module(model_sync, lab.args())
+    assert res.get("failed") is not True, res
+    dest = res["destinations"]["10.99.1.12"]
+    assert dest["transport"] == "tcp" and dest["verified"] is True and dest["streams"] == 2
+    assert tree(lab.dest("10.99.1.12")) == tree(lab.src)
+    assert not [c for c in lab.calls() if "--server" in c["cmd"] and "--dry-run" not in c["cmd"]
+                and " -n" not in c["cmd"] and "n" not in c["cmd"].split()[2]]  # no rsync push carried data
+    receive = [c["cmd"] for c in lab.calls() if " receive " in c["cmd"]]
+    # Byte for byte the command the sync key's forced command allows.
+    assert receive == [destination_commands(DEST)["receive"]]
+    # The receiver recorded the hashes it checked: the verify pass found every sent file in the cache.
+    assert not os.path.exists(os.path.join(lab.dest("10.99.1.12"), ".sparkfleet-sync"))
+    again = run_module(model_sync, lab.args())
+    assert again["changed"] is False
+
+
+def test_tcp_fan_out_feeds_the_next_node_with_the_fixed_send_command(run_module, lab):
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import destination_commands
+    hosts = ["10.99.1.12", "10.99.1.13", "10.99.1.14"]
+    res = run_module(model_sync, lab.args(destinations=hosts, transport="tcp"))
+    assert res.get("failed") is not True, res
+    for h in hosts:
+        assert tree(lab.dest(h)) == tree(lab.src)
+        assert res["destinations"][h]["transport"] == "tcp"
+    assert sorted(res["destinations"][h]["fed_from"] for h in hosts) == ["10.99.1.12", "source", "source"]
+    sends = [c for c in lab.calls() if c["cmd"].endswith(" send " + DEST)]
+    assert len(sends) == 1 and sends[0]["host"] == "10.99.1.12"
+    assert sends[0]["cmd"] == destination_commands(DEST)["send"]
+    assert not any(c["agent"] for c in lab.calls())  # tcp hops need no forwarded agent
+
+
+def test_auto_falls_back_to_ssh_when_the_receiver_cannot_listen(run_module, lab, monkeypatch):
+    from ansible.module_utils import basic
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, w: warnings.append(w))
+    monkeypatch.setenv("SHIM_NO_SSH_CONNECTION", "1")  # the receiver cannot tell which address to bind
+    res = run_module(model_sync, lab.args())
+    assert res.get("failed") is not True, res
+    assert res["destinations"]["10.99.1.12"]["transport"] == "ssh"
+    assert tree(lab.dest("10.99.1.12")) == tree(lab.src)
+    assert any("the receiver did not start on 10.99.1.12" in w and "over ssh" in w
+               and "no address to listen on" in w for w in warnings), warnings
+
+
+def test_tcp_only_fails_instead_of_falling_back(run_module, lab, monkeypatch):
+    monkeypatch.setenv("SHIM_NO_SSH_CONNECTION", "1")
+    res = run_module(model_sync, lab.args(transport="tcp"))
+    assert res["failed"] is True
+    assert "the receiver did not start on 10.99.1.12" in res["msg"], res["msg"]
+    assert not os.path.exists(os.path.join(lab.dest("10.99.1.12"), "config.json"))
+
+
+def test_transport_choices_are_checked(run_module, lab):
+    res = run_module(model_sync, lab.args(transport="udp"))
+    assert res["failed"] is True and "transport" in res["msg"] and "udp" in res["msg"]

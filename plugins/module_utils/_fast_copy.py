@@ -1,0 +1,393 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""model_sync's fast transport: plain TCP streams over the fabric, opened for one run and verified per file.
+
+FAST_SCRIPT is a self-contained Python 3 program (standard library only). model_sync runs it
+  - ``receive DEST`` on a destination through ssh (a fixed command the sync key's forced command allows byte for
+    byte). It reads one JSON request line on stdin: the files to expect ([name, size, mtime_ns, mode, blake2b hex
+    or null]), the number of streams and a timeout. It keeps partial files of exactly those versions in
+    DEST/.sparkfleet-sync (the next run continues them) and deletes everything else there, then listens on the
+    address the ssh connection came in on (the fabric IP; SSH_CONNECTION), port 0, and prints one JSON line
+    {port, key, offsets} on stdout, which only the ssh channel carries: the key is a fresh random secret.
+    Each TCP connection must answer a random challenge with HMAC-SHA256(key, challenge) before a byte is written.
+    Once the expected number of streams is in, the listening socket is closed. Every file is written to the
+    staging directory, its size checked (and its BLAKE2b hash, when the request carries one) and only then renamed
+    to its final name with the source's mtime and mode. When every stream has ended it prints one JSON result line
+    and exits. It exits at once when its stdin closes (the run ended or was killed: ssh drops the channel), when
+    no stream connects within the timeout, or when no byte arrives for the timeout.
+  - ``send ROOT`` on the source (locally) or on a destination that already holds the model (through ssh, a fixed
+    command with ROOT = DEST). It reads one JSON request line on stdin: host, port, key and the streams (lists of
+    [name, offset, size]); each stream is one TCP connection sending its files with sendfile(2) (zero copy from
+    the page cache). Prints one JSON result line.
+Nothing here is a shell: names are checked to be plain relative paths inside the directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+FAST_SCRIPT = r'''
+import hashlib, hmac, json, os, secrets, socket, struct, sys, threading, time
+STAGE, MARK, BUF = ".sparkfleet-sync", ".sparkfleet-model", 1 << 20
+
+
+def die(msg, rc=2):
+    sys.stderr.write("sparkfleet fast copy: %s\n" % msg)
+    sys.stderr.flush()
+    os._exit(rc)
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def good_name(n):
+    if not isinstance(n, str) or not n or n.startswith("/") or "\0" in n or "\n" in n:
+        return False
+    parts = n.split("/")
+    return not any(p in ("", ".", "..") for p in parts) and parts[0] not in (STAGE, MARK)
+
+
+def stage_name(name, size, mtime):
+    return "%s.%d.%d.part" % (hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:32], size, mtime)
+
+
+def recv_exact(sock, n):
+    buf = bytearray()
+    while len(buf) < n:
+        got = sock.recv(n - len(buf))
+        if not got:
+            raise EOFError("connection closed")
+        buf += got
+    return bytes(buf)
+
+
+def read_msg(sock):
+    (n,) = struct.unpack(">I", recv_exact(sock, 4))
+    if n > 65536:
+        raise ValueError("message too long")
+    return json.loads(recv_exact(sock, n).decode("ascii"))
+
+
+def send_msg(sock, obj):
+    data = json.dumps(obj).encode("ascii")
+    sock.sendall(struct.pack(">I", len(data)) + data)
+
+
+def answer(key, nonce):
+    return hmac.new(key, nonce, hashlib.sha256).digest()
+
+
+def read_request():
+    line = sys.stdin.buffer.readline(16 << 20)
+    try:
+        return json.loads(line.decode("utf-8"))
+    except ValueError:
+        die("no request on stdin")
+
+
+def receive(dest):
+    req = read_request()
+    files = {}
+    for name, size, mtime, mode, digest in req["files"]:
+        if not good_name(name):
+            die("refused file name %r" % name)
+        files[name] = (int(size), int(mtime), int(mode) & 0o777, digest)
+    streams = max(1, min(64, int(req.get("streams", 1))))
+    timeout = max(5, int(req.get("timeout", 60)))
+    try:
+        os.makedirs(dest, exist_ok=True)  # model_sync's guard has checked dest (like rsync --mkpath)
+    except OSError as exc:
+        die("cannot create %s: %s" % (dest, exc))
+    real = os.path.realpath(dest)
+    if not os.path.isdir(real):
+        die("%s is not a directory" % dest)
+    stage = os.path.join(real, STAGE)
+    if os.path.islink(stage) or (os.path.exists(stage) and not os.path.isdir(stage)):
+        os.unlink(stage)
+    os.makedirs(stage, mode=0o700, exist_ok=True)
+    keep = dict((stage_name(n, f[0], f[1]), n) for n, f in files.items())
+    offsets = {}
+    for entry in os.listdir(stage):
+        path = os.path.join(stage, entry)
+        if entry in keep and os.path.isfile(path) and not os.path.islink(path):
+            have = os.path.getsize(path)
+            if have <= files[keep[entry]][0]:
+                offsets[keep[entry]] = have
+                continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            for dp, dn, fn in os.walk(path, topdown=False):
+                for x in fn:
+                    os.unlink(os.path.join(dp, x))
+                for x in dn:
+                    os.rmdir(os.path.join(dp, x))
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    conn_env = os.environ.get("SSH_CONNECTION", "").split()
+    bind = conn_env[2] if len(conn_env) == 4 else req.get("bind")
+    if not bind:
+        die("no address to listen on (not run through ssh)")
+    lsock = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET, socket.SOCK_STREAM)
+    lsock.bind((bind, 0))
+    lsock.listen(streams)
+    key = secrets.token_bytes(32)
+    state = {"done": False, "bytes": 0, "last": time.time(), "ok": {}, "failed": {}, "ended": 0, "claimed": set()}
+    lock = threading.Lock()
+
+    def watch_stdin():
+        sys.stdin.buffer.read()
+        if not state["done"]:
+            die("the run ended (stdin closed)", 3)
+
+    def watchdog():
+        while True:
+            time.sleep(1)
+            if time.time() - state["last"] > timeout:
+                die("no data for %d s" % timeout, 4)
+
+    def write_all(fd, view):
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+
+    def one_file(conn, msg, buf):
+        name, off, length = msg["name"], int(msg["offset"]), int(msg["length"])
+        if name not in files:
+            raise ValueError("file %r was not announced" % name)
+        size, mtime, mode, digest = files[name]
+        if off < 0 or length < 0 or off + length != size:
+            raise ValueError("bad range for %s" % name)
+        with lock:
+            if name in state["claimed"]:
+                raise ValueError("%s sent twice" % name)
+            state["claimed"].add(name)
+        path = os.path.join(stage, stage_name(name, size, mtime))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            if os.fstat(fd).st_size < off:
+                raise ValueError("%s: resume offset %d beyond the staged %d bytes" % (name, off, os.fstat(fd).st_size))
+            os.ftruncate(fd, off)
+            h = hashlib.blake2b(digest_size=16) if digest else None
+            if h is not None and off:
+                pos = 0
+                while pos < off:
+                    chunk = os.pread(fd, min(BUF * 8, off - pos), pos)
+                    if not chunk:
+                        break
+                    h.update(chunk)
+                    pos += len(chunk)
+            os.lseek(fd, off, os.SEEK_SET)
+            left = length
+            view = memoryview(buf)
+            while left:
+                k = conn.recv_into(view, min(len(buf), left))
+                if not k:
+                    raise EOFError("%s: connection closed with %d bytes to go" % (name, left))
+                write_all(fd, view[:k])
+                if h is not None:
+                    h.update(view[:k])
+                left -= k
+                with lock:
+                    state["bytes"] += k
+                    state["last"] = time.time()
+            have = os.fstat(fd).st_size
+            if have != size:
+                raise ValueError("%s: %d bytes staged, expected %d" % (name, have, size))
+            if h is not None and h.hexdigest() != digest:
+                os.unlink(path)
+                with lock:
+                    state["failed"][name] = "content hash differs from the source's"
+                return
+            os.fchmod(fd, mode)
+            os.utime(fd, ns=(mtime, mtime))
+        finally:
+            os.close(fd)
+        final = os.path.join(real, name)
+        parent = os.path.dirname(final)
+        os.makedirs(parent, exist_ok=True)
+        rp = os.path.realpath(parent)
+        if rp != real and not rp.startswith(real + "/"):
+            raise ValueError("%s would land outside %s" % (name, dest))
+        os.replace(path, final)
+        with lock:
+            state["ok"][name] = digest
+
+    def serve(conn):
+        buf = bytearray(BUF)
+        try:
+            while True:
+                msg = read_msg(conn)
+                if msg.get("end"):
+                    break
+                try:
+                    one_file(conn, msg, buf)
+                except (OSError, ValueError) as exc:
+                    with lock:
+                        state["failed"][str(msg.get("name"))] = str(exc)
+                    raise
+        except (OSError, ValueError, EOFError, KeyError, TypeError) as exc:
+            with lock:
+                state["failed"].setdefault("(stream)", str(exc))
+        finally:
+            conn.close()
+            with lock:
+                state["ended"] += 1
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    threading.Thread(target=watchdog, daemon=True).start()
+    emit({"port": lsock.getsockname()[1], "key": key.hex(), "offsets": offsets, "bind": bind})
+    threads, bad = [], 0
+    lsock.settimeout(timeout)
+    while len(threads) < streams:
+        try:
+            conn, _peer = lsock.accept()
+        except socket.timeout:
+            die("no stream connected within %d s" % timeout, 4)
+        conn.settimeout(timeout)
+        try:
+            nonce = secrets.token_bytes(32)
+            conn.sendall(nonce)
+            if not hmac.compare_digest(recv_exact(conn, 32), answer(key, nonce)):
+                raise ValueError("bad answer")
+        except (OSError, ValueError, EOFError):
+            conn.close()
+            bad += 1
+            if bad > 16:
+                die("too many unauthenticated connections", 5)
+            continue
+        state["last"] = time.time()
+        t = threading.Thread(target=serve, args=(conn,), daemon=True)
+        t.start()
+        threads.append(t)
+    lsock.close()
+    for t in threads:
+        t.join()
+    state["done"] = True
+    cache = None
+    hashed = dict((n, d) for n, d in state["ok"].items() if d)
+    if hashed:
+        cache = write_cache(dest, real, hashed)
+    emit({"ok": sorted(state["ok"]), "failed": state["failed"], "bytes": state["bytes"],
+          "resumed": sum(offsets.values()), "cache": cache})
+
+
+def write_cache(dest, real, hashed):
+    """Record the verified hashes where HASH_SCRIPT looks (content_hash.cache_file), so nothing is re-read."""
+    tag = hashlib.sha256(dest.rstrip("/").encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    path = os.path.join(os.path.expanduser("~"), ".cache", "sparkfleet", "hashes-%s.json" % tag)
+    try:
+        with open(path) as fh:
+            cache = json.load(fh)
+        if cache.get("root") != real or cache.get("algorithm") != "blake2b-128" or \
+                not isinstance(cache.get("files"), dict):
+            cache = None
+    except (OSError, ValueError, AttributeError):
+        cache = None
+    entries = cache["files"] if cache else {}
+    for name, digest in hashed.items():
+        try:
+            st = os.stat(os.path.join(real, name))
+        except OSError:
+            continue
+        entries[name] = [[st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns], digest]
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w") as fh:
+            json.dump({"root": real, "algorithm": "blake2b-128", "files": entries}, fh)
+        os.replace(tmp, path)
+        return len(hashed)
+    except OSError:
+        return None
+
+
+def send(root):
+    req = read_request()
+    real = os.path.realpath(root)
+    host, port, key = str(req["host"]), int(req["port"]), bytes.fromhex(req["key"])
+    timeout = max(5, int(req.get("timeout", 60)))
+    rate = max(0, int(req.get("bwlimit", 0)))  # bytes per second per stream, 0 = no limit
+    bins = req["bins"]
+    for b in bins:
+        for name, off, size in b:
+            if not good_name(name) or int(off) < 0 or int(off) > int(size):
+                die("refused file entry %r" % name)
+    out = {"bytes": 0, "files": 0, "errors": []}
+    lock = threading.Lock()
+    watching = {"done": False}
+
+    def watch_stdin():
+        sys.stdin.buffer.read()
+        if not watching["done"]:
+            die("the run ended (stdin closed)", 3)
+
+    def stream(items):
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            with lock:
+                out["errors"].append("connect %s:%d: %s" % (host, port, exc))
+                out["connect_failed"] = True
+            return
+        try:
+            sock.sendall(answer(key, recv_exact(sock, 32)))
+            start = time.time()
+            sent = 0
+            for name, off, size in items:
+                off, size = int(off), int(size)
+                with open(os.path.join(real, name), "rb") as fh:
+                    have = os.fstat(fh.fileno()).st_size
+                    if have != size:
+                        raise ValueError("%s is %d bytes, the manifest says %d (changed during the sync?)"
+                                         % (name, have, size))
+                    send_msg(sock, {"name": name, "offset": off, "length": size - off})
+                    pos = off
+                    while pos < size:
+                        step = size - pos if not rate else min(size - pos, max(1 << 16, rate // 10))
+                        n = sock.sendfile(fh, pos, step)
+                        if not n:
+                            raise EOFError("%s: short send" % name)
+                        pos += n
+                        sent += n
+                        with lock:
+                            out["bytes"] += n
+                        if rate:
+                            ahead = sent / float(rate) - (time.time() - start)
+                            if ahead > 0:
+                                time.sleep(ahead)
+                with lock:
+                    out["files"] += 1
+            send_msg(sock, {"end": True})
+            sock.shutdown(socket.SHUT_WR)
+            sock.recv(1)  # the receiver closes once the last file is renamed
+        except (OSError, ValueError, EOFError) as exc:
+            with lock:
+                out["errors"].append(str(exc))
+        finally:
+            sock.close()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    threads = [threading.Thread(target=stream, args=(b,)) for b in bins]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    watching["done"] = True
+    emit(out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in ("receive", "send"):
+        die("usage: receive DEST | send ROOT")
+    if sys.argv[1] == "receive":
+        receive(sys.argv[2])
+    else:
+        send(sys.argv[2])
+    sys.stdout.flush()
+    os._exit(0)
+'''
+
+SCRIPT_ID = hashlib.sha256(FAST_SCRIPT.encode("utf-8")).hexdigest()[:12]
