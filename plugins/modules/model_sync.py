@@ -36,12 +36,13 @@ description:
   - Resumable. A killed run never leaves a partial file under its final name; the next run skips every
     finished file. With C(tcp) a partial file of the same version (same name, size and mtime) is continued from
     where it stopped, so only the missing bytes are sent; rsync's staging directory is cleared instead.
-  - Several destinations fan out as a tree. A destination that has finished feeds the next one
-    (C(ssh feeder rsync ... target:)), so the holders double every round and the time grows with
-    log2(N + 1), not N. The hop from a feeder to its target authenticates through a per-run ssh-agent that
-    holds only C(ssh_key) (forwarded with C(ssh -A) for the length of the transfer, killed when the module
-    ends; the key is added with a lifetime so it expires even if the module is killed). No key file is ever
-    copied to a worker. If no key can be loaded, every destination is fed from the source.
+  - Several destinations fan out as a tree. A destination that has finished feeds the next one, so the holders
+    double every round and the time grows with log2(N + 1), not N. Over C(tcp) the feeder runs the fixed sender
+    command on its own copy. With O(transport=ssh) the feeder runs rsync (C(ssh feeder rsync ... target:)) and
+    the hop authenticates through a per-run ssh-agent that holds only C(ssh_key) (forwarded with C(ssh -A) for
+    the length of the transfer, killed when the module ends; the key is added with a lifetime so it expires even
+    if the module is killed); if no key can be loaded, every destination is fed from the source. A fallback from
+    C(tcp) to ssh sends from the source. No key file is ever copied to a worker.
   - In check mode, lists per destination what would be transferred or deleted (an rsync dry run) and the
     space needed, and changes nothing.
 author:
@@ -628,9 +629,11 @@ class ModelSync(object):
         if bins:
             info["streams"] = len(bins)
         per_stream = (max(1, self.p["bwlimit"] // len(bins)) if self.p["bwlimit"] and bins else 0)
+        # A relay over ssh needs the per-run agent, which only transport=ssh starts: a fallback comes from here.
+        rsync_feeder = feeder if self.agent_pid else SOURCE
         if bins and not errors:
             with ThreadPoolExecutor(max_workers=len(bins)) as pool:
-                futures = [pool.submit(self._run_stream, feeder, target, b, per_stream) for b in bins]
+                futures = [pool.submit(self._run_stream, rsync_feeder, target, b, per_stream) for b in bins]
                 for fut in futures:
                     rc, out, err = fut.result()
                     f, b, _n, _d = summarize(parse_itemize(out))
@@ -769,7 +772,8 @@ class ModelSync(object):
         warnings = self.warnings
         for rel in expected:
             self.stats[rel] = os.stat(os.path.join(self.src, rel))
-        if pending and len(holders) + len(pending) > 2 and m.params["transport"] != "tcp":
+        # Only the ssh transport relays through a forwarded agent; tcp hops run the fixed sender on the feeder.
+        if pending and len(holders) + len(pending) > 2 and m.params["transport"] == "ssh":
             why = self.start_agent()
             if why:
                 warnings.append("every destination is fed from this node (no tree fan-out): %s" % why)

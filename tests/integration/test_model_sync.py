@@ -189,13 +189,19 @@ def test_killed_run_resumes_without_resending_finished_files(synclab):
         if n and int(n) >= 2:
             break
         time.sleep(0.2)
-    # Kill the module and its rsyncs on the head: the process group of the rsync we started.
+    # Kill the module and its helpers on the head: the process group of the sender (tcp transport: its ssh to the
+    # receiver and the sendfile streams) or of an rsync (ssh fallback) we started.
     # A stream may end between pgrep and ps: retry until a live one names the group.
-    p = sh(lab, "spark-1", "for i in $(seq 50); do pid=$(pgrep -o -u spark -f 'rsync .*itest-k'); "
+    p = sh(lab, "spark-1", "for i in $(seq 50); do pid=$(pgrep -o -u spark -f '(rsync .*|send )/models/itest-k'); "
                            "pg=$(ps -o pgid= -p \"${pid:-0}\" | tr -d ' '); "
                            "[ -n \"$pg\" ] && /bin/kill -s KILL -- -$pg && echo killed $pg && break; sleep 0.1; done")
     assert "killed" in p.stdout, p.stdout + p.stderr
-    time.sleep(1)
+    # A killed run leaves no listener: the receiver exits once ssh drops its channel.
+    deadline = time.time() + 20
+    while time.time() < deadline and sh(lab, target, "pgrep -u spark -f 'receive /models/itest-k'").returncode == 0:
+        time.sleep(0.5)
+    assert sh(lab, target, "pgrep -u spark -f 'receive /models/itest-k'").returncode == 1, "the receiver outlived the run"
+    assert "python3" not in sh(lab, target, "ss -ltnpH").stdout
     landed = sh(lab, target, "cd /models/itest-k && ls").stdout.split()
     assert len(landed) < SHARDS + 2, "the run finished before it was killed"
     source = dict((line.split()[1][2:], line.split()[0]) for line in sums(lab, "spark-1", MODEL).splitlines())
@@ -204,11 +210,17 @@ def test_killed_run_resumes_without_resending_finished_files(synclab):
         if not rel.startswith(".sparkfleet-sync"):
             assert source[rel] == digest, "%s is under its final name but incomplete" % rel
 
+    staged = int(sh(lab, target, "cat /models/itest-k/.sparkfleet-sync/* 2>/dev/null | wc -c").stdout)
     res = sync_result(play(lab, lab.dir, "sync.yml", src=MODEL, dest="/models/itest-k"))
     finished = [f for f in landed if not f.startswith(".")]
     per = res["destinations"]["10.99.1.%d" % (10 + int(target.split("-")[1]))]
     assert per["files_transferred"] == SHARDS + 2 - len(finished), (finished, per)
     assert sums(lab, target, "/models/itest-k") == sums(lab, "spark-1", MODEL)
+    # The partial files were continued: only the bytes still missing moved again.
+    assert per["transport"] == "tcp" and per["bytes_resumed"] == staged, per
+    total = int(sh(lab, "spark-1", "cat %s/* | wc -c" % MODEL).stdout)
+    done = int(sh(lab, target, "cd /models/itest-k && cat %s | wc -c" % " ".join(finished)).stdout) if finished else 0
+    assert per["bytes_transferred"] == total - done - staged, (per, total, done, staged)
 
 
 @pytest.mark.fault(name='truncated shard on the head', expected='refused before a byte moves, naming the shard')
@@ -242,6 +254,7 @@ def test_a_finished_worker_feeds_the_next_node_through_the_forwarded_agent(syncl
     assert res["destinations"][first]["fed_from"] == "source"
     assert res["destinations"][second]["fed_from"] == first
     assert res["rounds"] == [[["source", first]], [[first, second]]]
+    assert res["destinations"][second]["transport"] == "tcp"  # the worker ran the fixed sender, no rsync relay
     source = sums(lab, "spark-1", MODEL)
     assert sums(lab, lab.workers[0], "/models/itest-tree") == source
     assert sums(lab, "spark-1", "/models/itest-tree") == source

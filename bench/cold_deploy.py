@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Benchmark B6: a cold deploy (site.yml on fresh lab hosts, image caches warm) minus the stand-in's load time.
+
+    SPARKLAB_NAME=perf .venv/bin/python bench/cold_deploy.py [--hosts 2] [--keep]
+
+Run as root from the repo root. It takes the lab down and up again (fresh hosts: nothing deployed, the runtime
+image tar and the host image cached), runs site.yml from the control namespace with a timing callback
+(bench/callback/bench_times.py) and prints, per node, the seconds of every phase (role) and the whole run, minus
+the load time the stand-in vLLM is configured to spend (shards x SPARKLAB_SECONDS_PER_SHARD + graph capture +
+profile run), which stands for the real GPU's work. Target (issue 8): <= 90 s. Prints one BENCH-JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_sync as b  # noqa: E402  (bench/model_sync.py: lab helpers)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--no-fresh", action="store_true", help="deploy on the lab as it is (skip down/up)")
+    args = ap.parse_args()
+    if not args.no_fresh:
+        b.sh(b.LABCTL, "down")
+        b.sh(b.LABCTL, "up", "--hosts", str(args.hosts))
+    print("machine: %s" % b.machine(), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "times.json")
+        env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(b.REPO, "ansible.cfg"), BENCH_TIMES_OUT=out,
+                   ANSIBLE_CALLBACK_PLUGINS=os.path.join(b.REPO, "bench", "callback"),
+                   ANSIBLE_CALLBACKS_ENABLED="sparkfleet.vllm.progress,bench_times")
+        t0 = time.time()
+        rc = subprocess.run([b.LABCTL, "ctl", "--", os.path.join(b.REPO, ".venv/bin/ansible-playbook"), "-i",
+                             b.inventory(), os.path.join(b.REPO, "site.yml")], cwd=b.REPO, env=env,
+                            stdout=subprocess.DEVNULL).returncode
+        wall = time.time() - t0
+        times = json.load(open(out))
+    if rc != 0:
+        raise SystemExit("site.yml failed (rc %d)" % rc)
+    model_dir = b.hexec("spark-1", "ls -d /models/*/ | head -1").strip()
+    shards = int(b.hexec("spark-1", "ls %s | grep -c '[.]safetensors$'" % model_dir).strip())
+    env_line = b.hexec("spark-1", "cat /etc/sparkfleet/*.env 2>/dev/null | grep -h SPARKLAB_SECONDS_PER_SHARD | head -1",
+                       check=False).strip()
+    per_shard = float(env_line.split("=", 1)[1].strip("'\"")) if "=" in env_line else 1.0
+    # The stand-in's defaults (lab/standin/README.md): graph capture 2 s, profile run 1.5 s.
+    load = shards * per_shard + 2.0 + 1.5
+    phases = {}
+    for r in times["rows"]:
+        key = (r["host"], r["role"])
+        first = phases.setdefault(key, [r["start"], r["start"] + r["seconds"]])
+        first[0] = min(first[0], r["start"])
+        first[1] = max(first[1], r["start"] + r["seconds"])
+    hosts = sorted(set(h for h, _r in phases))
+    roles = []
+    for r in times["rows"]:
+        if r["role"] not in roles:
+            roles.append(r["role"])
+    print("\nper phase (role), seconds from its first task's start to its last result, per node:")
+    print("%-18s " % "phase" + " ".join("%9s" % h for h in hosts))
+    table = {}
+    for role in roles:
+        cells = []
+        for h in hosts:
+            span = phases.get((h, role))
+            cells.append(round(span[1] - span[0], 1) if span else None)
+        table[role] = dict(zip(hosts, cells))
+        print("%-18s " % role + " ".join("%9s" % ("-" if c is None else "%.1f" % c) for c in cells))
+    net = times["total"] - load
+    print("\nsite.yml %.1f s (wall %.1f s); stand-in load time %.1f s (%d shards x %.1f s + 3.5 s); "
+          "deploy minus load %.1f s; target 90 s: %.2fx" % (times["total"], wall, load, shards, per_shard, net, net / 90))
+    print("BENCH-JSON " + json.dumps({"bench": "B6", "hosts": args.hosts, "total_s": times["total"],
+                                      "load_s": load, "net_s": round(net, 1), "phases": table}))
+
+
+if __name__ == "__main__":
+    main()
