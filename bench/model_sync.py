@@ -69,6 +69,9 @@ for i in range(1, shards + 1):
                 left -= k
     wm["w%d" % i] = name
 json.dump({"weight_map": wm}, open(os.path.join(root, "model.safetensors.index.json"), "w"))
+for n in os.listdir(root):  # shards of an earlier run with another shard count
+    if n.endswith(".safetensors") and n not in wm.values():
+        os.unlink(os.path.join(root, n))
 for dp, dn, fn in os.walk(root):
     for n in fn:
         print("%d %s" % (os.path.getsize(os.path.join(dp, n)), n))
@@ -220,7 +223,7 @@ def raw_tcp(nbytes, streams, dst="spark-2", port=5299):
 def arrived(host):
     """Bytes of the model's files under their final names on host (staging and marker aside)."""
     return int(hexec(host, "find %s -path %s/.sparkfleet-sync -prune -o -type f ! -name .sparkfleet-model "
-                           "-printf '%%s\\n' | awk '{s+=$1} END {print s+0}'" % (DST, DST)).split()[0])
+                           "-printf '%%s\\n' 2>/dev/null | awk '{s+=$1} END {print s+0}'" % (DST, DST)).split()[0])
 
 
 def clean(hosts):

@@ -23,7 +23,7 @@ description:
     size). What differs is decided by an rsync dry run over ssh; the bytes move over the transport of
     O(transport).
   - The C(tcp) transport (tried first by default) moves the bytes over plain TCP on the fabric, unencrypted and
-    without an ssh cipher in the way: for each destination a receiver is started through ssh for this run only.
+    without an ssh cipher in the way. For each destination a receiver is started through ssh for this run only.
     It listens on the address the ssh connection reached (the fabric IP), on a free port, only once the run
     needs it; a connection must answer a challenge with an HMAC of a random per-run secret that only the ssh
     channel carries; the listening socket closes once every stream is in, and the receiver exits when the run

@@ -167,7 +167,7 @@ def test_check_mode_changes_nothing(synclab):
     for h in lab.workers:
         sh(lab, h, "rm -rf /models/itest-c")
     res = sync_result(play(lab, lab.dir, "sync.yml", check=True, src=MODEL, dest="/models/itest-c"))
-    assert res["changed"] is True
+    assert res["changed"] is True, res
     first = next(iter(res["destinations"].values()))
     assert len(first["would_transfer"]) == SHARDS + 2
     for h in lab.workers:

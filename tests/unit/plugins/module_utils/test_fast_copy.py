@@ -109,7 +109,7 @@ def test_a_partial_file_of_the_same_version_is_continued_and_others_are_removed(
     recv.proc.wait(timeout=20)
     assert os.listdir(stage) == []
     ns = {}
-    exec(compile(FAST_SCRIPT.split("\ndef recv_exact")[0], "fast", "exec"), ns)  # stage_name() as the receiver names
+    exec(compile(FAST_SCRIPT.split("\ndef recv_exact", maxsplit=1)[0], "fast", "exec"), ns)  # stage_name() as the receiver names
     a = files[0]
     (stage / ns["stage_name"](a[0], a[1], a[2])).write_bytes(blobs["a.safetensors"][:1000000])
     (stage / "leftover.tmp").write_bytes(b"x")

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Render bench/RESULTS.md from the output of the benchmarks (their BENCH-JSON and machine lines).
+
+    .venv/bin/python bench/results.py bench/results.log [more.log ...] > bench/RESULTS.md
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+
+
+def load(paths):
+    found, machines = {}, []
+    for path in paths:
+        for line in open(path, errors="replace"):
+            if line.startswith("BENCH-JSON "):
+                data = json.loads(line[len("BENCH-JSON "):])
+                found.setdefault(data["bench"], []).append(data)
+            elif line.startswith("machine: "):
+                machines.append(line[len("machine: "):].strip())
+    return found, machines
+
+
+def mb(x):
+    return "%.0f" % (x / 1e6)
+
+
+def main():
+    found, machines = load(sys.argv[1:])
+    out = []
+    w = out.append
+    w("# Benchmark results (issue 8)")
+    w("")
+    w("Taken %s UTC with `bench/run_all.sh` (each bench also runs alone; see bench/README.md), on the local lab "
+      "(Linux namespaces on one machine, `lab/labctl`)." % datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"))
+    w("")
+    w("Machine: %s." % (machines[0] if machines else "unknown"))
+    if len(machines) > 1:
+        w("Load average at the start of each bench: %s." % "; ".join(m.rsplit("load average ", 1)[-1].replace(
+            " at start", "") for m in machines))
+    w("")
+    w("**Other work was running**: this 2-core machine was shared with six other sessions building and testing "
+      "at the same time (load averages of 20-50 on 2 cores). Absolute figures are low and noisy; every ratio "
+      "below compares cases taken side by side in the same run. Both ends of every copy, the \"wire\" and the "
+      "disks share the same two cores, unlike two Sparks.")
+    w("")
+    for data in found.get("B1", []):
+        rows = data["rows"]
+        w("## B1 model_sync throughput, spark-1 -> spark-2 over the fabric%s" %
+          (" (link capped by tbf at %s)" % data["shape"] if data["shape"] else ""))
+        w("")
+        w("%d files, %s MB of incompressible safetensors." % (data["files"], mb(data["bytes"])))
+        w("")
+        w("| case | MB/s (copy) | MB/s (whole run) |")
+        w("|---|---|---|")
+        names = {"ops": "(a) operators' `rsync -avP --compress` over ssh", "module": "(b) model_sync, defaults (tcp)",
+                 "module-ssh": "model_sync transport=ssh (fallback)", "daemon": "rsync daemon per run, 4 clients",
+                 "tcp": "(c) raw TCP socket copy, memory to memory"}
+        for key, r in rows.items():
+            w("| %s | %.0f | %.0f |" % (names.get(key, key), r["mbs_copy"], r["mbs_all"]))
+        w("")
+        w("Ratios: " + ", ".join("%s = %.2fx" % (k, v) for k, v in data["ratios"].items()) + ".")
+        w("")
+    for data in found.get("B2", []):
+        w("## B2 resume after a kill at about half")
+        w("")
+        w("Model %s MB, largest shard %s MB; target: re-sent beyond the missing <= one shard + 5%% = %s MB." %
+          (mb(data["bytes"]), mb(data["shard"]), mb(data["shard"] + data["bytes"] // 20)))
+        w("")
+        w("| transport | held at kill: final + partial MB | missing MB | re-run sent MB | beyond the missing MB "
+          "| python listeners on the worker after the kill |")
+        w("|---|---|---|---|---|---|")
+        for r in data["rows"]:
+            w("| %s | %s + %s | %s | %s | %s (%.2f%% of the model) | %d |" % (
+                r["transport"], mb(r["at_kill_final"]), mb(r["at_kill_staged"]), mb(r["missing"]),
+                mb(r["sent_again"]), mb(r["beyond"]), r["beyond_pct_of_model"], r["listeners_after_kill"]))
+        w("")
+    for data in found.get("B5", []):
+        w("## B5 fan-out to 1 and 3 workers (4-node lab)%s" %
+          (", link capped by tbf at %s" % data["shape"] if data["shape"] else ""))
+        w("")
+        w("| workers | transfer s | whole run s | rounds |")
+        w("|---|---|---|---|")
+        for n, r in sorted(data["rows"].items()):
+            w("| %s | %.1f | %.1f | %s |" % (n, r["transfer_seconds"], r["seconds"],
+                                             " then ".join("+".join("%s->%s" % tuple(p) for p in rd)
+                                                           for rd in r["rounds"])))
+        w("")
+        w("Ratio 3/1: **%.2fx** (whole run %.2fx); linear head-only 3.00x; target <= 2.2x." %
+          (data["ratio"], data["ratio_all"]))
+        w("")
+    for data in found.get("B4", []):
+        w("## B4 time to diagnosis")
+        w("")
+        w("From the failing burst being written to the play failing with its class (vllm_wait as "
+          "roles/vllm_serve/tasks/wait.yml calls it: poll_interval 2 s, calls of 10 s in an until loop; a log file "
+          "as the source). Target <= 5 s each.")
+        w("")
+        w("| injected failure | class expected | class reported | delay s |")
+        w("|---|---|---|---|")
+        for r in data["rows"]:
+            w("| %s | %s | %s | %.2f |" % (r["case"], r["expected"], r["got"], r["delay_s"]))
+        w("")
+    for data in found.get("B6", []):
+        w("## B6 cold deploy (fresh %d-node lab, image caches warm)" % data["hosts"])
+        w("")
+        hosts = sorted(set(h for cells in data["phases"].values() for h in cells))
+        w("| phase (role) | " + " | ".join(hosts) + " |")
+        w("|---|" + "---|" * len(hosts))
+        for role, cells in data["phases"].items():
+            w("| %s | %s |" % (role, " | ".join("-" if cells.get(h) is None else "%.1f" % cells[h] for h in hosts)))
+        w("")
+        w("site.yml took %.1f s; the stand-in vLLM is configured to spend %.1f s loading (shards x "
+          "SPARKLAB_SECONDS_PER_SHARD + graph capture + profile); deploy minus load: **%.1f s** (target <= 90 s)."
+          % (data["total_s"], data["load_s"], data["net_s"]))
+        w("")
+    for data in found.get("B7", []):
+        w("## B7 real-Spark timeline on paper (two DGX Sparks, Qwen3.5-122B-A10B-FP8)")
+        w("")
+        w("| phase | expected s | how | source |")
+        w("|---|---|---|---|")
+        for r in data["rows"]:
+            w("| %s | %d-%d | %s | %s |" % (r["phase"], r["low_s"], r["high_s"], r["how"], r["source"]))
+        w("")
+        w("Launch-to-ready (vllm serve started -> the API answers a completion): **%d-%d s** (target <= 4 min). "
+          "First deploy with the model on the head (sync, cluster, launch): %d-%d s." % tuple(data["launch"] +
+                                                                                             data["first"]))
+        w("")
+    print("\n".join(out).rstrip() + "\n")
+
+
+if __name__ == "__main__":
+    main()
