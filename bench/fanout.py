@@ -25,7 +25,7 @@ WORKERS = ["spark-2", "spark-3", "spark-4"]
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size-mb", type=int, default=2048)
+    ap.add_argument("--size-mb", type=int, default=2200)  # 40 uneven shards: >= 2 GB in all
     ap.add_argument("--shards", type=int, default=40)
     ap.add_argument("--shape", default=None)
     args = ap.parse_args()

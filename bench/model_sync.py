@@ -233,7 +233,7 @@ def clean(hosts):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size-mb", type=int, default=2048)
+    ap.add_argument("--size-mb", type=int, default=2200)  # 40 uneven shards: >= 2 GB in all
     ap.add_argument("--shards", type=int, default=40)
     ap.add_argument("--shape", default=None, help="cap the fabric first (lab/labctl shape RATE), e.g. 1gbit")
     ap.add_argument("--cases", default="ops,module,module-ssh,daemon,tcp")

@@ -78,7 +78,7 @@ def one(transport, total, shard):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size-mb", type=int, default=2048)
+    ap.add_argument("--size-mb", type=int, default=2200)  # 40 uneven shards: >= 2 GB in all
     ap.add_argument("--shards", type=int, default=40)
     ap.add_argument("--transports", default="tcp,ssh")
     args = ap.parse_args()

@@ -13,7 +13,7 @@ run() {
   printf '\n### %s\n' "$*" | tee -a "$log"
   .venv/bin/python "$@" 2>&1 | grep -v -e DEPRECATION -e '^$' | tee -a "$log"
 }
-lab/labctl up --hosts 4 >/dev/null
+lab/labctl down >/dev/null 2>&1; lab/labctl up --hosts 4 >/dev/null  # a fresh lab: nothing deployed competes for the CPU
 run bench/model_sync.py
 run bench/model_sync.py --shape 1gbit --cases module,tcp
 run bench/model_sync.py --shape 5gbit --cases module,tcp

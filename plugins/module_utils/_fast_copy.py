@@ -26,6 +26,14 @@ Nothing here is a shell: names are checked to be plain relative paths inside the
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import queue
+import subprocess
+import threading
+import time
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import tail
 
 FAST_SCRIPT = r'''
 import hashlib, hmac, json, os, secrets, socket, struct, sys, threading, time
@@ -391,3 +399,70 @@ if __name__ == "__main__":
 '''
 
 SCRIPT_ID = hashlib.sha256(FAST_SCRIPT.encode("utf-8")).hexdigest()[:12]
+
+
+class LineProc(object):
+    """A helper process that gets one JSON request line on stdin and answers JSON lines on stdout.
+
+    AnsibleModule.run_command cannot do this: it writes all of stdin, closes it and waits for the end, while the
+    transport needs the receiver's first line (port, key) before the sender starts, and keeps the receiver's stdin
+    open for the whole transfer.
+
+    Its stdin stays open while it runs: the fast-copy script exits as soon as it closes, so a killed module
+    (whose pipes the kernel closes) never leaves a receiver listening or a sender sending.
+    """
+
+    def __init__(self, argv, request, env=None):
+        full_env = dict(os.environ, LANG="C", LC_ALL="C")
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=full_env, close_fds=True)
+        self.lines = queue.Queue()
+        self.err = []
+        threading.Thread(target=self._pump_out, daemon=True).start()
+        threading.Thread(target=self._pump_err, daemon=True).start()
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode("utf-8", "surrogateescape"))
+            self.proc.stdin.flush()
+        except (IOError, OSError):
+            pass
+
+    def _pump_out(self):
+        for raw in iter(self.proc.stdout.readline, b""):
+            self.lines.put(raw)
+        self.lines.put(None)
+
+    def _pump_err(self):
+        for raw in iter(self.proc.stderr.readline, b""):
+            self.err.append(raw.decode("utf-8", "replace"))
+
+    def line(self, timeout=None):
+        """The next JSON object it printed, or None when it exited (or the timeout passed) without one."""
+        try:
+            raw = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if raw is None:
+            self.lines.put(None)
+            return None
+        try:
+            obj = json.loads(raw.decode("utf-8", "surrogateescape"))
+        except ValueError:
+            return self.line(timeout)
+        return obj if isinstance(obj, dict) else None
+
+    def close(self, wait_s=10):
+        try:
+            self.proc.stdin.close()
+        except (IOError, OSError):
+            pass
+        deadline = time.time() + wait_s
+        while self.proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        return self.proc.returncode
+
+    def err_tail(self):
+        return tail("".join(self.err), 6)

@@ -253,22 +253,15 @@ destinations:
       content_mismatch: []
 """
 
-import json
 import os
 import pwd
 import re
 import shlex
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
-try:
-    import queue
-except ImportError:  # pragma: no cover - Python 2 is not supported on the nodes
-    import Queue as queue  # type: ignore
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -281,7 +274,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash impo
     parse_hashes,
 )
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import model_path_problem
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._fast_copy import FAST_SCRIPT
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._fast_copy import FAST_SCRIPT, LineProc
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
     TEMP_DIR_NAME,
     FanoutScheduler,
@@ -309,69 +302,6 @@ SOURCE = "source"
 
 def _mb_per_s(nbytes, seconds):
     return round(nbytes / seconds / 1e6, 1) if seconds > 0 and nbytes else 0.0
-
-
-class _LineProc(object):
-    """A helper process that gets one JSON request line on stdin and answers JSON lines on stdout.
-
-    Its stdin stays open while it runs: the fast-copy script exits as soon as it closes, so a killed module
-    (whose pipes the kernel closes) never leaves a receiver listening or a sender sending.
-    """
-
-    def __init__(self, argv, request, env=None):
-        full_env = dict(os.environ, LANG="C", LC_ALL="C")
-        full_env.update(env or {})
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=full_env, close_fds=True)
-        self.lines = queue.Queue()
-        self.err = []
-        threading.Thread(target=self._pump_out, daemon=True).start()
-        threading.Thread(target=self._pump_err, daemon=True).start()
-        try:
-            self.proc.stdin.write((json.dumps(request) + "\n").encode("utf-8", "surrogateescape"))
-            self.proc.stdin.flush()
-        except (IOError, OSError):
-            pass
-
-    def _pump_out(self):
-        for raw in iter(self.proc.stdout.readline, b""):
-            self.lines.put(raw)
-        self.lines.put(None)
-
-    def _pump_err(self):
-        for raw in iter(self.proc.stderr.readline, b""):
-            self.err.append(raw.decode("utf-8", "replace"))
-
-    def line(self, timeout=None):
-        """The next JSON object it printed, or None when it exited (or the timeout passed) without one."""
-        try:
-            raw = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        if raw is None:
-            self.lines.put(None)
-            return None
-        try:
-            obj = json.loads(raw.decode("utf-8", "surrogateescape"))
-        except ValueError:
-            return self.line(timeout)
-        return obj if isinstance(obj, dict) else None
-
-    def close(self, wait_s=10):
-        try:
-            self.proc.stdin.close()
-        except (IOError, OSError):
-            pass
-        deadline = time.time() + wait_s
-        while self.proc.poll() is None and time.time() < deadline:
-            time.sleep(0.05)
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        return self.proc.returncode
-
-    def err_tail(self):
-        return tail("".join(self.err), 6)
 
 
 class ModelSync(object):
@@ -556,7 +486,7 @@ class ModelSync(object):
         timeout = max(5, self.p["timeout"])
         request = {"files": fast_request_files(moved, self.stats, self.source_hashes),
                    "streams": nstreams, "timeout": timeout}
-        recv = _LineProc(self._ssh() + [host_spec(target, self.user), self.cmds["receive"]], request)
+        recv = LineProc(self._ssh() + [host_spec(target, self.user), self.cmds["receive"]], request)
         try:
             first = recv.line(timeout + 30)
             if not first or "port" not in first:
@@ -570,9 +500,9 @@ class ModelSync(object):
             sreq = {"host": first["bind"], "port": first["port"], "key": first["key"], "bins": bins,
                     "timeout": timeout, "bwlimit": per_stream}
             if feeder == SOURCE:
-                sender = _LineProc([self.python, "-c", FAST_SCRIPT, "send", self.src], sreq)
+                sender = LineProc([self.python, "-c", FAST_SCRIPT, "send", self.src], sreq)
             else:
-                sender = _LineProc(self._ssh() + [host_spec(feeder, self.user), self.cmds["send"]], sreq)
+                sender = LineProc(self._ssh() + [host_spec(feeder, self.user), self.cmds["send"]], sreq)
             sres = sender.line()
             sender.close()
             sres = sres or {"bytes": 0, "errors": ["the sender on %s failed: %s"

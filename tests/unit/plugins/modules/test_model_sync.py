@@ -379,7 +379,14 @@ def test_killed_run_resumes_without_resending_finished_files(lab, tmp_path):
     deadline = time.time() + 30
     # Largest first: wait until the largest shard is in place, then kill everything.
     first = os.path.join(dest, "model-00001-of-00004.safetensors")
-    while not os.path.exists(first) and time.time() < deadline:
+    stage = os.path.join(dest, ".sparkfleet-sync")
+
+    def partial():
+        try:
+            return any(os.path.getsize(os.path.join(stage, n)) > 0 for n in os.listdir(stage))
+        except OSError:  # not there yet, or a file renamed into place meanwhile
+            return False
+    while not (os.path.exists(first) and partial()) and time.time() < deadline:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
