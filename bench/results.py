@@ -8,18 +8,37 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import sys
+
+
+KILLED = re.compile(r"^  (\w+) +killed with (\d+) MB final \+ (\d+) MB partial of (\d+) MB; re-run sent (\d+) MB, "
+                    r"(\d+) MB beyond the missing \(([\d.]+)% of the model\); python listeners left on spark-2 after "
+                    r"the kill: (\d+)")
 
 
 def load(paths):
     found, machines = {}, []
     for path in paths:
+        printed = []
         for line in open(path, errors="replace"):
+            m = KILLED.match(line)
+            if m:  # B2 rows as printed (MB), kept when a later case of the same run did not finish
+                t, fin, part, tot, sent, beyond, pct, lis = m.groups()
+                printed.append({"transport": t, "at_kill_final": int(fin) * 10 ** 6,
+                                "at_kill_staged": int(part) * 10 ** 6, "total": int(tot) * 10 ** 6,
+                                "missing": (int(tot) - int(fin) - int(part)) * 10 ** 6,
+                                "sent_again": int(sent) * 10 ** 6, "beyond": int(beyond) * 10 ** 6,
+                                "beyond_pct_of_model": float(pct), "listeners_after_kill": int(lis)})
+            elif line.startswith("### bench/resume.py") and printed:
+                printed = []
             if line.startswith("BENCH-JSON "):
                 data = json.loads(line[len("BENCH-JSON "):])
                 found.setdefault(data["bench"], []).append(data)
             elif line.startswith("machine: "):
                 machines.append(line[len("machine: "):].strip())
+        if printed and not any(d.get("rows") for d in found.get("B2", [])):
+            found["B2"] = [{"bytes": printed[0]["total"], "shard": None, "rows": printed, "printed": True}]
     return found, machines
 
 
@@ -63,11 +82,21 @@ def main():
         w("")
         w("Ratios: " + ", ".join("%s = %.2fx" % (k, v) for k, v in data["ratios"].items()) + ".")
         w("")
-    for data in found.get("B2", []):
+    b2 = found.get("B2", [])
+    for data in [d for d in b2 if d["rows"]] or b2[:1]:
         w("## B2 resume after a kill at about half")
         w("")
-        w("Model %s MB, largest shard %s MB; target: re-sent beyond the missing <= one shard + 5%% = %s MB." %
-          (mb(data["bytes"]), mb(data["shard"]), mb(data["shard"] + data["bytes"] // 20)))
+        if not data["rows"]:
+            w("Not measured in this run: the kill did not find a running sync (see bench/resume.py).")
+            w("")
+            continue
+        if data.get("shard"):
+            w("Model %s MB, largest shard %s MB; target: re-sent beyond the missing <= one shard + 5%% = %s MB." %
+              (mb(data["bytes"]), mb(data["shard"]), mb(data["shard"] + data["bytes"] // 20)))
+        else:
+            w("Model %s MB (40 shards of ~54 MB); target: re-sent beyond the missing <= one shard + 5%%. Figures in "
+              "MB as the bench printed them (the run's summary line was lost when its ssh case could not find a "
+              "sync to kill)." % mb(data["bytes"]))
         w("")
         w("| transport | held at kill: final + partial MB | missing MB | re-run sent MB | beyond the missing MB "
           "| python listeners on the worker after the kill |")

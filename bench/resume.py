@@ -41,7 +41,7 @@ def one(transport, total, shard):
                              b.inventory(), "-o", "-m", "sparkfleet.vllm.model_sync", "-a", json.dumps(args),
                              "-e", "ansible_become=false"], cwd=b.REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(b.REPO, "ansible.cfg")))
-    pattern = "(rsync .*|send )%s" % b.SRC
+    pattern = "(rsync .*|send )%s" % b.SRC  # a stream of either transport: its group is the module's
     deadline = time.time() + 600
     while time.time() < deadline:
         final, staged = held("spark-2")
@@ -49,12 +49,13 @@ def one(transport, total, shard):
             break
         time.sleep(0.2)
     out = b.hexec("spark-1", "for i in $(seq 50); do pid=$(pgrep -o -u spark -f '%s'); "
-                             "pg=$(ps -o pgid= -p \"${pid:-0}\" | tr -d ' '); "
+                             "pg=$([ -n \"$pid\" ] && ps -o pgid= -p \"$pid\" | tr -d ' '); "
                              "[ -n \"$pg\" ] && /bin/kill -s KILL -- -$pg && echo killed $pg && break; sleep 0.1; done"
                   % pattern, check=False)
     proc.wait(timeout=120)
     if "killed" not in out:
-        raise SystemExit("%s: could not find the sync to kill (it finished first?)" % transport)
+        print("  %-4s could not find the sync to kill (it finished first?): not measured" % transport, flush=True)
+        return None
     time.sleep(2)
     final, staged = held("spark-2")
     listeners = b.hexec("spark-2", "ss -ltnpH | grep -c python3 || true", check=False).strip()
@@ -88,7 +89,7 @@ def main():
     print("machine: %s" % b.machine())
     print("model: %d files, %.1f MB, largest shard %.1f MB; target: re-sent beyond the missing <= one shard + 5%% "
           "= %.1f MB" % (len(files), total / 1e6, shard / 1e6, (shard + total / 20) / 1e6), flush=True)
-    rows = [one(t, total, shard) for t in args.transports.split(",")]
+    rows = [r for r in (one(t, total, shard) for t in args.transports.split(",")) if r]
     b.clean(["spark-2"])
     for r in rows:
         print("ratio %-4s beyond/target %.2fx" % (r["transport"], r["beyond"] / float(r["target"])))
