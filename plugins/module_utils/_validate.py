@@ -17,7 +17,8 @@ import math
 import posixpath
 import re
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import model_path_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_version
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import SYSTEM_DIRS, model_path_problem
 
 # `vllm serve` long flags of vLLM 0.17.1 (EngineArgs, FrontendArgs and the serve subcommand), without "--".
 VLLM_SERVE_FLAGS = frozenset((
@@ -340,6 +341,113 @@ def check_env(value):
     return value, None
 
 
+_UNIT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]*$")
+_CONTAINER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]+$")
+# NCCL_DEBUG's levels (NCCL reads them without regard to case); empty turns NCCL's log off.
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
+
+
+def check_unit_name(value):
+    """A systemd service name without its .service suffix (the roles append it)."""
+    if not is_string(value) or not _UNIT_RE.match(value):
+        return None, "must be a systemd unit name (letters, digits, '_', '.', '@', ':', '-'), e.g. sparkfleet-vllm"
+    if value.endswith(".service"):
+        return None, "must be given without '.service' (the roles add it): %s" % value[:-len(".service")]
+    return value, None
+
+
+def check_container_name(value):
+    """A Docker container name (docker's own rule: [a-zA-Z0-9][a-zA-Z0-9_.-]+)."""
+    if not is_string(value) or not _CONTAINER_RE.match(value):
+        return None, "must be a Docker container name: a letter or digit, then letters, digits, '_', '.', '-'"
+    return value, None
+
+
+def _host_path_problem(value, what):
+    """A host path the roles write and mount: absolute, and nothing systemd or docker -v would mangle."""
+    if not is_string(value) or not value.strip():
+        return "must be an absolute path (the %s)" % what
+    problem = unsafe_problem(value)
+    if problem:
+        return problem
+    if not value.startswith("/"):
+        return "must be an absolute path (the %s)" % what
+    if ":" in value or "," in value or any(c.isspace() for c in value):
+        return "must not contain ':', ',' or whitespace (docker -v splits on them)"
+    return None
+
+
+def check_data_dir(value):
+    """A directory the roles create (root, 0755) and mount read-write into the containers: not the system's."""
+    problem = _host_path_problem(value, "directory the containers write to")
+    if problem:
+        return None, problem
+    problem = model_path_problem(value, "directory")
+    if problem:
+        return None, "%s; use a directory of its own, e.g. /var/cache/sparkfleet/vllm" % problem.replace(
+            "the directory %r " % value, "")
+    return posixpath.normpath(value), None
+
+
+def check_config_dir(value):
+    """The directory of our env files (/etc/sparkfleet): a directory of its own, not a system directory."""
+    problem = _host_path_problem(value, "directory of the env files, e.g. /etc/sparkfleet")
+    if problem:
+        return None, problem
+    norm = posixpath.normpath(value)
+    if norm in SYSTEM_DIRS and norm != "/etc/sparkfleet":
+        return None, "is the system directory %s; use a directory of its own, e.g. /etc/sparkfleet" % norm
+    return norm, None
+
+
+def check_state_file(value):
+    """model_sync's state file on the head (read, and copied next to itself as <file>.served)."""
+    problem = _host_path_problem(value, "file model_sync records the model state in")
+    if problem:
+        return None, problem
+    norm = posixpath.normpath(value)
+    if value.endswith("/") or norm in SYSTEM_DIRS or norm.startswith("//") or norm == "/":
+        return None, "must be a file path, e.g. /etc/sparkfleet/model.state"
+    return norm, None
+
+
+def check_nccl_debug(value):
+    """NCCL_DEBUG for every rank: empty (off) or one of NCCL's levels."""
+    if value is None or value == "":
+        return "", None
+    if not is_string(value) or value.strip().upper() not in NCCL_DEBUG_LEVELS:
+        return None, "must be empty (off) or one of NCCL's levels %s (INFO shows the transport the healthcheck" \
+                     " proves)" % "/".join(NCCL_DEBUG_LEVELS)
+    return value.strip().upper(), None
+
+
+def check_min_version(value):
+    """A minimum image version (image_check compares it): unset, or a version such as "0.17.1"."""
+    if value is None or value == "":
+        return None, None
+    if isinstance(value, bool) or isinstance(value, float):
+        return None, ("must be a quoted version string such as \"0.17.1\" (YAML reads an unquoted 0.10 as the"
+                      " number 0.1)")
+    if isinstance(value, int):
+        value = str(value)
+    if not is_string(value) or parse_version(value) is None or unsafe_problem(value):
+        return None, "must be a version such as \"0.17.1\" (numbers separated by dots), or null for no minimum"
+    return value.strip(), None
+
+
+def check_argv_words(value):
+    """Extra docker run words (the GPU arguments): a list of non-empty strings systemd passes unchanged."""
+    if not isinstance(value, list):
+        return None, "must be a list of docker run arguments, e.g. ['--gpus', 'all']"
+    for word in value:
+        if not is_string(word) or not word:
+            return None, "must hold only non-empty strings, got %r" % (word,)
+        problem = unsafe_problem(word)
+        if problem:
+            return None, "%r %s" % (word, problem)
+    return value, None
+
+
 # ---------------------------------------------------------------- vLLM's reading of `vllm serve` flags
 
 def _option_strings(flags, booleans, aliases):
@@ -556,6 +664,23 @@ SERVING_CHECKS = {
     "vllm_serve_restart_burst": check_count,
     "vllm_serve_restart_interval": check_seconds,
     "sparkfleet_fabric_min_mtu": check_min_mtu,
+    "vllm_serve_gpu_args": check_argv_words,
+    "vllm_serve_unit": check_unit_name,
+    "vllm_serve_container_name": check_container_name,
+    "vllm_serve_ray_unit": check_unit_name,
+    "vllm_serve_ray_container_name": check_container_name,
+    "vllm_serve_head_host": check_string,
+    "vllm_serve_ray_tmp_dir": check_data_dir,
+    "vllm_serve_ray_config_dir": check_config_dir,
+    "vllm_serve_cache_dir": check_data_dir,
+    "vllm_serve_model_state_file": check_state_file,
+    "vllm_serve_nccl_debug": check_nccl_debug,
+    "vllm_serve_cluster_wait_timeout": check_seconds,
+    "vllm_serve_image_min_vllm_version": check_min_version,
+    "vllm_serve_image_min_ray_version": check_min_version,
+    "vllm_serve_failure_logs_dir": check_string,
+    "vllm_serve_failure_log_bytes": lambda v: check_int(v, 65536, None, "a number of bytes"),
+    "vllm_serve_failure_log_files": check_count,
 }
 # The role variables the role passes to vllm_serve_args as keys (so extra args may not set their flags).
 SERVING_PINNED = pinned_flags(("gpu_memory_utilization", "max_model_len", "load_format", "safetensors_load_strategy"))

@@ -329,3 +329,96 @@ def test_the_role_validates_every_checked_variable():
     repo = Path(__file__).resolve().parents[4]
     listed = yaml.safe_load((repo / "roles/vllm_serve/vars/main.yml").read_text())["_vllm_serve_validated_vars"]
     assert sorted(listed) == sorted(v.SERVING_CHECKS)
+
+
+# --- the role's newer variables (issue 11: every serving variable is checked in preflight) --------------------
+
+def test_the_role_defaults_pass_their_checks():
+    """Every default of vllm_serve that is a plain value (not a Jinja expression) passes its own check."""
+    from pathlib import Path
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[4]
+    defaults = yaml.safe_load((repo / "roles/vllm_serve/defaults/main.yml").read_text())
+    checked = {k: val for k, val in defaults.items()
+               if k in v.SERVING_CHECKS and not (isinstance(val, str) and "{{" in val)}
+    assert {"vllm_serve_cache_dir", "vllm_serve_model_state_file", "vllm_serve_nccl_debug",
+            "vllm_serve_cluster_wait_timeout", "vllm_serve_image_min_ray_version"} <= set(checked)
+    assert v.serving_errors(dict(checked, vllm_serve_api_key="k"), "spark-1") == []
+
+
+@pytest.mark.parametrize("name, value, problem", [
+    ("vllm_serve_cache_dir", "", "absolute path"),
+    ("vllm_serve_cache_dir", "cache", "absolute path"),
+    ("vllm_serve_cache_dir", "/", "system directory /"),
+    ("vllm_serve_cache_dir", "/usr", "system directory /usr"),
+    ("vllm_serve_cache_dir", "/etc/x", "inside the system directory /etc"),
+    ("vllm_serve_cache_dir", "/var/cache/a:b", "':'"),
+    ("vllm_serve_cache_dir", "/var/cache/%h", "'%'"),
+    ("vllm_serve_ray_tmp_dir", "/var/lib", "system directory /var/lib"),
+    ("vllm_serve_ray_config_dir", "/etc", "system directory /etc"),
+    ("vllm_serve_ray_config_dir", "etc/sparkfleet", "absolute path"),
+    ("vllm_serve_model_state_file", "/etc/sparkfleet/", "file path"),
+    ("vllm_serve_model_state_file", "/", "file path"),
+    ("vllm_serve_model_state_file", "model.state", "absolute path"),
+    ("vllm_serve_model_state_file", None, "absolute path"),
+    ("vllm_serve_nccl_debug", "DEBUG", "NCCL's levels"),
+    ("vllm_serve_nccl_debug", 1, "NCCL's levels"),
+    ("vllm_serve_cluster_wait_timeout", 0, "at least 1"),
+    ("vllm_serve_cluster_wait_timeout", "10m", "whole number of seconds"),
+    ("vllm_serve_image_min_vllm_version", 0.10, "quoted version string"),
+    ("vllm_serve_image_min_vllm_version", "latest", "a version such as"),
+    ("vllm_serve_image_min_ray_version", True, "quoted version string"),
+    ("vllm_serve_image_min_ray_version", ["2.52"], "a version such as"),
+    ("vllm_serve_gpu_args", "--gpus all", "list of docker run arguments"),
+    ("vllm_serve_gpu_args", ["--gpus", ""], "non-empty strings"),
+    ("vllm_serve_gpu_args", ["--device=$DEV"], "'$'"),
+    ("vllm_serve_unit", "sparkfleet-vllm.service", "without '.service'"),
+    ("vllm_serve_unit", "my unit", "systemd unit name"),
+    ("vllm_serve_ray_unit", "", "systemd unit name"),
+    ("vllm_serve_container_name", "-x", "Docker container name"),
+    ("vllm_serve_ray_container_name", "ray/head", "Docker container name"),
+])
+def test_newer_variables_are_refused_with_the_fix(name, value, problem):
+    errors = v.serving_errors({name: value}, "spark-1")
+    assert len(errors) == 1 and errors[0].startswith("spark-1: %s " % name), errors
+    assert problem in errors[0], errors
+
+
+@pytest.mark.parametrize("name, value, normal", [
+    ("vllm_serve_cache_dir", "/var/cache/sparkfleet//vllm/", "/var/cache/sparkfleet/vllm"),
+    ("vllm_serve_ray_config_dir", "/etc/sparkfleet", "/etc/sparkfleet"),
+    ("vllm_serve_ray_config_dir", "/opt/sparkfleet/etc", "/opt/sparkfleet/etc"),
+    ("vllm_serve_model_state_file", "/etc/sparkfleet/model.state", "/etc/sparkfleet/model.state"),
+    ("vllm_serve_nccl_debug", "", ""),
+    ("vllm_serve_nccl_debug", None, ""),
+    ("vllm_serve_nccl_debug", "info", "INFO"),
+    ("vllm_serve_nccl_debug", "WARN", "WARN"),
+    ("vllm_serve_image_min_vllm_version", None, None),
+    ("vllm_serve_image_min_vllm_version", "", None),
+    ("vllm_serve_image_min_vllm_version", "0.17.1", "0.17.1"),
+    ("vllm_serve_image_min_ray_version", "2.52", "2.52"),
+    ("vllm_serve_image_min_ray_version", 3, "3"),
+    ("vllm_serve_gpu_args", ["--gpus", "all"], ["--gpus", "all"]),
+    ("vllm_serve_gpu_args", [], []),
+    ("vllm_serve_unit", "sparkfleet-vllm", "sparkfleet-vllm"),
+    ("vllm_serve_ray_container_name", "sparkfleet-ray", "sparkfleet-ray"),
+])
+def test_newer_variables_accept_good_values(name, value, normal):
+    assert v.SERVING_CHECKS[name](value) == (normal, None)
+
+
+@PROPS
+@given(value=st.text(max_size=12) | st.floats() | st.integers() | st.none())
+def test_min_version_agrees_with_image_check(value):
+    """A minimum version passes only when image_check's own parser reads a version from it."""
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_version
+
+    ok = v.check_min_version(value)[1] is None
+    if value is None or value == "":
+        assert ok
+    elif isinstance(value, float):
+        assert not ok
+    else:
+        assert ok == (parse_version(str(value)) is not None and v.unsafe_problem(str(value)) is None)
