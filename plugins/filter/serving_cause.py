@@ -49,8 +49,22 @@ def _ago(now, when):
     return "" if now is None or when is None else " %d s ago" % max(0, now - when)
 
 
-def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit="sparkfleet-vllm"):
-    """Why the cluster does not serve, most telling first: a list of sentences, each naming the node and unit."""
+def _history(parsed, head, ray_id, vllm_id, ray_unit, vllm_unit):
+    """Every unit systemd restarted by itself since it was last started on purpose (NRestarts counts those)."""
+    lines = []
+    for host in sorted(parsed, key=lambda h: (h == head, h)):
+        now, units = parsed[host]
+        for uid, what in ((ray_id, "Ray (%s)" % ray_unit), (vllm_id, "vLLM (%s)" % vllm_unit)):
+            props = units.get(uid) or {}
+            if props.get("NRestarts", "0") not in ("", "0"):
+                lines.append("%s: %s was restarted %s time(s) by systemd, the last start%s" % (
+                    host, what, props["NRestarts"], _ago(now, _stamp(props.get("ExecMainStartTimestamp"))) or " unknown"))
+    return lines
+
+
+def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit="sparkfleet-vllm", history=False):
+    """Why the cluster does not serve, most telling first: a list of sentences, each naming the node and unit.
+    With history=True, instead: every unit systemd restarted by itself (it may have healed since)."""
     if not isinstance(nodes, dict):
         raise AnsibleFilterError("%s: expects a dict of host: `date +%%s; systemctl show` output, got %s"
                                  % (_WHERE, type(nodes).__name__))
@@ -65,6 +79,8 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
                 continue
             value = value.get("stdout", "")
         parsed[host] = parse_units(value)
+    if history:
+        return _history(parsed, head, ray_id, vllm_id, ray_unit, vllm_unit)
     causes = list(unreachable)
     head_now, head_units = parsed.get(head, (None, {}))
     vllm = head_units.get(vllm_id, {})

@@ -56,8 +56,9 @@ def test_a_worker_ray_restarting_and_vllm_restarting_both_named_worker_first():
     nodes = {"spark-1": show(1000, dict(RUNNING, ExecMainStartTimestamp="@100"),
                              {"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": "1",
                               "Result": "exit-code", "ExecMainStartTimestamp": "@200"}),
-             "spark-2": {"stdout": show(1000, {"ActiveState": "activating", "SubState": "start-pre",
-                                              "NRestarts": "1", "ExecMainStartTimestamp": "@300"}), "item": "spark-2"}}
+             "spark-2": {"item": "spark-2",
+                         "stdout": show(1000, {"ActiveState": "activating", "SubState": "start-pre", "NRestarts": "1",
+                                               "ExecMainStartTimestamp": "@300"})}}
     causes = serving_cause(nodes, "spark-1", engine={"failure": {"class": "worker_died", "evidence": [
         "(RayWorkerWrapper pid=180, ip=10.99.1.12) ray.exceptions.ActorDiedError"]}})
     assert causes[0].startswith("spark-2: Ray (sparkfleet-ray) is activating/start-pre, restarted 1 time(s) by"
@@ -93,3 +94,13 @@ def test_units_never_installed():
 def test_not_a_dict_is_an_error():
     with pytest.raises(AnsibleFilterError, match="expects a dict"):
         serving_cause(["spark-1"], "spark-1")
+
+
+def test_history_names_units_systemd_restarted_even_when_healed():
+    nodes = {"spark-1": show(1000, dict(RUNNING, ExecMainStartTimestamp="@100"),
+                             dict(RUNNING, ExecMainStartTimestamp="@950", NRestarts="1")),
+             "spark-2": show(1000, dict(RUNNING, ExecMainStartTimestamp="@900", NRestarts="1"))}
+    assert serving_cause(nodes, "spark-1") == []
+    assert serving_cause(nodes, "spark-1", history=True) == [
+        "spark-2: Ray (sparkfleet-ray) was restarted 1 time(s) by systemd, the last start 100 s ago",
+        "spark-1: vLLM (sparkfleet-vllm) was restarted 1 time(s) by systemd, the last start 50 s ago"]
