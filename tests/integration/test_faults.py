@@ -230,7 +230,7 @@ def test_worker_ray_dying_while_serving_is_named_and_a_rerun_restores(lab, deplo
 
 
 @pytest.mark.long
-@pytest.mark.fault(name="fabric link of the worker down mid-run (after preflight, before ray_cluster)",
+@pytest.mark.fault(name="fabric link of the worker down mid-run (after preflight, before the image transfer and ray_cluster)",
                    expected="clear failure naming the node, its fabric address and the interface; after the link"
                             " returns a re-run completes")
 def test_fabric_down_mid_run_is_named_and_a_rerun_completes(lab, deployed, tmp_path, observe):
