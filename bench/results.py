@@ -52,8 +52,11 @@ def main():
     w = out.append
     w("# Benchmark results (issue 8)")
     w("")
-    w("Taken %s UTC with `bench/run_all.sh` (each bench also runs alone; see bench/README.md), on the local lab "
-      "(Linux namespaces on one machine, `lab/labctl`)." % datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"))
+    w("Written %s UTC by `bench/results.py` from the output of `bench/run_all.sh` (each bench also runs alone; see "
+      "bench/README.md) on the local lab (Linux namespaces on one machine, `lab/labctl`). In this round B6 was "
+      "re-run on its own after the run_all pass (that pass's deploy broke when the checkout changed under it), and "
+      "B2's ssh case did not find a sync to kill, so only its tcp row is here."
+      % datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"))
     w("")
     w("Machine: %s." % (machines[0] if machines else "unknown"))
     if len(machines) > 1:
@@ -144,6 +147,10 @@ def main():
         w("site.yml took %.1f s; the stand-in vLLM is configured to spend %.1f s loading (shards x "
           "SPARKLAB_SECONDS_PER_SHARD + graph capture + profile); deploy minus load: **%.1f s** (target <= 90 s)."
           % (data["total_s"], data["load_s"], data["net_s"]))
+        if data.get("slowest"):
+            w("")
+            w("Slowest tasks: " + "; ".join("%s %s %.1f s" % (h, t.split(" : ", 1)[-1], sec)
+                                            for h, t, sec in data["slowest"][:5]) + ".")
         w("")
     for data in found.get("B7", []):
         w("## B7 real-Spark timeline on paper (two DGX Sparks, Qwen3.5-122B-A10B-FP8)")
@@ -177,7 +184,8 @@ def main():
       "the module returning and Ansible's turnaround on this loaded machine. A poll of 1 s and a quieter machine "
       "would lift the worst cases under the target.")
     w("- **B6 <= 90 s**: not met here; the table above shows which phases take the time on this loaded machine "
-      "(image transfer to the worker, Ray start, the wait for vLLM). The no-op re-run time table and the removal "
+      "(moving the 1.2 GB runtime image to the worker with `docker save | ssh docker load`, Ray's start and "
+      "restart waits, the wait for vLLM). The no-op re-run time table and the removal "
       "of waste across roles are issue 8's B3, owned by another change.")
     w("- **B7 <= 4 min**: met on paper at the upper end only with an empty compile cache; the inputs that carry "
       "the most uncertainty are the loader speed (DOMAIN 6's \"10x or more\") and graph capture (20-130 s).")
