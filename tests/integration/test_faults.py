@@ -131,6 +131,7 @@ def test_early_exit_is_classified_from_the_unit_journal(lab, deployed, tmp_path,
     observe(failures[-1]["res"]["msg"][:300])
 
 
+@pytest.mark.long
 @pytest.mark.fault(name="engine hangs mid-load (stops printing at shard 4 of 8)",
                    expected="`stalled` after vllm_serve_stall_timeout (45 s), long before the global timeout (900 s)")
 def test_engine_hang_is_stalled_after_stall_timeout(lab, deployed, tmp_path, observe):
