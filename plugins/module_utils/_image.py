@@ -211,3 +211,51 @@ _LOADED_TAG_RE = re.compile(r"^Loaded image: (\S+)\s*$", re.M)
 def parse_docker_load(stdout):
     """{'tags': [...], 'ids': [...]} from `docker load` output (tagged images print the tag, others the ID)."""
     return {"tags": _LOADED_TAG_RE.findall(stdout or ""), "ids": _LOADED_ID_RE.findall(stdout or "")}
+
+
+# ------------------------------------------------------------------------------------------- transfer progress
+# image_sync writes one header line per destination into its progress file, then `dd status=progress` (coreutils,
+# C locale) appends "<bytes> bytes (<human>) copied, <seconds> s, <rate>" about once a second, each ended by \r;
+# the last line (after the records counts) ends with \n. transfer_progress reads it while the transfer runs.
+PROGRESS_HEADER = "# sparkfleet transfer "
+_DD_COPIED = re.compile(r"(\d+) bytes(?: \([^)]*\))? copied, ([0-9.]+) s")
+
+
+def progress_header(name, ip, total, index, count):
+    """The line image_sync writes before streaming to one destination."""
+    return PROGRESS_HEADER + json.dumps({"name": name, "ip": ip, "total": int(total), "index": int(index),
+                                         "count": int(count)}, sort_keys=True) + "\n"
+
+
+def parse_progress(text):
+    """A progress file -> {name, ip, total, index, count, bytes, seconds} ({} when there is no header yet)."""
+    state = {}
+    for line in text.replace("\r", "\n").split("\n"):
+        if line.startswith(PROGRESS_HEADER):
+            try:
+                head = json.loads(line[len(PROGRESS_HEADER):])
+            except ValueError:
+                continue
+            state = dict(head, bytes=0, seconds=0.0)
+            continue
+        m = _DD_COPIED.search(line)
+        if m and state:
+            state.update(bytes=int(m.group(1)), seconds=float(m.group(2)))
+    return state
+
+
+def progress_summary(state):
+    """One line for a person: 'spark-2 (1/1): 2.8 of 3.0 GB (92%), 552 MB/s, about 1 s left'."""
+    if not state:
+        return "starting"
+    done, total, secs = state.get("bytes", 0), state.get("total") or 0, state.get("seconds") or 0.0
+    rate = done / secs if secs > 0 else 0.0
+    text = "%s (%d/%d): %.1f of %.1f GB" % (state.get("name") or state.get("ip"), state.get("index", 1),
+                                            state.get("count", 1), done / 1e9, total / 1e9)
+    if total:
+        text += " (%d%%)" % min(100, int(done * 100 / total))
+    if rate:
+        text += ", %.0f MB/s" % (rate / 1e6)
+        if total > done:
+            text += ", about %d s left" % int((total - done) / rate + 0.5)
+    return text

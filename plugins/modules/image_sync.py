@@ -17,7 +17,8 @@ description:
     head pulls.
   - Idempotent by image ID - a destination that reports the same ID as this node is left alone, so a second
     run changes nothing.
-  - Reports bytes, seconds and MB/s per destination.
+  - Reports bytes, seconds and MB/s per destination; with O(progress_file), the transfer's progress can be
+    followed while it runs (run it with C(async) and poll M(sparkfleet.vllm.transfer_progress)).
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
 options:
@@ -75,8 +76,16 @@ options:
       - Seconds for each ssh connection attempt (C(ConnectTimeout)); the transfer itself is not limited.
     type: int
     default: 30
+  progress_file:
+    description:
+      - While a destination receives the image, its name and the image's size, then the bytes sent so far
+        (C(dd status=progress), about once a second) are written here; M(sparkfleet.vllm.transfer_progress) reads
+        it while this module runs with C(async). Removed when the module ends.
+      - Unset, nothing is written.
+    type: path
 notes:
-  - Needs C(docker), C(bash) and C(ssh) on this node; C(docker) on the destinations.
+  - Needs C(docker), C(bash) and C(ssh) on this node (and C(dd) from coreutils >= 8.24 with O(progress_file));
+    C(docker) on the destinations.
   - Check mode is supported and reports which destinations would get the image.
 attributes:
   check_mode:
@@ -96,6 +105,17 @@ EXAMPLES = r"""
     ssh_user: nvidia
     ssh_key: /etc/sparkfleet/image-sync_ed25519
     load_command: [sudo, -n, docker, load]
+
+- name: The same in the background, its progress shown on each poll
+  sparkfleet.vllm.image_sync:
+    image: hellohal2064/vllm-qwen3.5-gb10:latest
+    destinations: "{{ workers }}"
+    ssh_user: nvidia
+    ssh_key: /etc/sparkfleet/image-sync_ed25519
+    progress_file: /run/sparkfleet/image-sync.progress
+  async: 3600
+  poll: 0
+  register: sync_job
 """
 
 RETURN = r"""
@@ -136,15 +156,31 @@ bytes_transferred:
   type: int
 """
 
+import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import c_locale
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_docker_load
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_docker_load, progress_header
 
 # docker save's stdout straight into ssh; pipefail makes a failing save fail the transfer.
 _PIPE = 'image=$1; shift; "$DOCKER" save "$image" | "$@"'
+# The same through dd, which counts the bytes and appends its progress to $PROGRESS about once a second.
+_PIPE_PROGRESS = 'image=$1; shift; "$DOCKER" save "$image" | dd bs=1M status=progress 2>>"$PROGRESS" | "$@"'
+
+
+def _start_progress(path, header):
+    directory = os.path.dirname(path)
+    if directory and not os.path.isdir(directory):
+        os.makedirs(directory, 0o700)
+    with open(path, "w") as handle:
+        handle.write(header)
+
+
+def _end_progress(path):
+    if path and os.path.exists(path):
+        os.unlink(path)
 
 
 def _inspect(module, docker, image):
@@ -177,6 +213,7 @@ def main():
             ssh_opts=dict(type="list", elements="str", default=[]),
             load_command=dict(type="list", elements="str", default=["docker", "load"]),
             timeout=dict(type="int", default=30),
+            progress_file=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -186,7 +223,13 @@ def main():
     bash = module.get_bin_path("bash", required=True)
     ssh = module.get_bin_path("ssh", required=True)
     image_id, size = _inspect(module, docker, p["image"])
+    progress = p["progress_file"] if not module.check_mode else None
+    pipe, env = _PIPE, dict(DOCKER=docker)
+    if progress:
+        pipe, env = _PIPE_PROGRESS, dict(DOCKER=docker, PROGRESS=progress)
+        _end_progress(progress)  # a file left by a killed run would show its stale bytes
 
+    todo = [d for d in p["destinations"] if d["image_id"].strip() != image_id]
     results = []
     for dest in p["destinations"]:
         name = dest["name"] or dest["ip"]
@@ -198,11 +241,14 @@ def main():
         ssh_argv = [ssh, "-i", p["ssh_key"], "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
                     "-o", "ConnectTimeout=%d" % p["timeout"], "-o", "ServerAliveInterval=15"] + p["ssh_opts"] + [
                         "%s@%s" % (p["ssh_user"], dest["ip"])] + p["load_command"]
+        if progress:
+            _start_progress(progress, progress_header(name, dest["ip"], size, todo.index(dest) + 1, len(todo)))
         t0 = time.monotonic()
-        rc, out, err = module.run_command([bash, "-o", "pipefail", "-c", _PIPE, "image-sync", p["image"]] + ssh_argv,
-                                          environ_update=dict(DOCKER=docker))
+        rc, out, err = module.run_command([bash, "-o", "pipefail", "-c", pipe, "image-sync", p["image"]] + ssh_argv,
+                                          environ_update=env)
         seconds = time.monotonic() - t0
         if rc != 0:
+            _end_progress(progress)
             why = (err.strip() or out.strip())[-500:]
             hint = ("check that this node reaches %s@%s over ssh with %s, and that %s can run `%s` there (docker group "
                     "or passwordless sudo)" % (p["ssh_user"], dest["ip"], p["ssh_key"], p["ssh_user"],
@@ -211,6 +257,7 @@ def main():
                              rc=rc, stdout=out, stderr=err, image_id=image_id, results=results, hint=hint)
         entry.update(bytes=size, seconds=round(seconds, 1), mb_per_s=round(size / 1e6 / max(seconds, 1e-3), 1),
                      loaded=parse_docker_load(out))
+    _end_progress(progress)
     changed = any(r["changed"] for r in results)
     total = sum(r["bytes"] for r in results)
     module.exit_json(changed=changed, image_id=image_id, results=results, bytes_transferred=total,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
@@ -83,3 +84,36 @@ def test_image_missing_on_the_head(run_module, fake, monkeypatch):
     monkeypatch.setenv("FAKE_MISSING", "1")
     r = run_module(image_sync, args({"ip": "10.99.1.12"}))
     assert r["failed"] is True and "is not on this node" in r["msg"]
+
+
+# ssh that shows what it is being sent before it finishes: the progress file must name the destination then.
+SSH_PEEK = """#!/bin/sh
+cat "$FAKE_PROGRESS" >> "$FAKE_LOG.peek"
+n=$(wc -c)
+echo "ssh $* bytes=$n" >> "$FAKE_LOG"
+echo "Loaded image: sparklab/vllm-runtime:x"
+"""
+
+
+def test_progress_file_names_each_destination_while_it_runs_and_is_removed_after(run_module, fake, tmp_path,
+                                                                                 monkeypatch):
+    ssh = tmp_path / "bin" / "ssh"
+    ssh.write_text(SSH_PEEK)
+    progress = tmp_path / "run" / "image-sync.progress"
+    monkeypatch.setenv("FAKE_PROGRESS", str(progress))
+    r = run_module(image_sync, dict(args({"name": "spark-2", "ip": "10.99.1.12"},
+                                         {"name": "spark-3", "ip": "10.99.1.13", "image_id": HEAD_ID},
+                                         {"name": "spark-4", "ip": "10.99.1.14"}), progress_file=str(progress)))
+    assert not r.get("failed"), r.get("msg")
+    assert [x["bytes"] for x in r["results"]] == [3000, 0, 3000]  # dd passes every byte through
+    peeks = (tmp_path / "log.peek").read_text().splitlines()
+    headers = [json.loads(line.split(" ", 3)[3]) for line in peeks if line.startswith("# sparkfleet transfer ")]
+    assert [(h["name"], h["index"], h["count"], h["total"]) for h in headers] == [("spark-2", 1, 2, 3000),
+                                                                                 ("spark-4", 2, 2, 3000)]
+    assert not progress.exists()
+
+
+def test_check_mode_writes_no_progress(run_module, fake, tmp_path):
+    progress = tmp_path / "p"
+    r = run_module(image_sync, dict(args({"ip": "10.99.1.12"}), progress_file=str(progress)), check_mode=True)
+    assert r["changed"] is True and not progress.exists()
