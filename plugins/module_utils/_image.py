@@ -247,13 +247,17 @@ def parse_progress(text):
 def progress_summary(state):
     """One line for a person: 'spark-2 (1/1): 2.8 of 3.0 GB (92%), 552 MB/s, about 1 s left'."""
     if not state:
-        return "starting"
+        return "no destination under way"
     done, total, secs = state.get("bytes", 0), state.get("total") or 0, state.get("seconds") or 0.0
     rate = done / secs if secs > 0 else 0.0
-    text = "%s (%d/%d): %.1f of %.1f GB" % (state.get("name") or state.get("ip"), state.get("index", 1),
-                                            state.get("count", 1), done / 1e9, total / 1e9)
-    if total:
-        text += " (%d%%)" % min(100, int(done * 100 / total))
+    who = "%s (%d/%d)" % (state.get("name") or state.get("ip"), state.get("index", 1), state.get("count", 1))
+    if total and done >= total:
+        # docker save's tar is a little larger than the image's size; the rest is docker load finishing
+        text = "%s: %.1f GB sent (image %.1f GB), loading" % (who, done / 1e9, total / 1e9)
+    else:
+        text = "%s: %.1f of %.1f GB" % (who, done / 1e9, total / 1e9)
+        if total:
+            text += " (%d%%)" % int(done * 100 / total)
     if rate:
         text += ", %.0f MB/s" % (rate / 1e6)
         if total > done:

@@ -29,7 +29,7 @@ def test_parses_the_last_progress_line_while_dd_runs():
 def test_the_final_line_is_read_too():
     state = parse_progress(running(DD))
     assert state["bytes"] == 3000000000 and state["seconds"] == 5.73809
-    assert progress_summary(state) == "spark-2 (1/2): 3.0 of 3.0 GB (100%), 523 MB/s"
+    assert progress_summary(state) == "spark-2 (1/2): 3.0 GB sent (image 3.0 GB), loading, 523 MB/s"
 
 
 def test_header_only_and_a_new_destination_start_from_zero():
@@ -38,7 +38,7 @@ def test_header_only_and_a_new_destination_start_from_zero():
     assert (parse_progress(second)["name"], parse_progress(second)["bytes"]) == ("spark-3", 0)
     state = parse_progress(second + DD[:DD.index(b"\r", 1)].decode())  # dd's first report, a second in
     assert (state["name"], state["bytes"], state["seconds"]) == ("spark-3", 208367616, 1.0)
-    assert parse_progress("") == {} and progress_summary({}) == "starting"
+    assert parse_progress("") == {} and progress_summary({}) == "no destination under way"
 
 
 def test_module_follows_the_job_until_its_result_is_written(run_module, tmp_path):
@@ -58,6 +58,6 @@ def test_module_before_the_first_destination_and_without_a_job_file(run_module, 
     progress, job = tmp_path / "progress", tmp_path / "job"
     job.write_text(json.dumps({"started": 1, "finished": 0}))
     r = run_module(transfer_progress, {"path": str(progress), "job_file": str(job)})
-    assert r["finished"] is False and r["summary"] == "starting"
+    assert r["finished"] is False and r["summary"] == "no destination under way"
     r = run_module(transfer_progress, {"path": str(progress)}, check_mode=True)
     assert r["finished"] is True and r["summary"] == "done"
