@@ -440,8 +440,8 @@ def hint_for(comparison, probes, error=None):
         return None
     if comparison["mismatched"]:
         m = comparison["mismatched"][0]
-        return ("start Ray on %s with --node-ip-address %s (set ray_cluster_node_ip, by default "
-                "sparkfleet_fabric_ip, to the fabric address), then restart the Ray workers so every "
+        return ("start Ray on %s with --node-ip-address %s (sparkfleet_fabric_ip, the fabric address), "
+                "then restart the Ray workers so every "
                 "node registers its fabric IP" % (m["host"], m["expected_ip"]))
     if comparison["missing"]:
         m = comparison["missing"][0]
@@ -451,8 +451,8 @@ def hint_for(comparison, probes, error=None):
         return ("stop Ray on the unexpected node(s) or add them to the inventory with their fabric IP; "
                 "stale containers with a restart policy are a common source")
     if any(not p["ok"] for p in probes):
-        return ("every node must run ray start --node-ip-address <its fabric ip> (ray_cluster_node_ip / "
-                "sparkfleet_fabric_ip), and the fabric IPs must reach each other on all ports "
+        return ("every node must run ray start --node-ip-address <its fabric ip> (sparkfleet_fabric_ip)"
+                ", and the fabric IPs must reach each other on all ports "
                 "(no firewall, same MTU on both ends)")
     return None
 

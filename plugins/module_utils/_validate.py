@@ -110,8 +110,8 @@ ALWAYS_PINNED = {
     "tensor-parallel-size": "set vllm_serve_tensor_parallel_size instead",
     "pipeline-parallel-size": "set vllm_serve_pipeline_parallel_size instead",
     "distributed-executor-backend": "remove it: this deployment always runs vLLM on Ray across the nodes",
-    "host": "set vllm_serve_host instead",
-    "port": "set vllm_serve_port instead",
+    "host": "set sparkfleet_api_host instead",
+    "port": "set sparkfleet_api_port instead",
     "api-key": "set vllm_serve_api_key instead (it goes to the server's environment, never onto its command line)",
     "config": "remove it and put the flags in vllm_serve_extra_args (a config file could set the pinned flags)",
     "help": "remove it (vllm serve --help prints the help and exits)",
@@ -648,8 +648,9 @@ SERVING_CHECKS = {
     "vllm_serve_pipeline_parallel_size": check_parallel_size,
     "vllm_serve_gpu_memory_utilization": check_fraction,
     "vllm_serve_max_model_len": check_max_model_len,
-    "vllm_serve_host": check_host,
-    "vllm_serve_port": check_port,
+    "sparkfleet_api_host": check_host,
+    "sparkfleet_api_port": check_port,
+    "sparkfleet_ray_port": check_port,
     "vllm_serve_api_key": check_api_key,
     "vllm_serve_allow_open_api": check_bool,
     "vllm_serve_load_format": check_optional_string,
@@ -665,15 +666,12 @@ SERVING_CHECKS = {
     "vllm_serve_restart_interval": check_seconds,
     "sparkfleet_fabric_min_mtu": check_min_mtu,
     "vllm_serve_gpu_args": check_argv_words,
-    "vllm_serve_unit": check_unit_name,
-    "vllm_serve_container_name": check_container_name,
-    "vllm_serve_ray_unit": check_unit_name,
-    "vllm_serve_ray_container_name": check_container_name,
-    "vllm_serve_head_host": check_string,
-    "vllm_serve_ray_tmp_dir": check_data_dir,
-    "vllm_serve_ray_config_dir": check_config_dir,
-    "vllm_serve_cache_dir": check_data_dir,
-    "vllm_serve_model_state_file": check_state_file,
+    "sparkfleet_vllm_unit": check_unit_name,
+    "sparkfleet_ray_unit": check_unit_name,
+    "sparkfleet_ray_tmp_dir": check_data_dir,
+    "sparkfleet_config_dir": check_config_dir,
+    "sparkfleet_cache_dir": check_data_dir,
+    "sparkfleet_model_state_file": check_state_file,
     "vllm_serve_nccl_debug": check_nccl_debug,
     "vllm_serve_cluster_wait_timeout": check_seconds,
     "vllm_serve_image_min_vllm_version": check_min_version,
@@ -726,9 +724,9 @@ def serving_errors(settings, host="head", template_errors=None, gpus=None):
         errors.append("%s: vllm_serve_tensor_parallel_size (%d) x vllm_serve_pipeline_parallel_size (%d) = %d, but the"
                       " inventory declares %d GPU(s) (sparkfleet_gpus_per_node over the nodes); make them equal"
                       % (host, tp, pp, tp * pp, gpus))
-    key, addr = good.get("vllm_serve_api_key"), good.get("vllm_serve_host")
+    key, addr = good.get("vllm_serve_api_key"), good.get("sparkfleet_api_host")
     if key == "" and addr is not None and not is_loopback(addr) and good.get("vllm_serve_allow_open_api") is not True:
         errors.append("%s: vllm_serve_api_key is empty, so the API on %s:%s would be open to anyone who reaches it;"
                       " set vllm_serve_api_key (keep it in a vault), or set vllm_serve_allow_open_api: true to serve"
-                      " without a key" % (host, addr, good.get("vllm_serve_port", "?")))
+                      " without a key" % (host, addr, good.get("sparkfleet_api_port", "?")))
     return errors

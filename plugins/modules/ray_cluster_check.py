@@ -232,7 +232,7 @@ hint:
   description: The fix for the first kind of problem found, naming the role variables to set.
   returned: when a problem was found
   type: str
-  sample: "start Ray on spark-1 with --node-ip-address 10.99.1.11 (set ray_cluster_node_ip, ...)"
+  sample: "start Ray on spark-1 with --node-ip-address 10.99.1.11 (sparkfleet_fabric_ip, ...)"
 error:
   description: Why the driver could not finish (no Ray, no cluster, deadline), or null.
   returned: always

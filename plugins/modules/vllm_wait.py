@@ -192,7 +192,7 @@ EXAMPLES = r"""
   sparkfleet.vllm.vllm_wait:
     unit: vllm-serve.service
     since: "{{ _vllm_serve_started_at }}"
-    url: "http://{{ sparkfleet_fabric_ip }}:{{ vllm_serve_port }}"
+    url: "http://{{ sparkfleet_fabric_ip }}:{{ sparkfleet_api_port }}"
     api_key: "{{ vllm_serve_api_key | default(omit) }}"
     model: "{{ sparkfleet_model_id }}"
     timeout: 10

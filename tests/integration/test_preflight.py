@@ -36,7 +36,7 @@ def test_bad_serving_values_stop_site_in_preflight_with_nothing_changed(lab, tmp
         before = {h: _node_state(lab, h) for h in lab.hosts}
         r = lab.ansible_run(private_data_dir=str(tmp_path), playbook=str(lab.repo / "site.yml"),
                             inventory=str(lab.inventory), envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")},
-                            extravars={"vllm_serve_gpu_memory_utilization": 1.5, "vllm_serve_port": 0,
+                            extravars={"vllm_serve_gpu_memory_utilization": 1.5, "sparkfleet_api_port": 0,
                                        "vllm_serve_extra_args": {"tensor-paralel-size": 2, "-tp": 1}})
         assert r["status"] == "failed"
         failures = [e for e in r["events"] if e["event"] == "runner_on_failed"
@@ -49,7 +49,7 @@ def test_bad_serving_values_stop_site_in_preflight_with_nothing_changed(lab, tmp
             "spark-1: vllm_serve_extra_args: --tensor-paralel-size is not a vllm serve flag (did you mean"
             " --tensor-parallel-size?)",
             "spark-1: vllm_serve_gpu_memory_utilization 1.5 must be in (0, 1] (it is a fraction: 0.85 means 85%)",
-            "spark-1: vllm_serve_port 0 must be between 1 and 65535",
+            "spark-1: sparkfleet_api_port 0 must be between 1 and 65535",
         ], json.dumps(msg)
         assert sum((r["stats"] or {}).get("changed", {}).values()) == 0
         # Nothing after preflight ran: the holder still holds the GPU, no unit, key, container or service.

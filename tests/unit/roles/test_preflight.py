@@ -66,13 +66,26 @@ def test_a_good_inventory_passes(tmp_path):
     assert "inventory ok: head spark-1" in out
 
 
+def test_variables_of_an_older_release_are_named_with_their_replacement(tmp_path):
+    # The values every role shares moved to the sparkfleet role: an inventory still setting the old names would be
+    # ignored silently (the API on another port than the healthcheck asks), so preflight stops and names both.
+    rc, out = _preflight(_inventory(tmp_path, {"vllm_serve_port": 31000, "ray_cluster_node_ip": "10.99.1.11"}))
+    assert rc != 0
+    text = " ".join(out.split())
+    assert "ray_cluster_node_ip is no longer read: set sparkfleet_fabric_ip (Ray registers every node on its fabric IP)" \
+        in text, text[-2000:]
+    assert "vllm_serve_port is no longer read: set sparkfleet_api_port instead." in text
+    assert "TASK [sparkfleet.vllm.preflight : Validate the inventory]" not in out
+
+
 @pytest.mark.parametrize("tags", [[], ["--tags", "vllm_serve"]])
 def test_bad_serving_values_fail_preflight_all_at_once(tmp_path, tags):
     # Issue 11.2: each of these used to pass preflight and stop GPU holders before play 5 refused it.
     # With --tags vllm_serve the checks still run in preflight (its play is tagged always).
     rc, out = _preflight(_inventory(tmp_path, {
         "vllm_serve_gpu_memory_utilization": 1.5,
-        "vllm_serve_port": "x",
+        "sparkfleet_api_port": "x",
+        "sparkfleet_ray_port": 70000,
         "sparkfleet_model_dir": "",
         "vllm_serve_max_model_len": "{{ undefined_thing }}",
         "vllm_serve_extra_args": {"tensor-paralel-size": 2, "distributed_executor_backend": "mp"},
@@ -82,7 +95,8 @@ def test_bad_serving_values_fail_preflight_all_at_once(tmp_path, tags):
     assert rc != 0
     for message in [
         "spark-1: vllm_serve_gpu_memory_utilization 1.5 must be in (0, 1]",
-        "spark-1: vllm_serve_port 'x' must be a TCP port number",
+        "spark-1: sparkfleet_api_port 'x' must be a TCP port number",
+        "spark-1: sparkfleet_ray_port 70000 must be between 1 and 65535",
         "spark-1: vllm_serve_model '' must be the absolute path of the model directory",
         "spark-1: vllm_serve_max_model_len cannot be templated: ''undefined_thing'' is undefined",
         "--tensor-paralel-size is not a vllm serve flag (did you mean --tensor-parallel-size?)",
@@ -98,7 +112,7 @@ def test_bad_serving_values_fail_preflight_all_at_once(tmp_path, tags):
 @pytest.mark.parametrize("extra_vars, ok", [
     ({"vllm_serve_api_key": ""}, False),
     ({"vllm_serve_api_key": "", "vllm_serve_allow_open_api": True}, True),
-    ({"vllm_serve_api_key": "", "vllm_serve_host": "127.0.0.1"}, True),
+    ({"vllm_serve_api_key": "", "sparkfleet_api_host": "127.0.0.1"}, True),
 ])
 def test_an_open_api_on_the_network_needs_consent(tmp_path, extra_vars, ok):
     # Issue 10: an empty API key on a non-loopback address is refused unless vllm_serve_allow_open_api.

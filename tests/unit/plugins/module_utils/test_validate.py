@@ -163,7 +163,7 @@ def test_issue_11_port_values_are_refused(value):
     ("10.1.230.180", "sk-1", False, False),
 ])
 def test_open_api_needs_consent_off_loopback(host, key, allow, refused):
-    errors = v.serving_errors({"vllm_serve_host": host, "vllm_serve_api_key": key, "vllm_serve_port": 30000,
+    errors = v.serving_errors({"sparkfleet_api_host": host, "vllm_serve_api_key": key, "sparkfleet_api_port": 30000,
                                "vllm_serve_allow_open_api": allow}, "spark-1")
     assert bool(errors) is refused
     if refused:
@@ -186,9 +186,9 @@ def test_tp_times_pp_against_gpus():
 
 
 def test_template_errors_are_reported_with_their_variable():
-    errors = v.serving_errors({"vllm_serve_port": "x"}, "s1", {"vllm_serve_model": "'a' is undefined"})
+    errors = v.serving_errors({"sparkfleet_api_port": "x"}, "s1", {"vllm_serve_model": "'a' is undefined"})
     assert errors[0] == "s1: vllm_serve_model cannot be templated: 'a' is undefined; fix the expression in the inventory"
-    assert errors[1].startswith("s1: vllm_serve_port 'x' must be a TCP port number")
+    assert errors[1].startswith("s1: sparkfleet_api_port 'x' must be a TCP port number")
 
 
 # --- extra args: vLLM's reading, checked against Python's own argparse --------------------------------
@@ -340,29 +340,30 @@ def test_the_role_defaults_pass_their_checks():
     import yaml
 
     repo = Path(__file__).resolve().parents[4]
-    defaults = yaml.safe_load((repo / "roles/vllm_serve/defaults/main.yml").read_text())
+    defaults = yaml.safe_load((repo / "roles/sparkfleet/defaults/main.yml").read_text())
+    defaults.update(yaml.safe_load((repo / "roles/vllm_serve/defaults/main.yml").read_text()))
     checked = {k: val for k, val in defaults.items()
                if k in v.SERVING_CHECKS and not (isinstance(val, str) and "{{" in val)}
-    assert {"vllm_serve_cache_dir", "vllm_serve_model_state_file", "vllm_serve_nccl_debug",
+    assert {"sparkfleet_cache_dir", "sparkfleet_model_state_file", "vllm_serve_nccl_debug",
             "vllm_serve_cluster_wait_timeout", "vllm_serve_image_min_ray_version"} <= set(checked)
     assert v.serving_errors(dict(checked, vllm_serve_api_key="k"), "spark-1") == []
 
 
 @pytest.mark.parametrize("name, value, problem", [
-    ("vllm_serve_cache_dir", "", "absolute path"),
-    ("vllm_serve_cache_dir", "cache", "absolute path"),
-    ("vllm_serve_cache_dir", "/", "system directory /"),
-    ("vllm_serve_cache_dir", "/usr", "system directory /usr"),
-    ("vllm_serve_cache_dir", "/etc/x", "inside the system directory /etc"),
-    ("vllm_serve_cache_dir", "/var/cache/a:b", "':'"),
-    ("vllm_serve_cache_dir", "/var/cache/%h", "'%'"),
-    ("vllm_serve_ray_tmp_dir", "/var/lib", "system directory /var/lib"),
-    ("vllm_serve_ray_config_dir", "/etc", "system directory /etc"),
-    ("vllm_serve_ray_config_dir", "etc/sparkfleet", "absolute path"),
-    ("vllm_serve_model_state_file", "/etc/sparkfleet/", "file path"),
-    ("vllm_serve_model_state_file", "/", "file path"),
-    ("vllm_serve_model_state_file", "model.state", "absolute path"),
-    ("vllm_serve_model_state_file", None, "absolute path"),
+    ("sparkfleet_cache_dir", "", "absolute path"),
+    ("sparkfleet_cache_dir", "cache", "absolute path"),
+    ("sparkfleet_cache_dir", "/", "system directory /"),
+    ("sparkfleet_cache_dir", "/usr", "system directory /usr"),
+    ("sparkfleet_cache_dir", "/etc/x", "inside the system directory /etc"),
+    ("sparkfleet_cache_dir", "/var/cache/a:b", "':'"),
+    ("sparkfleet_cache_dir", "/var/cache/%h", "'%'"),
+    ("sparkfleet_ray_tmp_dir", "/var/lib", "system directory /var/lib"),
+    ("sparkfleet_config_dir", "/etc", "system directory /etc"),
+    ("sparkfleet_config_dir", "etc/sparkfleet", "absolute path"),
+    ("sparkfleet_model_state_file", "/etc/sparkfleet/", "file path"),
+    ("sparkfleet_model_state_file", "/", "file path"),
+    ("sparkfleet_model_state_file", "model.state", "absolute path"),
+    ("sparkfleet_model_state_file", None, "absolute path"),
     ("vllm_serve_nccl_debug", "DEBUG", "NCCL's levels"),
     ("vllm_serve_nccl_debug", 1, "NCCL's levels"),
     ("vllm_serve_cluster_wait_timeout", 0, "at least 1"),
@@ -374,11 +375,11 @@ def test_the_role_defaults_pass_their_checks():
     ("vllm_serve_gpu_args", "--gpus all", "list of docker run arguments"),
     ("vllm_serve_gpu_args", ["--gpus", ""], "non-empty strings"),
     ("vllm_serve_gpu_args", ["--device=$DEV"], "'$'"),
-    ("vllm_serve_unit", "sparkfleet-vllm.service", "without '.service'"),
-    ("vllm_serve_unit", "my unit", "systemd unit name"),
-    ("vllm_serve_ray_unit", "", "systemd unit name"),
-    ("vllm_serve_container_name", "-x", "Docker container name"),
-    ("vllm_serve_ray_container_name", "ray/head", "Docker container name"),
+    ("sparkfleet_vllm_unit", "sparkfleet-vllm.service", "without '.service'"),
+    ("sparkfleet_vllm_unit", "my unit", "systemd unit name"),
+    ("sparkfleet_ray_unit", "", "systemd unit name"),
+    ("sparkfleet_vllm_unit", "-x", "Docker container name"),
+    ("sparkfleet_ray_unit", "ray/head", "Docker container name"),
 ])
 def test_newer_variables_are_refused_with_the_fix(name, value, problem):
     errors = v.serving_errors({name: value}, "spark-1")
@@ -387,10 +388,10 @@ def test_newer_variables_are_refused_with_the_fix(name, value, problem):
 
 
 @pytest.mark.parametrize("name, value, normal", [
-    ("vllm_serve_cache_dir", "/var/cache/sparkfleet//vllm/", "/var/cache/sparkfleet/vllm"),
-    ("vllm_serve_ray_config_dir", "/etc/sparkfleet", "/etc/sparkfleet"),
-    ("vllm_serve_ray_config_dir", "/opt/sparkfleet/etc", "/opt/sparkfleet/etc"),
-    ("vllm_serve_model_state_file", "/etc/sparkfleet/model.state", "/etc/sparkfleet/model.state"),
+    ("sparkfleet_cache_dir", "/var/cache/sparkfleet//vllm/", "/var/cache/sparkfleet/vllm"),
+    ("sparkfleet_config_dir", "/etc/sparkfleet", "/etc/sparkfleet"),
+    ("sparkfleet_config_dir", "/opt/sparkfleet/etc", "/opt/sparkfleet/etc"),
+    ("sparkfleet_model_state_file", "/etc/sparkfleet/model.state", "/etc/sparkfleet/model.state"),
     ("vllm_serve_nccl_debug", "", ""),
     ("vllm_serve_nccl_debug", None, ""),
     ("vllm_serve_nccl_debug", "info", "INFO"),
@@ -402,8 +403,8 @@ def test_newer_variables_are_refused_with_the_fix(name, value, problem):
     ("vllm_serve_image_min_ray_version", 3, "3"),
     ("vllm_serve_gpu_args", ["--gpus", "all"], ["--gpus", "all"]),
     ("vllm_serve_gpu_args", [], []),
-    ("vllm_serve_unit", "sparkfleet-vllm", "sparkfleet-vllm"),
-    ("vllm_serve_ray_container_name", "sparkfleet-ray", "sparkfleet-ray"),
+    ("sparkfleet_vllm_unit", "sparkfleet-vllm", "sparkfleet-vllm"),
+    ("sparkfleet_ray_unit", "sparkfleet-ray", "sparkfleet-ray"),
 ])
 def test_newer_variables_accept_good_values(name, value, normal):
     assert v.SERVING_CHECKS[name](value) == (normal, None)

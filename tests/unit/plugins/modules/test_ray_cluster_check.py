@@ -118,7 +118,7 @@ def test_unpinned_head_fails_naming_host_both_ips_and_fix(run_module, probe_cmd)
     assert "spark-1 registered with Ray as 10.99.0.11, expected its fabric IP 10.99.1.11" in res["msg"]
     assert "object fetch from spark-2 (registered 10.99.1.12) timed out after 8 s" in res["msg"]
     assert "from the head spark-1 (registered 10.99.0.11)" in res["msg"]
-    assert "--node-ip-address 10.99.1.11" in res["hint"] and "ray_cluster_node_ip" in res["hint"]
+    assert "--node-ip-address 10.99.1.11" in res["hint"] and "sparkfleet_fabric_ip" in res["hint"]
     assert res["probes"][0]["ok"] is False
 
 
@@ -209,7 +209,7 @@ def test_real_unpinned_head_trap_fails_with_both_ips_and_bounded_fetch(run_modul
     assert res["msg"].startswith("Ray cluster check failed: spark-1 registered with Ray as 10.99.0.11, "
                                  "expected its fabric IP 10.99.1.11; object fetch from spark-2")
     assert res["msg"].count("check that every node runs ray start") == 1  # advice once, at the end
-    assert "--node-ip-address 10.99.1.11" in res["hint"] and "ray_cluster_node_ip" in res["hint"]
+    assert "--node-ip-address 10.99.1.11" in res["hint"] and "sparkfleet_fabric_ip" in res["hint"]
 
 
 def test_without_inventory_it_finds_the_local_cluster_and_still_probes(run_module, probe_cmd):

@@ -1,0 +1,89 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Benchmark callback (not shipped): where a playbook run spends its time, per role and per task.
+
+Enabled by bench/noop_rerun.sh through ANSIBLE_CALLBACK_PLUGINS=bench/callback_plugins and
+ANSIBLE_CALLBACKS_ENABLED=timetable. A task's time is the wall time from its start to the next task's start (the
+controller waits for the slowest host; that is what a user waits for), like ansible.posix's profile_tasks.
+Handlers and fact gathering are tasks too. Writes JSON to $SPARKFLEET_TIMETABLE (or prints a table when unset).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from ansible.plugins.callback import CallbackBase
+
+DOCUMENTATION = r"""
+name: timetable
+type: aggregate
+short_description: Per-role and per-task wall time of a playbook run (bench only)
+description:
+  - Records each task's wall time and changed/ok counts, grouped by role, and writes them as JSON to the file named by
+    E(SPARKFLEET_TIMETABLE) at the end of the run.
+requirements:
+  - enable it in callbacks_enabled
+"""
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "timetable"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self):
+        super().__init__()
+        self._t0 = time.monotonic()
+        self._tasks = []          # [{play, role, task, start, seconds, changed, hosts}]
+        self._current = None
+        self._play = ""
+
+    def _close(self):
+        now = time.monotonic()
+        if self._current is not None:
+            self._current["seconds"] = now - self._current.pop("start")
+            self._tasks.append(self._current)
+            self._current = None
+
+    def _start(self, task, kind="task"):
+        self._close()
+        role = task._role.get_name(include_role_fqcn=False) if getattr(task, "_role", None) else ""
+        self._current = {"play": self._play, "role": role, "task": task.name or task.action, "kind": kind,
+                         "start": time.monotonic(), "changed": 0, "hosts": 0}
+
+    def v2_playbook_on_play_start(self, play):
+        self._close()
+        self._play = play.get_name()
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        self._start(task)
+
+    def v2_playbook_on_handler_task_start(self, task):
+        self._start(task, "handler")
+
+    def _result(self, result, *args, **kwargs):
+        if self._current is not None:
+            self._current["hosts"] += 1
+            if result._result.get("changed"):
+                self._current["changed"] += 1
+
+    v2_runner_on_ok = _result
+    v2_runner_on_failed = _result
+    v2_runner_on_skipped = _result
+    v2_runner_on_unreachable = _result
+
+    def v2_playbook_on_stats(self, stats):
+        self._close()
+        total = time.monotonic() - self._t0
+        changed = sum(stats.summarize(h).get("changed", 0) for h in stats.processed)
+        data = {"total_seconds": total, "changed": changed, "hosts": sorted(stats.processed), "tasks": self._tasks}
+        path = os.environ.get("SPARKFLEET_TIMETABLE")
+        if path:
+            with open(path, "w") as f:
+                json.dump(data, f, indent=1)
+        else:
+            self._display.display("total %.1f s, changed=%d, %d tasks" % (total, changed, len(self._tasks)))

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Print the time tables of playbook runs recorded by bench/callback_plugins/timetable.py, side by side.
+
+    bench/timetable_report.py [--top N] LABEL=GLOB [LABEL=GLOB ...]
+
+Each LABEL's runs (the files GLOB matches) are reduced to its median run by total time (the slower middle one of
+an even count); the tables show that run's
+seconds per role and its slowest tasks, one column per label, and the total with its ratio to the first label.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import statistics
+import sys
+from collections import OrderedDict
+
+
+def load(pattern):
+    runs = []
+    for path in sorted(glob.glob(pattern)):
+        with open(path) as f:
+            runs.append(json.load(f))
+    if not runs:
+        sys.exit("no timetable files match %s" % pattern)
+    runs.sort(key=lambda r: r["total_seconds"])
+    return runs, runs[len(runs) // 2]
+
+
+def by_role(run):
+    roles = OrderedDict()
+    for t in run["tasks"]:
+        key = t["role"] or "(play: %s)" % t["play"]
+        roles[key] = roles.get(key, 0.0) + t["seconds"]
+    return roles
+
+
+def by_task(run):
+    tasks = OrderedDict()
+    for t in run["tasks"]:
+        key = "%s : %s" % (t["role"] or t["play"], t["task"])
+        tasks[key] = tasks.get(key, 0.0) + t["seconds"]
+    return tasks
+
+
+def table(title, rows, labels, width):
+    print("\n%s" % title)
+    print("%-*s %s" % (width, "", " ".join("%14s" % lb[:14] for lb in labels)))
+    for name, values in rows:
+        print("%-*s %s" % (width, name[:width], " ".join("%14s" % ("%.1f" % v if v is not None else "-")
+                                                          for v in values)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("series", nargs="+", metavar="LABEL=GLOB")
+    args = ap.parse_args()
+    labels, medians, all_runs = [], [], []
+    for s in args.series:
+        label, _, pattern = s.partition("=")
+        runs, median = load(pattern)
+        labels.append(label)
+        medians.append(median)
+        all_runs.append(runs)
+
+    roles = [by_role(m) for m in medians]
+    names = list(OrderedDict.fromkeys(n for r in roles for n in r))
+    table("seconds per role (median run)", [(n, [r.get(n) for r in roles]) for n in names], labels, 48)
+
+    tasks = [by_task(m) for m in medians]
+    names = list(OrderedDict.fromkeys(n for t in tasks for n in t))
+    names.sort(key=lambda n: -max(t.get(n, 0.0) for t in tasks))
+    table("slowest tasks (median run)", [(n, [t.get(n) for t in tasks]) for n in names[:args.top]], labels, 78)
+
+    print("\n%-28s %s" % ("", " ".join("%14s" % lb[:14] for lb in labels)))
+    print("%-28s %s" % ("runs", " ".join("%14d" % len(r) for r in all_runs)))
+    print("%-28s %s" % ("tasks (median run)", " ".join("%14d" % len(m["tasks"]) for m in medians)))
+    print("%-28s %s" % ("total s, each run", " ".join(
+        "%14s" % ",".join("%.1f" % x["total_seconds"] for x in r) for r in all_runs)))
+    print("%-28s %s" % ("total s, median", " ".join("%14.1f" % statistics.median(x["total_seconds"] for x in r)
+                                                     for r in all_runs)))
+    base = statistics.median(x["total_seconds"] for x in all_runs[0])
+    print("%-28s %s" % ("ratio to %s" % labels[0][:18], " ".join(
+        "%13.2fx" % (statistics.median(x["total_seconds"] for x in r) / base) for r in all_runs)))
+    print("%-28s %s" % ("changed (max over runs)", " ".join("%14d" % max(x["changed"] for x in r) for r in all_runs)))
+
+
+if __name__ == "__main__":
+    main()

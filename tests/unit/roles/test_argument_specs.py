@@ -1,0 +1,156 @@
+"""Every role's meta/argument_specs.yml matches what the role defines and reads.
+
+- every variable of defaults/main.yml has a spec entry, and every spec entry a default or a use in the role;
+- every default is used somewhere (a task, template, handler, var, another role or a playbook): no dead variables;
+- every sparkfleet_* variable a role reads that the common role (roles/sparkfleet) does not define is declared in the
+  role's spec, and required there when the role cannot work without it;
+- descriptions are the role's own: no two options of a role share one (a copied comment describes neither);
+- literal spec defaults equal defaults/main.yml.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "meta" / "argument_specs.yml").is_file())
+COMMON = "sparkfleet"
+# Inputs a role may read with a fallback of its own (checked by preflight, optional for the role).
+OPTIONAL_INPUTS = {"sparkfleet_mgmt_ip", "sparkfleet_fabric_interface"}
+# Inputs that have meaning only for preflight, which reports them missing itself (a spec would stop it first).
+PREFLIGHT = "preflight"
+
+
+def _yaml(path):
+    if not path.is_file():
+        return {}
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+
+
+def _spec(role):
+    specs = _yaml(REPO / "roles" / role / "meta" / "argument_specs.yml")["argument_specs"]
+    # the common role documents its settings under `settings` (a `main` spec would run before preflight's checks)
+    return specs["settings" if role == COMMON else "main"].get("options") or {}
+
+
+def _defaults(role):
+    return _yaml(REPO / "roles" / role / "defaults" / "main.yml")
+
+
+def _text(paths):
+    return "\n".join(p.read_text(encoding="utf-8") for p in paths if p.is_file())
+
+
+def _role_files(role, parts=("tasks", "templates", "handlers", "vars", "defaults", "files")):
+    base = REPO / "roles" / role
+    return [p for part in parts for p in sorted((base / part).rglob("*")) if p.is_file()]
+
+
+def _uses(text, name):
+    return re.search(r"(?<![\w.])%s(?![\w])" % re.escape(name), text) is not None
+
+
+def _common_names():
+    return set(_defaults(COMMON)) | set(_yaml(REPO / "roles" / COMMON / "vars" / "main.yml"))
+
+
+def test_every_role_depends_on_the_common_role():
+    for role in ROLES:
+        if role == COMMON:
+            continue
+        deps = _yaml(REPO / "roles" / role / "meta" / "main.yml").get("dependencies") or []
+        names = [d["role"] if isinstance(d, dict) else d for d in deps]
+        assert "sparkfleet.vllm." + COMMON in names, "%s: meta/main.yml must depend on sparkfleet.vllm.%s" % (role, COMMON)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_default_has_a_spec_entry(role):
+    missing = sorted(set(_defaults(role)) - set(_spec(role)))
+    assert not missing, "%s: defaults without a meta/argument_specs.yml entry: %s" % (role, missing)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_spec_entry_has_a_default_or_a_use(role):
+    defaults = _defaults(role)
+    text = _text(_role_files(role, ("tasks", "templates", "handlers", "vars", "defaults")))
+    orphans = [name for name in _spec(role) if name not in defaults and not _uses(text, name)]
+    assert not orphans, "%s: spec entries the role neither defaults nor reads: %s" % (role, orphans)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_dead_defaults(role):
+    """A default nothing reads is a knob that does nothing."""
+    own = _role_files(role, ("tasks", "templates", "handlers", "vars", "files"))
+    others = [p for r in (REPO / "roles").iterdir() if r.name != role for p in _role_files(r.name)]
+    playbooks = sorted((REPO / "playbooks").glob("*.yml"))
+    defaults_file = REPO / "roles" / role / "defaults" / "main.yml"
+    defaults_text = re.sub(r"(?m)^\s*#.*$", "", defaults_file.read_text(encoding="utf-8")) if defaults_file.is_file() else ""
+    text = _text(own + others + playbooks)
+    dead = []
+    for name in _defaults(role):
+        # used by another default of the role (value side only) counts too
+        in_defaults = re.search(r"(?m)^\s*\w+:.*(?<![\w.])%s(?![\w])" % re.escape(name),
+                                "\n".join(line for line in defaults_text.splitlines() if not line.startswith(name + ":")))
+        if not _uses(text, name) and not in_defaults:
+            dead.append(name)
+    assert not dead, "%s: defaults nothing reads: %s" % (role, dead)
+
+
+@pytest.mark.parametrize("role", [r for r in ROLES if r != COMMON])
+def test_the_cluster_inputs_a_role_reads_are_in_its_spec(role):
+    # preflight's vars name the variables that replaced old ones: text, not reads
+    parts = ("tasks",) if role == PREFLIGHT else ("tasks", "templates", "handlers", "vars", "defaults")
+    text = _text(_role_files(role, parts))
+    read = set(re.findall(r"(?<![\w.'\"/])(sparkfleet_[a-z0-9_]+)", text))
+    spec = _spec(role)
+    undeclared = sorted(read - _common_names() - set(spec) - {"sparkfleet_fabric"})
+    assert not undeclared, "%s reads %s: declare them in meta/argument_specs.yml" % (role, undeclared)
+    for name in sorted(read & set(spec)):
+        if name in _common_names():
+            continue
+        wanted = role != PREFLIGHT and name not in OPTIONAL_INPUTS
+        assert bool(spec[name].get("required")) == wanted, \
+            "%s: %s must %sbe required: true" % (role, name, "" if wanted else "not ")
+
+
+def test_common_settings_are_not_redeclared_by_roles():
+    common = _common_names()
+    for role in ROLES:
+        if role == COMMON:
+            continue
+        again = sorted(set(_spec(role)) & common)
+        assert not again, "%s re-declares the common role's %s; roles read them from sparkfleet.vllm.%s" % (role, again, COMMON)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_descriptions_are_not_shared(role):
+    seen = {}
+    for name, option in _spec(role).items():
+        desc = option.get("description")
+        assert desc, "%s: %s has no description" % (role, name)
+        key = " ".join(desc) if isinstance(desc, list) else desc
+        assert key not in seen, "%s: %s and %s share one description: %r" % (role, seen[key], name, key)
+        seen[key] = name
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_literal_defaults_match(role):
+    defaults = _defaults(role)
+    for name, option in _spec(role).items():
+        if name not in defaults:
+            assert "default" not in option, "%s: %s has a spec default but none in defaults/main.yml" % (role, name)
+            continue
+        value = defaults[name]
+        if "{{" in str(value):
+            assert "default" not in option, "%s: %s is templated; say its default in the description" % (role, name)
+            continue
+        if value is None:
+            assert option.get("default") is None, (role, name)
+            continue
+        assert option.get("default") == value, "%s: %s spec default %r != defaults/main.yml %r" % (
+            role, name, option.get("default"), value)
+        assert not option.get("required"), "%s: %s is required but has a default" % (role, name)
