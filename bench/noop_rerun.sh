@@ -10,7 +10,7 @@
 # --baseline REV  also time REV's site.yml (a detached git worktree), alternating with this tree's, so both see the
 #               same machine load. Both must deploy the same configuration, or each run changes what the other set.
 # Runs as root, in the lab's control namespace (lab/labctl ctl), against $SPARKLAB_NAME's lab. Every run starts
-# with cold ssh connections (its own ControlPath directory), as a re-run minutes later would.
+# with cold ssh connections (the masters a previous run left are closed first), as a re-run minutes later would.
 # Timing comes from bench/callback_plugins/timetable.py; bench/timetable_report.py prints the tables.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -42,14 +42,20 @@ if [ -n "$baseline" ]; then
   trees=("baseline-$rev=$wt" "${trees[@]}")
 fi
 
+cold() {  # close the ssh masters an earlier run left (the lab inventory keeps them in $state/cp for 120 s)
+  local h
+  for h in $(seq 1 "$(cat "$state/nhosts")"); do
+    "$repo/lab/labctl" ctl -- ssh -F "$state/ssh/config" -o ControlPath="$state/cp/%C" -O exit "spark-$h" >/dev/null 2>&1 || true
+  done
+}
+
 play() {  # play TREE_DIR LOGFILE [JSON]: site.yml from TREE_DIR against the lab; prints rc
-  local tree=$1 logf=$2 json=${3:-} cp
-  cp=$(mktemp -d /tmp/noop-cp.XXXXXX)
+  local tree=$1 logf=$2 json=${3:-}
+  cold
   set +e
   (cd "$tree" && "$repo/lab/labctl" ctl -- env ANSIBLE_CONFIG="$tree/ansible.cfg" \
      ANSIBLE_CALLBACK_PLUGINS="$here/callback_plugins" ANSIBLE_CALLBACKS_ENABLED=sparkfleet.vllm.progress,timetable \
-     ANSIBLE_SSH_CONTROL_PATH_DIR="$cp" SPARKFLEET_TIMETABLE="$json" \
-     "$repo/.venv/bin/ansible-playbook" -i "$inv" site.yml >"$logf" 2>&1)
+     SPARKFLEET_TIMETABLE="$json" "$repo/.venv/bin/ansible-playbook" -i "$inv" site.yml >"$logf" 2>&1)
   local rc=$?
   set -e
   echo "$rc"
