@@ -25,83 +25,14 @@ SHARD_MB = 8
 # Run on spark-1 as a program (ROOT SHARDS SHARD_BYTES): the tests' one safetensors writer.
 GEN = Path(model_files.__file__).read_text(encoding="utf-8")
 
-SETUP = """
-- name: Head gets a sync key authorized on the workers
-  hosts: spark_head
-  tasks:
-    - name: Model directory owned by spark
-      ansible.builtin.file:
-        path: /models
-        state: directory
-        owner: spark
-        group: spark
-        mode: "0755"
-    - name: Sync key
-      ansible.builtin.command: ssh-keygen -q -t ed25519 -N '' -C sparkfleet-sync -f {key}
-      args:
-        creates: {key}
-      become_user: spark
-    - name: Read the public key
-      ansible.builtin.slurp:
-        src: {key}.pub
-      register: _pub
-    - name: Generate the test model
-      ansible.builtin.command:
-        argv: [python3, -c, {gen}, {model}, "{shards}", "{size}"]
-        creates: {model}/config.json
-      become_user: spark
-
-- name: Every node accepts it (a worker may feed another node, the head included)
-  hosts: spark
-  tasks:
-    - name: Model directory owned by spark
-      ansible.builtin.file:
-        path: /models
-        state: directory
-        owner: spark
-        group: spark
-        mode: "0755"
-    - name: Authorize the head's sync key
-      ansible.builtin.lineinfile:
-        path: /home/spark/.ssh/authorized_keys
-        line: "{{{{ hostvars[groups['spark_head'][0]]._pub.content | b64decode | trim }}}}"
-        create: true
-        owner: spark
-        group: spark
-        mode: "0600"
-"""
-
-SYNC = """
-- name: Push the model over the fabric
-  hosts: spark_head
-  gather_facts: false
-  vars:
-    ansible_become: false  # the sync runs as the sync user, like the role will
-  tasks:
-    - name: Sync
-      sparkfleet.vllm.model_sync:
-        src: "{{{{ src }}}}"
-        dest: "{{{{ dest }}}}"
-        destinations: "{{{{ sync_destinations }}}}"
-        ssh_user: spark
-        ssh_key: {key}
-        streams: 3
-        bwlimit: "{{{{ bwlimit | default(0) | int }}}}"
-        delete: "{{{{ delete | default(false) | bool }}}}"
-        drop_cache: true
-      register: sync
-      async: "{{{{ 0 if ansible_check_mode else 600 }}}}"
-      poll: "{{{{ sync_poll | default(2) | int }}}}"
-"""
+# The plays are files (tests/integration/playbooks); these names are what the tests below call them.
+PLAYBOOKS = {"setup.yml": "model_sync_setup.yml", "sync.yml": "model_sync_push.yml"}
 
 
 @pytest.fixture(scope="module")
 def synclab(lab, tmp_path_factory):
     d = tmp_path_factory.mktemp("model_sync")
-    (d / "setup.yml").write_text(SETUP.format(key=KEY, gen=json.dumps(GEN), model=MODEL, shards=SHARDS,
-                                              size=SHARD_MB * 1024 * 1024))
-    (d / "sync.yml").write_text(SYNC.format(key=KEY))
-    r = play(lab, d, "setup.yml")
+    r = play(lab, d, "setup.yml", model_generator=GEN, model=MODEL, shards=SHARDS, shard_size=SHARD_MB * 1024 * 1024)
     assert r["status"] == "successful", r
     lab.dir = d
     lab.workers = [h for h in lab.hosts if h != "spark-1"]
@@ -111,9 +42,10 @@ def synclab(lab, tmp_path_factory):
 def play(lab, d, playbook, check=False, **extravars):
     # ansible-runner keeps env/extravars and env/cmdline from the last call when given none: always pass both.
     workers = [fabric_ip(h) for h in lab.hosts if h != "spark-1"]
-    extravars = dict(dict(bwlimit=0, sync_poll=2, src=MODEL, dest="/models/itest-a",
+    extravars = dict(dict(bwlimit=0, sync_poll=2, src=MODEL, dest="/models/itest-a", sync_key=KEY,
                           sync_destinations=workers), **extravars)
-    return lab.ansible_run(private_data_dir=str(d), playbook=str(d / playbook), inventory=str(lab.inventory),
+    path = lab.repo / "tests" / "integration" / "playbooks" / PLAYBOOKS[playbook]
+    return lab.ansible_run(private_data_dir=str(d), playbook=str(path), inventory=str(lab.inventory),
                            extravars=extravars, cmdline="--check" if check else "--forks 8",
                            envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
 

@@ -28,22 +28,6 @@ COMMON = ("--num-cpus 2 --num-gpus 1 --disable-usage-stats --object-store-memory
 HEAD_ONLY = "--include-dashboard=false --ray-client-server-port 10101"
 ENV = "RAY_USAGE_STATS_ENABLED=0"
 
-PLAY = """
-- name: Check the Ray cluster from the head
-  hosts: spark_head
-  gather_facts: false
-  become: false
-  tasks:
-    - name: Ray cluster check
-      sparkfleet.vllm.ray_cluster_check:
-        python: {py}
-        address: "{{{{ address }}}}"
-        expected: "{{{{ expected }}}}"
-        timeout: "{{{{ probe_timeout }}}}"
-        fail_on_mismatch: "{{{{ fail_on_mismatch }}}}"
-"""
-
-
 def fabric_ip(host):
     return "10.99.1.%d" % (10 + int(host.split("-")[1]))
 
@@ -92,9 +76,10 @@ class RayLab:
     def check(self, expected=None, probe_timeout=10, fail_on_mismatch=True, check_mode=False):
         if expected is None:
             expected = [{"host": h, "ip": fabric_ip(h)} for h in self.lab.hosts]
-        r = self.lab.ansible_run(private_data_dir=str(self.dir), playbook=str(self.dir / "check.yml"),
+        playbook = self.lab.repo / "tests" / "integration" / "playbooks" / "ray_check.yml"
+        r = self.lab.ansible_run(private_data_dir=str(self.dir), playbook=str(playbook),
                                  inventory=str(self.lab.inventory), cmdline="--check" if check_mode else "",
-                                 extravars={"expected": expected, "probe_timeout": probe_timeout,
+                                 extravars={"expected": expected, "probe_timeout": probe_timeout, "ray_python": str(PY),
                                             "address": "%s:%d" % (fabric_ip(self.head), PORT),
                                             "fail_on_mismatch": fail_on_mismatch},
                                  envvars={"ANSIBLE_CONFIG": str(self.lab.repo / "ansible.cfg")})
@@ -114,7 +99,6 @@ def raylab(lab, tmp_path_factory):
     if busy:
         pytest.skip("Ray of user spark already runs on %s (another test?); not touching it" % ", ".join(busy))
     d = tmp_path_factory.mktemp("ray_check")
-    (d / "check.yml").write_text(PLAY.format(py=PY))
     rl = RayLab(lab, d)
     yield rl
     rl.stop()
