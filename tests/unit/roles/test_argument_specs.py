@@ -123,7 +123,10 @@ def test_the_cluster_inputs_a_role_reads_are_in_its_spec(role):
     for name in sorted(read & set(spec)):
         if name in _common_names():
             continue
-        wanted = role != PREFLIGHT and name not in OPTIONAL_INPUTS
+        # required when some read has no fallback: `name | default(...)` everywhere makes it optional
+        bare = [m for m in re.finditer(r"(?<![\w.'\"/])%s(?!\w)" % name, text)
+                if not re.match(r"\s*\|\s*default\(", text[m.end():])]
+        wanted = role != PREFLIGHT and name not in OPTIONAL_INPUTS and bool(bare)
         assert bool(spec[name].get("required")) == wanted, \
             "%s: %s must %sbe required: true" % (role, name, "" if wanted else "not ")
 
