@@ -356,6 +356,12 @@ def check_unit_name(value):
     return value, None
 
 
+def check_unit_and_container_name(value):
+    """Our units run a container of the same name (sparkfleet_ray_unit, sparkfleet_vllm_unit): both rules apply."""
+    problems = [p for p in (check_unit_name(value)[1], check_container_name(value)[1]) if p]
+    return (None, " and ".join(problems)) if problems else (value, None)
+
+
 def check_container_name(value):
     """A Docker container name (docker's own rule: [a-zA-Z0-9][a-zA-Z0-9_.-]+)."""
     if not is_string(value) or not _CONTAINER_RE.match(value):
@@ -666,8 +672,8 @@ SERVING_CHECKS = {
     "vllm_serve_restart_interval": check_seconds,
     "sparkfleet_fabric_min_mtu": check_min_mtu,
     "vllm_serve_gpu_args": check_argv_words,
-    "sparkfleet_vllm_unit": check_unit_name,
-    "sparkfleet_ray_unit": check_unit_name,
+    "sparkfleet_vllm_unit": check_unit_and_container_name,
+    "sparkfleet_ray_unit": check_unit_and_container_name,
     "sparkfleet_ray_tmp_dir": check_data_dir,
     "sparkfleet_config_dir": check_config_dir,
     "sparkfleet_cache_dir": check_data_dir,
