@@ -253,6 +253,29 @@ def test_fabric_down_mid_run_is_named_and_a_rerun_completes(lab, deployed, tmp_p
     assert completion(lab)[0] == 200
 
 
+@pytest.mark.long
+@pytest.mark.fault(name="the worker's model directory deleted and created again while Ray runs (rm -r, then a re-run)",
+                   expected="model_sync re-sends the model, Ray on that worker restarts onto the new directory (its"
+                            " container held the deleted one), the engine restarts and the API completes")
+def test_a_recreated_model_directory_on_a_worker_is_mounted_again(lab, deployed, tmp_path, observe):
+    worker = lab.hosts[-1]
+    model_dir = "/models/sparklab-tiny"
+    before = _active_since(lab, worker, "sparkfleet-ray")
+    assert lab.host_exec(worker, "sh", "-c", "rm -rf %s && mkdir %s" % (model_dir, model_dir)).returncode == 0
+    seen = lab.host_exec(worker, "docker", "exec", "sparkfleet-ray", "sh", "-c", "ls -A %s | wc -l" % model_dir)
+    assert seen.stdout.strip() == "0", seen  # the running container still holds the removed directory
+    r, failures = play(lab, tmp_path, "site.yml")
+    assert r["status"] == "successful" and not failures, messages(failures)[-2000:]
+    probes = [e["res"] for e in r["events"] if e["host"] == worker and e["event"] == "runner_on_ok"
+              and str((e.get("res") or {}).get("stdout", "")).startswith("stale:")]
+    assert probes, "no stale mount reported for %s" % worker
+    observe(probes[0]["stdout"][:200])
+    assert _active_since(lab, worker, "sparkfleet-ray") != before
+    seen = lab.host_exec(worker, "docker", "exec", "sparkfleet-ray", "sh", "-c", "ls %s | grep -c safetensors" % model_dir)
+    assert int(seen.stdout.strip() or 0) > 0, seen
+    assert completion(lab)[0] == 200
+
+
 def _active_since(lab, host, unit):
     out = systemctl(lab, host, "show", "--timestamp=unix", "-p", "ActiveEnterTimestamp", "--value", unit)
     return float(out.lstrip("@")) if out.startswith("@") else None
