@@ -55,17 +55,20 @@ PORTS = {"node_manager_port": 6380, "object_manager_port": "6381", "runtime_env_
          "min_worker_port": 10002, "max_worker_port": 19999, "ray_client_server_port": 10001, "dashboard_port": 8265}
 
 
+def _flag(args, name):
+    return args[args.index(name) + 1]
+
+
 def test_ports_are_pinned_so_a_firewall_can_name_them():
     head = ray_start_args("10.99.1.11", True, "10.99.1.11", ports=PORTS)
-    flag = lambda args, f: args[args.index(f) + 1]  # noqa: E731
-    assert flag(head, "--node-manager-port") == "6380" and flag(head, "--object-manager-port") == "6381"
-    assert flag(head, "--min-worker-port") == "10002" and flag(head, "--max-worker-port") == "19999"
-    assert flag(head, "--ray-client-server-port") == "10001"
+    assert _flag(head, "--node-manager-port") == "6380" and _flag(head, "--object-manager-port") == "6381"
+    assert _flag(head, "--min-worker-port") == "10002" and _flag(head, "--max-worker-port") == "19999"
+    assert _flag(head, "--ray-client-server-port") == "10001"
     assert "--dashboard-port" not in head  # the dashboard is off
     assert head[-2:] == ["--disable-usage-stats", "--block"]
     worker = ray_start_args("10.99.1.12", False, "10.99.1.11", ports=PORTS)
-    assert "--ray-client-server-port" not in worker and flag(worker, "--runtime-env-agent-port") == "6382"
-    assert flag(ray_start_args("10.99.1.11", True, "10.99.1.11", dashboard=True, ports=PORTS), "--dashboard-port") == "8265"
+    assert "--ray-client-server-port" not in worker and _flag(worker, "--runtime-env-agent-port") == "6382"
+    assert _flag(ray_start_args("10.99.1.11", True, "10.99.1.11", dashboard=True, ports=PORTS), "--dashboard-port") == "8265"
 
 
 @pytest.mark.parametrize("ports, message", [

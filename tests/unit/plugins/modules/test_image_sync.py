@@ -108,8 +108,8 @@ def test_progress_file_names_each_destination_while_it_runs_and_is_removed_after
     assert [x["bytes"] for x in r["results"]] == [3000, 0, 3000]  # dd passes every byte through
     peeks = (tmp_path / "log.peek").read_text().splitlines()
     headers = [json.loads(line.split(" ", 3)[3]) for line in peeks if line.startswith("# sparkfleet transfer ")]
-    assert [(h["name"], h["index"], h["count"], h["total"]) for h in headers] == [("spark-2", 1, 2, 3000),
-                                                                                 ("spark-4", 2, 2, 3000)]
+    seen = [(h["name"], h["index"], h["count"], h["total"]) for h in headers]
+    assert seen == [("spark-2", 1, 2, 3000), ("spark-4", 2, 2, 3000)]
     assert not progress.exists()
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import (parse_progress, progress_header,
-                                                                            progress_summary)
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_progress, progress_header
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import progress_summary
 from ansible_collections.sparkfleet.vllm.plugins.modules import transfer_progress
 
-DD = (Path(__file__).parent / "fixtures" / "transfer_progress" / "dd-coreutils-9.1-status-progress.txt").read_bytes()
+# gzip keeps dd's carriage returns byte for byte (a text fixture would need "\n" line endings)
+DD = gzip.decompress((Path(__file__).parent / "fixtures" / "transfer_progress"
+                      / "dd-coreutils-9.1-status-progress.txt.gz").read_bytes())
 HEADER = progress_header("spark-2", "10.99.1.12", 3000000000, 1, 2)
 
 
