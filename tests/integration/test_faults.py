@@ -131,6 +131,74 @@ def test_early_exit_is_classified_from_the_unit_journal(lab, deployed, tmp_path,
     observe(failures[-1]["res"]["msg"][:300])
 
 
+@pytest.mark.fault(name="shard truncated on a worker after a good sync",
+                   expected="the next run re-sends it before serving and the engine restarts onto it")
+def test_a_shard_truncated_on_a_worker_is_repaired_before_serving(lab, deployed, tmp_path, observe):
+    worker, shard = lab.hosts[-1], "/models/sparklab-tiny/model-00003-of-00008.safetensors"
+    size = int(lab.host_exec(HEAD, "stat", "-c", "%s", shard).stdout)
+    assert lab.host_exec(worker, "truncate", "-s", str(size // 2), shard).returncode == 0
+    before = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Id}}", "sparkfleet-vllm").stdout.strip()
+    r, failures = play(lab, tmp_path, "site.yml", cmdline="--tags model_sync,vllm_serve")
+    assert r["status"] == "successful" and not failures, messages(failures)[-2000:]
+    assert int(lab.host_exec(worker, "stat", "-c", "%s", shard).stdout) == size
+    sums = {h: lab.host_exec(h, "sha256sum", shard).stdout.split()[0] for h in (HEAD, worker)}
+    assert sums[HEAD] == sums[worker]
+    after = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Id}}", "sparkfleet-vllm").stdout.strip()
+    assert after and after != before, "the engine still serves what it loaded before the repair"
+    assert completion(lab)[0] == 200
+    observe("%s re-sent (%d of %d bytes were missing); engine restarted" % (shard.rsplit("/", 1)[1], size - size // 2, size))
+
+
+@pytest.mark.fault(name="disk full on the worker (its model filesystem too small for a missing shard)",
+                   expected="refused before copying, naming the host, the bytes free and the bytes needed; the copy"
+                            " already there untouched")
+def test_a_full_worker_disk_is_refused_before_copying_with_the_numbers(lab, deployed, tmp_path, observe):
+    worker, model = lab.hosts[-1], "/models/sparklab-tiny"
+    missing = model + "/model-00008-of-00008.safetensors"
+    size = int(lab.host_exec(HEAD, "du", "-sb", model).stdout.split()[0])
+    shard = int(lab.host_exec(HEAD, "stat", "-c", "%s", missing).stdout)
+    # A small filesystem over /models on the worker holding the model less one shard, with less room than that shard.
+    fill = ("set -e; mkdir -p /run/sfl-full; cp -a %s /run/sfl-full/; rm /run/sfl-full/sparklab-tiny/%s; "
+            "mount -t tmpfs -o size=%d,mode=0755 sfl-full /models; cp -a /run/sfl-full/sparklab-tiny /models/; "
+            "rm -rf /run/sfl-full" % (model, missing.rsplit("/", 1)[1], size - shard + 64 * 1024))
+    assert lab.host_exec(worker, "sh", "-c", fill).returncode == 0
+    try:
+        before = lab.host_exec(worker, "sh", "-c", "cd %s && sha256sum * | sort" % model).stdout
+        r, failures = play(lab, tmp_path, "site.yml", cmdline="--tags model_sync")
+        assert r["status"] == "failed" and failures
+        msgs = messages(failures)
+        m = re.search(r"(\d+) bytes \([0-9.]+ GB\) free under [^,]+, the sync needs (\d+) bytes", msgs)
+        assert m and int(m.group(1)) < int(m.group(2)) and worker in msgs, msgs[-2000:]
+        observe(msgs[msgs.index(m.group(0)) - 80:][:240])
+        assert lab.host_exec(worker, "sh", "-c", "cd %s && sha256sum * | sort" % model).stdout == before
+        assert lab.host_exec(worker, "test", "-e", missing).returncode != 0
+    finally:
+        lab.host_exec(worker, "umount", "/models")
+    assert int(lab.host_exec(worker, "stat", "-c", "%s", missing).stdout or 0) == shard
+
+
+@pytest.mark.long
+@pytest.mark.fault(name="Ray's memory monitor turned on by the user (threshold 0.95) kills a rank at graph capture",
+                   expected="the play fails within seconds of the kill with the class ray_oom_killed and a hint naming"
+                            " our variable; the inventory's settings serve again")
+def test_a_ray_oom_kill_at_graph_capture_fails_with_its_class_and_our_variable(lab, deployed, tmp_path, observe):
+    fault = {"SPARKLAB_SECONDS_PER_SHARD": "0.2", "SPARKLAB_FAULT": "ray_oom_graph"}
+    try:
+        r, failures = play(lab, tmp_path / "oom", "site.yml", cmdline="--tags ray_cluster,vllm_serve",
+                           extravars={"vllm_serve_env": fault, "vllm_serve_gpu_memory_utilization": 0.95,
+                                      "ray_cluster_memory_monitor": True,
+                                      "ray_cluster_memory_usage_threshold": 0.95})
+        assert r["status"] == "failed" and failures
+        final = failures[-1]["res"]["msg"]
+        assert "ray_oom_killed" in final, final
+        assert "ray_cluster_memory_monitor" in final or "vllm_serve_gpu_memory_utilization" in final, final
+        observe(final[:300])
+    finally:
+        r, failures = play(lab, tmp_path / "back", "site.yml", cmdline="--tags ray_cluster,vllm_serve")
+    assert r["status"] == "successful" and not failures, messages(failures)[-2000:]
+    assert completion(lab)[0] == 200
+
+
 @pytest.mark.long
 @pytest.mark.fault(name="engine hangs mid-load (stops printing at shard 4 of 8)",
                    expected="`stalled` after vllm_serve_stall_timeout (45 s), long before the global timeout (900 s)")

@@ -88,13 +88,13 @@ def test_chunking_does_not_change_the_answer(name, seed):
 
 
 def _role_setting_names():
-    """The names the vllm_serve role gives vllm_wait's hints (its vars/main.yml), or None without the roles."""
+    """The names the roles give vllm_wait's hints (roles/sparkfleet/vars/main.yml), or None without the roles."""
     import yaml
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "vllm_serve", "vars", "main.yml")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "sparkfleet", "vars", "main.yml")
     if not os.path.exists(path):
         return None
     with open(path) as fh:
-        return yaml.safe_load(fh)["_vllm_serve_setting_names"]
+        return yaml.safe_load(fh)["sparkfleet_setting_names"]
 
 
 def test_hints_name_role_variables():
