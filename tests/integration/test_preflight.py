@@ -43,13 +43,13 @@ def test_bad_serving_values_stop_site_in_preflight_with_nothing_changed(lab, tmp
                     and not (e.get("res") or {}).get("_ansible_ignore_errors")]
         assert len(failures) == 1 and failures[0]["host"] == HEAD
         msg = failures[0]["res"]["msg"]
-        assert msg == [
-            "spark-1: vllm_serve_extra_args: -tp is pinned by this deployment (vLLM reads -tp as"
-            " --tensor-parallel-size); set vllm_serve_tensor_parallel_size instead",
+        assert sorted(msg) == [  # every problem at once; the order is preflight's, not part of the contract
+            "spark-1: sparkfleet_api_port 0 must be between 1 and 65535",
             "spark-1: vllm_serve_extra_args: --tensor-paralel-size is not a vllm serve flag (did you mean"
             " --tensor-parallel-size?)",
+            "spark-1: vllm_serve_extra_args: -tp is pinned by this deployment (vLLM reads -tp as"
+            " --tensor-parallel-size); set vllm_serve_tensor_parallel_size instead",
             "spark-1: vllm_serve_gpu_memory_utilization 1.5 must be in (0, 1] (it is a fraction: 0.85 means 85%)",
-            "spark-1: sparkfleet_api_port 0 must be between 1 and 65535",
         ], json.dumps(msg)
         assert sum((r["stats"] or {}).get("changed", {}).values()) == 0
         # Nothing after preflight ran: the holder still holds the GPU, no unit, key, container or service.
