@@ -168,3 +168,19 @@ def test_literal_defaults_match(role):
         assert option.get("default") == value, "%s: %s spec default %r != defaults/main.yml %r" % (
             role, name, option.get("default"), value)
         assert not option.get("required"), "%s: %s is required but has a default" % (role, name)
+
+
+@pytest.mark.parametrize("role", [r for r in ROLES if r != COMMON])
+def test_every_role_variable_read_is_defined(role):
+    """A <role>_* variable read by the role's tasks, templates or handlers exists: a default, a role var, a spec
+    entry, or a name the role registers or sets (a removed default still read fails here, not in a failure path)."""
+    files = _role_files(role, ("tasks", "templates", "handlers", "vars"))
+    text = "\n".join(line for line in _text(files).splitlines() if not line.lstrip().startswith("#"))
+    prefix = role + "_"
+    read = set(re.findall(r"(?<![\w.'\"/-])(%s[a-z0-9_]+)" % re.escape(prefix), text))
+    read -= set(re.findall(r"(%s[a-z0-9_]+) is not defined" % re.escape(prefix), text))  # retired names refused
+    defined = set(_defaults(role)) | set(_spec(role)) | set(_yaml(REPO / "roles" / role / "vars" / "main.yml"))
+    defined |= set(re.findall(r"^\s*register:\s*(\w+)", text, re.M))
+    defined |= set(re.findall(r"^\s+(%s[a-z0-9_]+):" % re.escape(prefix), text, re.M))  # set_fact / vars keys
+    missing = sorted(n for n in read - defined if not n.endswith("_"))
+    assert not missing, "%s reads %s, which nothing defines" % (role, missing)
