@@ -22,8 +22,13 @@ def sparkfleet(lab, tmp_path, *args, timeout=300):
 
 @pytest.fixture(scope="module")
 def serving(lab, tmp_path_factory):
-    """A deployed lab (deploys it when an earlier test has not)."""
-    if lab.host_exec("spark-1", "systemctl", "is-active", "sparkfleet-vllm").stdout.strip() != "active":
+    """A lab that serves: deploys it unless the API already completes a request (an active unit is not enough: a
+    lab brought back up restarts vLLM, which is still loading when this runs)."""
+    key = open("/var/tmp/sparklab/lab/api-key").read().strip()
+    body = json.dumps({"model": "sparklab/tiny-moe", "prompt": "up?", "max_tokens": 1})
+    probe = lab.ctl("curl", "-sS", "-o", "/dev/null", "-m", "20", "-w", "%{http_code}", "-H", "Authorization: Bearer " + key,
+                    "-H", "Content-Type: application/json", "-d", body, "http://10.99.0.11:30000/v1/completions", timeout=40)
+    if probe.stdout.strip() != "200":
         staged = lab.run([lab.repo / "lab" / "stage.sh"], timeout=900)
         assert staged.returncode == 0, staged.stderr[-3000:]
         r = lab.ansible_run(private_data_dir=str(tmp_path_factory.mktemp("site")), playbook=str(lab.repo / "site.yml"),
