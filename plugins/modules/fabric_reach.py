@@ -45,6 +45,15 @@ options:
     type: list
     elements: str
     default: []
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -27,8 +27,6 @@ description:
   - Reads only; never changes anything. Run as root to see other users' processes.
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
-extends_documentation_fragment:
-  - sparkfleet.vllm.gpu_holders
 notes:
   - Supports check mode; the module never changes anything.
   - On GB10 (DGX Spark) RV(gpu.memory_used_mib) and RV(gpu.memory_total_mib) are null and
@@ -36,6 +34,16 @@ notes:
     C(/proc/meminfo) describe the shared pool instead.
 seealso:
   - module: sparkfleet.vllm.gpu_release
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.gpu_holders
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 '''
 
 EXAMPLES = r'''

@@ -27,8 +27,6 @@ description:
     It fails naming every remaining holder otherwise.
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
-extends_documentation_fragment:
-  - sparkfleet.vllm.gpu_holders
 options:
   grace:
     description:
@@ -72,6 +70,19 @@ notes:
   - Needs root (C(become)) to signal other users' processes and to see their open files.
 seealso:
   - module: sparkfleet.vllm.gpu_holders
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.gpu_holders
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: partial
+    details:
+      - The diff lists the GPU holders before and after. Stale units and containers that are disabled
+        or stopped without holding the GPU show in RV(actions) only.
+  platform:
+    platforms: posix
 '''
 
 EXAMPLES = r'''

@@ -73,13 +73,15 @@ options:
 notes:
   - Needs C(docker) on the node. The probe runs without network and without GPU.
   - Check mode is supported; the probe still runs (it is read-only) but the cache is not written.
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -87,13 +87,15 @@ notes:
   - Needs C(docker), C(bash) and C(ssh) on this node (and C(dd) from coreutils >= 8.24 with O(progress_file));
     C(docker) on the destinations.
   - Check mode is supported and reports which destinations would get the image.
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

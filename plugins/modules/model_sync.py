@@ -161,6 +161,15 @@ seealso:
   - name: rsync manual
     description: The options this module builds on (--whole-file, --temp-dir, --files-from).
     link: https://download.samba.org/pub/rsync/rsync.1
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -40,6 +40,15 @@ options:
     default: true
 notes:
   - Run as root; the sockets of other users' processes are otherwise reported without their process.
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

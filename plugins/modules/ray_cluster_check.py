@@ -111,6 +111,15 @@ seealso:
   - name: Ray start options
     description: C(ray start --node-ip-address) pins the address each node registers.
     link: https://docs.ray.io/en/latest/cluster/cli.html#ray-start
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

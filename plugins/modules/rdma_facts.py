@@ -75,16 +75,18 @@ options:
 notes:
   - Runs C(ip -j addr show); needs iproute2 on the node.
   - Check mode is supported and behaves exactly like a normal run.
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.attributes.facts
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   facts:
-    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -42,6 +42,15 @@ options:
 notes:
   - Needs C(become) (root) on the target to write under C(/run).
   - Supports check mode; nothing is written then, but a live holder still fails the task.
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -185,6 +185,15 @@ notes:
     killer) is only seen as no progress, so C(stalled) after I(stall_timeout); prefer I(unit) or I(container).
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""
