@@ -29,6 +29,12 @@ SSH_CONFIG = STATE / "ssh" / "config"
 SSH_KEY = STATE / "ssh" / "id_ed25519"
 INVENTORY = REPO / "inventories" / "lab" if LAB_NAME == "sfl" else STATE / "inventory"
 VENV_BIN = REPO / ".venv" / "bin"
+# The same addresses in every lab instance (they exist only inside its namespaces).
+API = "http://10.99.0.11:30000"
+MODEL = "sparklab/tiny-moe"
+# The lab inventory's API key (its password lookup, for every lab instance): read it, never write it.
+API_KEY_FILE = Path("/var/tmp/sparklab/lab/api-key")
+RUNTIME_IMAGE_FILE = Path("/var/tmp/sparklab/share/runtime-image.txt")
 
 
 def _netns_inode(path):
@@ -43,6 +49,7 @@ class Lab:
 
     repo = REPO
     inventory = INVENTORY
+    api_url = API
     ssh_config = SSH_CONFIG
     ssh_key = SSH_KEY
 
@@ -98,6 +105,116 @@ class Lab:
         assert p.returncode == 0, "ansible-runner crashed:\n%s\n%s" % (p.stdout[-3000:], p.stderr[-3000:])
         return json.loads(p.stdout.strip().splitlines()[-1])
 
+    # ------------------------------------------------------------------ playbooks
+    def play(self, data_dir, playbook, cmdline="", extravars=None):
+        """A playbook (a path under the repository) on the lab inventory through ansible-runner, with the
+        repository's ansible.cfg: (result, failures), failures being the failed or unreachable task events that
+        were not ignored. cmdline and extravars are always passed (ansible-runner would reuse the env/ files an earlier
+        run left in the same directory)."""
+        Path(data_dir).mkdir(parents=True, exist_ok=True)
+        r = self.ansible_run(private_data_dir=str(data_dir), playbook=str(REPO / playbook),
+                             inventory=str(self.inventory), cmdline=cmdline, extravars=extravars or {},
+                             envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
+        failures = [e for e in r["events"] if e["event"] in ("runner_on_failed", "runner_on_unreachable")
+                    and not (e.get("res") or {}).get("_ansible_ignore_errors")]
+        return r, failures
+
+    @staticmethod
+    def changed_total(r):
+        """How many tasks a run changed, over every host."""
+        return sum((r["stats"] or {}).get("changed", {}).values())
+
+    @staticmethod
+    def messages(failures):
+        """Every failed task's result, as one JSON text to search."""
+        return json.dumps([f.get("res") for f in failures])
+
+    def stage(self, *args):
+        """lab/stage.sh ARGS (the image and the model on the head, as a user's Sparks have them before site.yml);
+        returns the runtime image's tag."""
+        staged = self.run([REPO / "lab" / "stage.sh", *args], timeout=900)
+        assert staged.returncode == 0, staged.stderr[-3000:]
+        return RUNTIME_IMAGE_FILE.read_text().strip()
+
+    def site(self, data_dir, cmdline=""):
+        """site.yml with the inventory's settings (what a test leaves behind); fails the test unless it succeeds."""
+        r, failures = self.play(data_dir, "site.yml", cmdline=cmdline)
+        assert r["status"] == "successful" and not failures, failures[-3:] or r
+        return r
+
+    def deploy(self, data_dir, cmdline="", keep_workers=False):
+        """Stage, then site.yml; returns the run. Staging takes the image off the workers (the transfer is proven
+        again) unless keep_workers."""
+        self.stage(*(["--keep-workers"] if keep_workers else []))
+        return self.site(data_dir, cmdline=cmdline)
+
+    # ------------------------------------------------------------------ on the hosts
+    @staticmethod
+    def fabric_ip(host, twin="a"):
+        """A host's fabric address: twin A (enp1s0f1np1, 10.99.1.x) or twin B (enP2p1s0f1np1, 10.99.2.x)."""
+        return "10.99.%d.%d" % (1 if twin == "a" else 2, 10 + int(host.split("-")[1]))
+
+    def sh(self, host, command, timeout=120):
+        """A shell command inside a lab host (labctl exec, no ssh): test plumbing, not the subject."""
+        return self.host_exec(host, "sh", "-c", command, timeout=timeout)
+
+    def systemctl(self, host, *args):
+        return self.host_exec(host, "systemctl", *args).stdout.strip()
+
+    def services(self, host):
+        """What a deployment owns on a host: unit files, their states, running containers (IDs: a restart shows)."""
+        return self.sh(host, "sha256sum /etc/systemd/system/sparkfleet-*.service 2>/dev/null; "
+                             "systemctl list-units 'sparkfleet-*' --all --no-legend --plain 2>/dev/null; "
+                             "docker ps --no-trunc --format '{{.ID}} {{.Image}} {{.Status}}' | sed 's/Up .*/Up/'").stdout
+
+    # ------------------------------------------------------------------ the served API
+    @staticmethod
+    def api_key():
+        return API_KEY_FILE.read_text().strip()
+
+    def api(self, path, body=None, key=True, timeout=60):
+        """A real request to the served API from the control namespace (the controller's side), with the lab's API
+        key (key=True), another one (a string) or none (False): (HTTP code, body: JSON decoded when it is JSON),
+        or (None, curl's error) when nothing answered."""
+        argv = ["curl", "-sS", "-m", str(timeout), "-w", "\n%{http_code}"]
+        if key:
+            argv += ["-H", "Authorization: Bearer " + (self.api_key() if key is True else key)]
+        if body is not None:
+            argv += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
+        p = self.ctl(*argv, API + path, timeout=timeout + 30)
+        text, _, code = p.stdout.rpartition("\n")
+        if not code.isdigit() or code == "000":
+            return None, p.stderr.strip() or text
+        try:
+            return int(code), json.loads(text)
+        except ValueError:
+            return int(code), text
+
+    def completion(self, prompt="Hello", max_tokens=2, timeout=60):
+        """A real completion: (HTTP code or None, body)."""
+        return self.api("/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens},
+                        timeout=timeout)
+
+    def serves(self, timeout=20):
+        """Whether the API completes a real request now (an active unit is not enough: vLLM may still be loading)."""
+        return self.completion("up?", max_tokens=1, timeout=timeout)[0] == 200
+
+    def wait_serving(self, limit=300):
+        """Seconds until the API completes a request again (bounded); fails the test past the limit."""
+        t0 = time.time()
+        while time.time() - t0 < limit:
+            if self.completion("back", timeout=20)[0] == 200:
+                return time.time() - t0
+            time.sleep(3)
+        pytest.fail("the API did not complete a request within %d s" % limit)
+
+    def ensure_serving(self, data_dir):
+        """A lab that serves: at once when the API completes a real request, else deployed (stage + site.yml; an
+        image already on a worker stays there). Returns the site.yml run, or None when the lab already served."""
+        if self.serves():
+            return None
+        return self.deploy(data_dir, keep_workers=True)
+
 
 def _skip_reason():
     if sys.platform != "linux":
@@ -125,6 +242,13 @@ def lab():
     yield Lab(hosts)
     if not was_up and not os.environ.get("SPARKLAB_KEEP_LAB"):
         subprocess.run([str(LABCTL), "down"], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def serving(lab, tmp_path_factory):
+    """A lab that serves, for a module that needs one and does not test the deployment itself: returns at once when
+    the API completes a real request, else stages and runs site.yml (the run, or None when it already served)."""
+    return lab.ensure_serving(tmp_path_factory.mktemp("serving"))
 
 
 # --------------------------------------------------------------------------- the fault table

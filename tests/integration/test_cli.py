@@ -20,22 +20,6 @@ def sparkfleet(lab, tmp_path, *args, timeout=300):
                           capture_output=True, text=True, timeout=timeout, env=env, cwd=str(lab.repo))
 
 
-@pytest.fixture(scope="module")
-def serving(lab, tmp_path_factory):
-    """A lab that serves: deploys it unless the API already completes a request (an active unit is not enough: a
-    lab brought back up restarts vLLM, which is still loading when this runs)."""
-    key = open("/var/tmp/sparklab/lab/api-key").read().strip()
-    body = json.dumps({"model": "sparklab/tiny-moe", "prompt": "up?", "max_tokens": 1})
-    probe = lab.ctl("curl", "-sS", "-o", "/dev/null", "-m", "20", "-w", "%{http_code}", "-H", "Authorization: Bearer " + key,
-                    "-H", "Content-Type: application/json", "-d", body, "http://10.99.0.11:30000/v1/completions", timeout=40)
-    if probe.stdout.strip() != "200":
-        staged = lab.run([lab.repo / "lab" / "stage.sh"], timeout=900)
-        assert staged.returncode == 0, staged.stderr[-3000:]
-        r = lab.ansible_run(private_data_dir=str(tmp_path_factory.mktemp("site")), playbook=str(lab.repo / "site.yml"),
-                            inventory=str(lab.inventory), envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
-        assert r["status"] == "successful", r["stats"]
-
-
 def test_status_exit_0_names_every_node_and_keeps_the_event_log(lab, serving, tmp_path):
     p = sparkfleet(lab, tmp_path, "status", "-i", str(lab.inventory))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]

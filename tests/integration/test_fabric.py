@@ -13,7 +13,6 @@ Run as root: lab/labctl ctl -- .venv/bin/pytest tests/integration/test_fabric.py
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -21,23 +20,7 @@ import pytest
 pytestmark = pytest.mark.lab
 
 HEAD = "spark-1"
-API = "http://10.99.0.11:30000"
-MODEL = "sparklab/tiny-moe"
 TWIN_A, TWIN_B = "enp1s0f1np1", "enP2p1s0f1np1"
-
-
-def play(lab, d, playbook, extravars=None, cmdline=""):
-    d.mkdir(parents=True, exist_ok=True)
-    r = lab.ansible_run(private_data_dir=str(d), playbook=str(lab.repo / playbook), inventory=str(lab.inventory),
-                        extravars=extravars or {}, cmdline=cmdline,
-                        envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
-    failures = [e for e in r["events"] if e["event"] in ("runner_on_failed", "runner_on_unreachable")
-                and not (e.get("res") or {}).get("_ansible_ignore_errors")]
-    return r, failures
-
-
-def changed_total(r):
-    return sum((r["stats"] or {}).get("changed", {}).values())
 
 
 def warnings_of(r):
@@ -49,35 +32,6 @@ def results_of(r, key):
     return [e["res"] for e in r["events"] if key in (e.get("res") or {})]
 
 
-def sh(lab, host, command, timeout=60):
-    return lab.host_exec(host, "sh", "-c", command, timeout=timeout)
-
-
-def services(lab, host):
-    """What a deployment owns on a host: unit files, their states, running containers (IDs: a restart shows)."""
-    return sh(lab, host, "sha256sum /etc/systemd/system/sparkfleet-*.service 2>/dev/null; "
-                         "systemctl list-units 'sparkfleet-*' --all --no-legend --plain 2>/dev/null; "
-                         "docker ps --no-trunc --format '{{.ID}} {{.Image}} {{.Status}}' | sed 's/Up .*/Up/'").stdout
-
-
-def api(lab, path, body=None):
-    """A request to the served API from the control namespace: (HTTP code, body) or (0, error) when nothing answers."""
-    key = open("/var/tmp/sparklab/lab/api-key").read().strip()
-    argv = ["curl", "-sS", "-m", "30", "-w", "\n%{http_code}", "-H", "Authorization: Bearer " + key]
-    if body is not None:
-        argv += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
-    p = lab.ctl(*argv, API + path, timeout=60)
-    if p.returncode != 0:
-        return 0, p.stderr
-    text, code = p.stdout.rsplit("\n", 1)
-    return int(code), text
-
-
-def completes(lab):
-    code, _text = api(lab, "/v1/completions", {"model": MODEL, "prompt": "fabric", "max_tokens": 3})
-    return code == 200
-
-
 def transports(r):
     """nccl_transport's verdict from a run: ({node: transport}, processes)."""
     found = results_of(r, "transports")
@@ -87,24 +41,8 @@ def transports(r):
 
 @pytest.fixture(scope="module")
 def image(lab):
-    staged = lab.run([lab.repo / "lab" / "stage.sh"], timeout=900)
-    assert staged.returncode == 0, staged.stderr[-3000:]
-    with open("/var/tmp/sparklab/share/runtime-image.txt") as handle:
-        return handle.read().strip()
-
-
-@pytest.fixture(scope="module")
-def deployed(lab, image, tmp_path_factory):
-    r, failures = play(lab, tmp_path_factory.mktemp("site"), "site.yml")
-    assert r["status"] == "successful" and not failures, failures[-3:] or r
-    return r
-
-
-def redeploy(lab, d):
-    """site.yml with the inventory's own settings (what every test leaves behind)."""
-    r, failures = play(lab, d, "site.yml")
-    assert r["status"] == "successful" and not failures, failures[-3:]
-    return r
+    """The runtime image's tag, staged on the head (an image already on a worker stays: the lab may be serving)."""
+    return lab.stage("--keep-workers")
 
 
 # ------------------------------------------------------------------------------------------------ RDMA transport
@@ -136,14 +74,16 @@ def test_standin_nccl_uses_ib_only_with_the_device_and_unlimited_memlock(lab, im
 @pytest.mark.long  # two deployments (without RDMA, then back)
 @pytest.mark.fault(name="Ray containers without RDMA access (no /dev/infiniband, limited memlock)",
                    expected="healthcheck fails naming each node and the fix; allowed TCP fallback warns and passes")
-def test_nccl_over_tcp_on_rdma_nodes_fails_the_healthcheck_naming_node_and_fix(lab, deployed, tmp_path, observe):
-    # the default deployment: every node's ranks on NET/IB
-    tr, procs = transports(deployed)
+def test_nccl_over_tcp_on_rdma_nodes_fails_the_healthcheck_naming_node_and_fix(lab, serving, tmp_path, observe):
+    # the default deployment: every node's ranks on NET/IB (as its healthcheck proves them)
+    r, failures = lab.play(tmp_path / "default", "playbooks/healthcheck.yml")
+    assert r["status"] == "successful" and not failures, failures[-1:]
+    tr, procs = transports(r)
     assert tr == {h: "IB" for h in lab.hosts}, tr
     assert {p["interface"] for p in procs} == {TWIN_A}
     try:
         # the containers lose their RDMA access, as a deployment without the devices and ulimits would run them
-        r, failures = play(lab, tmp_path / "no-rdma", "site.yml", extravars={"ray_cluster_rdma": False})
+        r, failures = lab.play(tmp_path / "no-rdma", "site.yml", extravars={"ray_cluster_rdma": False})
         assert r["status"] == "failed" and failures, r["stats"]
         for h in lab.hosts:
             ray_cmd = lab.host_exec(h, "docker", "inspect", "--format", "{{json .HostConfig}}", "sparkfleet-ray").stdout
@@ -153,42 +93,42 @@ def test_nccl_over_tcp_on_rdma_nodes_fails_the_healthcheck_naming_node_and_fix(l
         res = nccl[-1]["res"]
         assert res["transports"] == {h: "Socket" for h in lab.hosts}, res
         for h in lab.hosts:
-            assert "%s (10.99.1.%d): NCCL uses NET/Socket (TCP over %s)" % (h, 10 + int(h[-1]), TWIN_A) in res["msg"]
+            assert "%s (%s): NCCL uses NET/Socket (TCP over %s)" % (h, lab.fabric_ip(h), TWIN_A) in res["msg"]
         assert "--device /dev/infiniband/uverbsN, --ulimit memlock=-1" in res["msg"]
         assert "ray_cluster_rdma: true" in res["msg"]
         assert "NCCL uses NET/Socket" in failures[-1]["res"]["msg"]  # the run's last word says it too
         observe(res["msg"][:300])
         # the API itself still answers (TCP works, just slower): only the proof catches it
-        assert completes(lab)
+        assert lab.serves(timeout=30)
 
         # healthcheck.yml on its own (the head only) reads the workers' devices itself and fails the same way
-        r, failures = play(lab, tmp_path / "alone", "playbooks/healthcheck.yml")
+        r, failures = lab.play(tmp_path / "alone", "playbooks/healthcheck.yml")
         assert r["status"] == "failed" and failures, r["stats"]
         nccl = [f["res"] for f in failures if "transports" in (f["res"] or {})]
         assert nccl and nccl[-1]["transports"] == {h: "Socket" for h in lab.hosts}, failures[-1]["res"]
 
         # an operator who accepts TCP for now: a warning naming the same, and the healthcheck passes
-        r, failures = play(lab, tmp_path / "allowed", "playbooks/healthcheck.yml",
-                           extravars={"sparkfleet_allow_tcp_fallback": True})
+        r, failures = lab.play(tmp_path / "allowed", "playbooks/healthcheck.yml",
+                               extravars={"sparkfleet_allow_tcp_fallback": True})
         assert r["status"] == "successful" and not failures, failures[-1:]
         warned = [w for w in warnings_of(r) if "NCCL uses NET/Socket" in w]
         assert len(warned) == len(lab.hosts), warnings_of(r)
         assert all("(allowed: sparkfleet_allow_tcp_fallback is true)" in w for w in warned)
     finally:
-        back = redeploy(lab, tmp_path / "back")
+        back = lab.site(tmp_path / "back")
     assert transports(back)[0] == {h: "IB" for h in lab.hosts}
 
 
 # ------------------------------------------------------------------------------------------------ MTU
 @pytest.mark.fault(name="MTU mismatch between the two ends of a fabric link (worker at 1500, head at 9000)",
                    expected="preflight stops in seconds naming both ends and their MTUs; no service touched")
-def test_mtu_mismatch_stops_the_run_in_preflight_naming_both_ends(lab, deployed, tmp_path, observe):
+def test_mtu_mismatch_stops_the_run_in_preflight_naming_both_ends(lab, serving, tmp_path, observe):
     worker = lab.hosts[-1]
-    before = {h: services(lab, h) for h in lab.hosts}
+    before = {h: lab.services(h) for h in lab.hosts}
     lab.labctl("break", "mtu-mismatch", worker)
     try:
         t0 = time.monotonic()
-        r, failures = play(lab, tmp_path, "site.yml")
+        r, failures = lab.play(tmp_path, "site.yml")
         took = time.monotonic() - t0
         assert r["status"] == "failed" and failures, r["stats"]
         msg = failures[0]["res"]["msg"]
@@ -198,21 +138,20 @@ def test_mtu_mismatch_stops_the_run_in_preflight_naming_both_ends(lab, deployed,
         observe("%s (after %.0f s)" % (msg[:200], took))
         # stopped by preflight: no image moved, no model synced, no unit or container touched
         tasks = [e for e in r["events"] if e["event"] == "runner_on_ok"]
-        assert tasks and changed_total(r) == 0, r["stats"]
+        assert tasks and lab.changed_total(r) == 0, r["stats"]
         assert not results_of(r, "bytes_transferred") and not results_of(r, "files_total")
         assert took < 90, took
-        assert {h: services(lab, h) for h in lab.hosts} == before
+        assert {h: lab.services(h) for h in lab.hosts} == before
     finally:
         lab.labctl("fix", "mtu-mismatch", worker, check=False)
 
 
 @pytest.mark.fault(name="fabric at MTU 1500 on both ends (stock Sparks)",
                    expected="a warning with what it costs (RoCE path MTU 1024 instead of 4096); deploys and serves")
-def test_mtu_1500_on_both_ends_warns_with_the_cost_and_serves(lab, deployed, tmp_path, observe):
+def test_mtu_1500_on_both_ends_warns_with_the_cost_and_serves(lab, serving, tmp_path, observe):
     lab.labctl("break", "mtu1500")
     try:
-        r, failures = play(lab, tmp_path, "site.yml")
-        assert r["status"] == "successful" and not failures, failures[-1:]
+        r = lab.site(tmp_path)
         low = [w for w in warnings_of(r) if w.startswith("MTU below 9000")]
         assert low, warnings_of(r)
         assert "RoCE runs with a 1024-byte path MTU instead of 4096" in low[0]
@@ -220,28 +159,27 @@ def test_mtu_1500_on_both_ends_warns_with_the_cost_and_serves(lab, deployed, tmp
         observe(low[0][:200])
         fabric = results_of(r, "rdma_char_devices")
         assert fabric and {f["mtu"] for f in fabric} == {1500}
-        assert completes(lab)
+        assert lab.serves(timeout=30)
     finally:
         lab.labctl("fix", "mtu1500", check=False)
 
 
 # ------------------------------------------------------------------------------------------------ other port
 @pytest.fixture(scope="module")
-def other_port(lab, deployed, tmp_path_factory):
+def other_port(lab, serving, tmp_path_factory):
     """The last worker cabled on the other port of its CX7: enP2p1s0f1np1 carries its fabric address and
     enp1s0f1np1 (the head's fabric interface name) is down with no address."""
     worker = lab.hosts[-1]
     lab.labctl("break", "other-port", worker)
     yield worker
     lab.labctl("fix", "other-port", worker, check=False)
-    redeploy(lab, tmp_path_factory.mktemp("other-port-back"))
+    lab.site(tmp_path_factory.mktemp("other-port-back"))
 
 
 @pytest.mark.long  # two deployments (recabled, then back)
 def test_a_worker_on_the_other_port_serves_with_its_own_interface(lab, other_port, tmp_path):
     worker = other_port
-    r, failures = play(lab, tmp_path, "site.yml")
-    assert r["status"] == "successful" and not failures, failures[-1:]
+    r = lab.site(tmp_path)
     env = lab.host_exec(worker, "cat", "/etc/sparkfleet/ray.env").stdout.splitlines()
     assert "NCCL_SOCKET_IFNAME=%s" % TWIN_B in env and "GLOO_SOCKET_IFNAME=%s" % TWIN_B in env, env
     head_env = lab.host_exec(HEAD, "cat", "/etc/sparkfleet/ray.env").stdout.splitlines()
@@ -251,8 +189,8 @@ def test_a_worker_on_the_other_port_serves_with_its_own_interface(lab, other_por
     assert "SOCKET_IFNAME" not in driver and "NCCL_IB_HCA" not in driver, driver
     tr, procs = transports(r)
     assert tr == {h: "IB" for h in lab.hosts}, tr
-    assert {p["interface"] for p in procs if p["ip"] == "10.99.1.%d" % (10 + int(worker[-1]))} == {TWIN_B}
-    assert completes(lab)
+    assert {p["interface"] for p in procs if p["ip"] == lab.fabric_ip(worker)} == {TWIN_B}
+    assert lab.serves(timeout=30)
 
 
 @pytest.mark.long
@@ -262,8 +200,8 @@ def test_a_leaked_head_interface_breaks_the_worker_on_the_other_port(lab, other_
     worker = other_port
     # the pre-issue-10 deployment: the head's fabric variables in the driver's environment, no non-carry-over list
     leak = {"NCCL_SOCKET_IFNAME": TWIN_A, "VLLM_CONFIG_ROOT": "/nonexistent"}
-    r, failures = play(lab, tmp_path / "leak", "site.yml",
-                       extravars={"vllm_serve_env": leak})
+    r, failures = lab.play(tmp_path / "leak", "site.yml",
+                           extravars={"vllm_serve_env": leak})
     assert r["status"] == "failed" and failures, r["stats"]
     res = failures[-1]["res"]
     assert res["failure"]["class"] == "nccl_error", res.get("failure")
@@ -274,25 +212,25 @@ def test_a_leaked_head_interface_breaks_the_worker_on_the_other_port(lab, other_
     log = lab.host_exec(HEAD, "journalctl", "-u", "sparkfleet-vllm", "--no-pager", "-n", "2000").stdout
     assert "Copying the following environment variables to workers: [" in log and "'NCCL_SOCKET_IFNAME'" in log
     on_worker = [line for line in log.splitlines() if "RayTaskError(NcclError): ray::RayWorkerWrapper" in line
-                 and "ip=10.99.1.%d," % (10 + int(worker[-1])) in line]
+                 and "ip=%s," % lab.fabric_ip(worker) in line]
     assert on_worker, log[-3000:]
     assert "Bootstrap : no socket interface found (NCCL_SOCKET_IFNAME=%s)" % TWIN_A in log
 
     # the same variable with the collection's ray_non_carry_over_env_vars.json in place: not copied, it serves
-    r, failures = play(lab, tmp_path / "listed", "site.yml",
-                       extravars={"vllm_serve_env": {"NCCL_SOCKET_IFNAME": TWIN_A}})
+    r, failures = lab.play(tmp_path / "listed", "site.yml",
+                           extravars={"vllm_serve_env": {"NCCL_SOCKET_IFNAME": TWIN_A}})
     assert r["status"] == "successful" and not failures, failures[-1:]
-    assert completes(lab)
+    assert lab.serves(timeout=30)
 
 
 # ------------------------------------------------------------------------------------------------ power
 @pytest.mark.long
 @pytest.mark.fault(name="head powered off past the old start limit, then powered on",
                    expected="workers keep trying; the API answers again with no manual step")
-def test_head_powered_off_past_the_old_start_limit_comes_back_serving(lab, deployed, tmp_path, observe):
+def test_head_powered_off_past_the_old_start_limit_comes_back_serving(lab, serving, tmp_path, observe):
     worker = lab.hosts[-1]
-    if not completes(lab):
-        redeploy(lab, tmp_path / "fresh")
+    if not lab.serves(timeout=30):
+        lab.site(tmp_path / "fresh")
     lab.labctl("poweroff", HEAD)
     off = time.monotonic()
     try:
@@ -300,7 +238,7 @@ def test_head_powered_off_past_the_old_start_limit_comes_back_serving(lab, deplo
         # a few minutes left its workers failed for good. Stay off until the worker's Ray has failed several times.
         restarts = 0
         while time.monotonic() - off < 420:
-            show = sh(lab, worker, "systemctl show -p NRestarts -p ActiveState -p SubState sparkfleet-ray").stdout
+            show = lab.sh(worker, "systemctl show -p NRestarts -p ActiveState -p SubState sparkfleet-ray").stdout
             props = dict(line.split("=", 1) for line in show.split())
             restarts = int(props.get("NRestarts", 0))
             assert props.get("ActiveState") != "failed", "the worker's Ray gave up: %s" % show
@@ -312,10 +250,10 @@ def test_head_powered_off_past_the_old_start_limit_comes_back_serving(lab, deplo
         lab.labctl("poweron", HEAD)
     away = time.monotonic() - off
     on = time.monotonic()
-    while time.monotonic() - on < 600 and not completes(lab):
+    while time.monotonic() - on < 600 and not lab.serves(timeout=30):
         time.sleep(10)
     back = time.monotonic() - on
-    assert completes(lab), "the API does not answer %.0f s after the head came back" % back
+    assert lab.serves(timeout=30), "the API does not answer %.0f s after the head came back" % back
     observe("head off %.0f s (worker's Ray restarted %d times meanwhile); API answering %.0f s after power-on"
             % (away, restarts, back))
-    assert sh(lab, worker, "systemctl is-active sparkfleet-ray").stdout.strip() == "active"
+    assert lab.sh(worker, "systemctl is-active sparkfleet-ray").stdout.strip() == "active"

@@ -1,7 +1,7 @@
 """Issue 11's faults on a deployed lab: each injected for real, each with the outcome a user must see.
 
-The tests share one deployment (the module's `deployed` fixture) and run in file order; each leaves the cluster
-serving again (or ends by restoring it). Tests over about two minutes are marked `long` (scripts/faults.sh).
+The tests share one deployment (conftest's `serving`: the lab as an earlier module left it serving, else deployed)
+and run in file order; each leaves the cluster serving again (or ends by restoring it). Tests over about two minutes are marked `long` (scripts/faults.sh).
     SPARKLAB_NAME=x SPARKLAB_KEEP_LAB=1 lab/labctl ctl -- .venv/bin/pytest tests/integration/test_faults.py -m lab
 """
 
@@ -17,65 +17,6 @@ import pytest
 pytestmark = pytest.mark.lab
 
 HEAD = "spark-1"
-API = "http://10.99.0.11:30000"
-MODEL = "sparklab/tiny-moe"
-
-
-def play(lab, tmp_path, playbook, cmdline="", extravars=None):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    r = lab.ansible_run(private_data_dir=str(tmp_path), playbook=str(lab.repo / playbook),
-                        inventory=str(lab.inventory), cmdline=cmdline, extravars=extravars or {},
-                        envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
-    failures = [e for e in r["events"] if e["event"] in ("runner_on_failed", "runner_on_unreachable")
-                and not (e.get("res") or {}).get("_ansible_ignore_errors")]
-    return r, failures
-
-
-def messages(failures):
-    return json.dumps([f.get("res") for f in failures])
-
-
-def changed_total(r):
-    return sum((r["stats"] or {}).get("changed", {}).values())
-
-
-def systemctl(lab, host, *args):
-    return lab.host_exec(host, "systemctl", *args).stdout.strip()
-
-
-def api_key(lab):
-    inv = (Path(lab.inventory) / "group_vars" / "spark" / "serving.yml").read_text()
-    return Path(re.search(r"password', '([^']+)'", inv).group(1)).read_text().strip()
-
-
-def completion(lab, prompt="Hello", timeout=60):
-    """A real completion from the controller's side: (HTTP code or None, body text)."""
-    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 2})
-    p = lab.ctl("curl", "-sS", "-m", str(timeout), "-w", "\n%{http_code}", "-H", "Authorization: Bearer " + api_key(lab),
-                "-H", "Content-Type: application/json", "-d", body, API + "/v1/completions", timeout=timeout + 30)
-    text, _, code = p.stdout.rpartition("\n")
-    return (int(code) if code.isdigit() and code != "000" else None), text or p.stderr
-
-
-def wait_serving(lab, limit=300):
-    """Seconds until the API completes a request again (bounded); fails the test past the limit."""
-    t0 = time.time()
-    while time.time() - t0 < limit:
-        if completion(lab, "back", timeout=20)[0] == 200:
-            return time.time() - t0
-        time.sleep(3)
-    pytest.fail("the API did not complete a request within %d s" % limit)
-
-
-@pytest.fixture(scope="module")
-def deployed(lab, tmp_path_factory):
-    if completion(lab, "already up?", timeout=20)[0] == 200:
-        return None  # an earlier module deployed the lab and it serves: the faults start from there
-    staged = lab.run([lab.repo / "lab" / "stage.sh"], timeout=900)
-    assert staged.returncode == 0, staged.stderr[-3000:]
-    r, failures = play(lab, tmp_path_factory.mktemp("site"), "site.yml")
-    assert r["status"] == "successful" and not failures, failures[-3:] or r
-    return r
 
 
 def serve_with_fault(lab, tmp_path, fault, **extra):
@@ -84,14 +25,14 @@ def serve_with_fault(lab, tmp_path, fault, **extra):
     extravars = {"vllm_serve_env": env, "vllm_serve_failure_logs_dir": str(tmp_path / "logs")}
     extravars.update(extra)
     t0 = time.time()
-    r, failures = play(lab, tmp_path, "site.yml", cmdline="--tags vllm_serve", extravars=extravars)
+    r, failures = lab.play(tmp_path, "site.yml", cmdline="--tags vllm_serve", extravars=extravars)
     return r, failures, time.time() - t0
 
 
 @pytest.mark.fault(name="engine crash mid-load (a worker's rank dies at shard 4 of 8)",
                    expected="play fails with the class and the log line; every node's vLLM/Ray journals and Ray logs"
                             " fetched to a directory the message names")
-def test_engine_crash_mid_load_names_the_class_and_fetches_every_node_s_logs(lab, deployed, tmp_path, observe):
+def test_engine_crash_mid_load_names_the_class_and_fetches_every_node_s_logs(lab, serving, tmp_path, observe):
     r, failures, _ = serve_with_fault(lab, tmp_path, "crash_load")
     assert r["status"] == "failed" and failures
     final = failures[-1]["res"]["msg"]
@@ -115,44 +56,44 @@ def test_engine_crash_mid_load_names_the_class_and_fetches_every_node_s_logs(lab
         assert "Started sparkfleet-ray.service" in files[host + "/sparkfleet-ray.journal.txt"] or \
             "ray start" in files[host + "/sparkfleet-ray.journal.txt"].lower()
     assert all(len(text.encode()) <= 4 * 1024 * 1024 for text in files.values())
-    key = api_key(lab)
+    key = lab.api_key()
     assert not [name for name, text in files.items() if key in text]
     assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in logs.rglob("*") if p.is_file())
 
 
 @pytest.mark.fault(name="engine fails within seconds and its --rm container is gone (API port bind fails)",
                    expected="the cause class comes from the unit's journal (port_in_use), not engine_exited")
-def test_early_exit_is_classified_from_the_unit_journal(lab, deployed, tmp_path, observe):
+def test_early_exit_is_classified_from_the_unit_journal(lab, serving, tmp_path, observe):
     r, failures, _ = serve_with_fault(lab, tmp_path, "port_in_use")
     assert r["status"] == "failed" and failures
     wait = [f["res"] for f in failures if "log_source" in (f.get("res") or {})]
-    assert wait and wait[-1]["failure"]["class"] == "port_in_use", messages(failures)[-2000:]
+    assert wait and wait[-1]["failure"]["class"] == "port_in_use", lab.messages(failures)[-2000:]
     assert wait[-1]["log_source"] == "journal"
     observe(failures[-1]["res"]["msg"][:300])
 
 
 @pytest.mark.fault(name="shard truncated on a worker after a good sync",
                    expected="the next run re-sends it before serving and the engine restarts onto it")
-def test_a_shard_truncated_on_a_worker_is_repaired_before_serving(lab, deployed, tmp_path, observe):
+def test_a_shard_truncated_on_a_worker_is_repaired_before_serving(lab, serving, tmp_path, observe):
     worker, shard = lab.hosts[-1], "/models/sparklab-tiny/model-00003-of-00008.safetensors"
     size = int(lab.host_exec(HEAD, "stat", "-c", "%s", shard).stdout)
     assert lab.host_exec(worker, "truncate", "-s", str(size // 2), shard).returncode == 0
     before = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Id}}", "sparkfleet-vllm").stdout.strip()
-    r, failures = play(lab, tmp_path, "site.yml", cmdline="--tags model_sync,vllm_serve")
-    assert r["status"] == "successful" and not failures, messages(failures)[-2000:]
+    r, failures = lab.play(tmp_path, "site.yml", cmdline="--tags model_sync,vllm_serve")
+    assert r["status"] == "successful" and not failures, lab.messages(failures)[-2000:]
     assert int(lab.host_exec(worker, "stat", "-c", "%s", shard).stdout) == size
     sums = {h: lab.host_exec(h, "sha256sum", shard).stdout.split()[0] for h in (HEAD, worker)}
     assert sums[HEAD] == sums[worker]
     after = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Id}}", "sparkfleet-vllm").stdout.strip()
     assert after and after != before, "the engine still serves what it loaded before the repair"
-    assert completion(lab)[0] == 200
+    assert lab.completion()[0] == 200
     observe("%s re-sent (%d of %d bytes were missing); engine restarted" % (shard.rsplit("/", 1)[1], size - size // 2, size))
 
 
 @pytest.mark.fault(name="disk full on the worker (its model filesystem too small for a missing shard)",
                    expected="refused before copying, naming the host, the bytes free and the bytes needed; the copy"
                             " already there untouched")
-def test_a_full_worker_disk_is_refused_before_copying_with_the_numbers(lab, deployed, tmp_path, observe):
+def test_a_full_worker_disk_is_refused_before_copying_with_the_numbers(lab, serving, tmp_path, observe):
     worker, model = lab.hosts[-1], "/models/sparklab-tiny"
     missing = model + "/model-00008-of-00008.safetensors"
     size = int(lab.host_exec(HEAD, "du", "-sb", model).stdout.split()[0])
@@ -164,12 +105,12 @@ def test_a_full_worker_disk_is_refused_before_copying_with_the_numbers(lab, depl
     assert lab.host_exec(worker, "sh", "-c", fill).returncode == 0
     try:
         before = lab.host_exec(worker, "sh", "-c", "cd %s && sha256sum * | sort" % model).stdout
-        r, failures = play(lab, tmp_path, "site.yml", cmdline="--tags model_sync")
+        r, failures = lab.play(tmp_path, "site.yml", cmdline="--tags model_sync")
         assert r["status"] == "failed" and failures
-        msgs = messages(failures)
+        msgs = lab.messages(failures)
         m = re.search(r"(\d+) bytes \([0-9.]+ GB\) free under [^,]+, the sync needs (\d+) bytes", msgs)
-        fabric_ip = "10.99.1.%d" % (10 + int(worker.split("-")[1]))  # model_sync names destinations by fabric IP
-        assert m and int(m.group(1)) < int(m.group(2)) and fabric_ip in msgs, msgs[-2000:]
+        # model_sync names destinations by fabric IP
+        assert m and int(m.group(1)) < int(m.group(2)) and lab.fabric_ip(worker) in msgs, msgs[-2000:]
         observe(msgs[msgs.index(m.group(0)) - 80:][:240])
         assert lab.host_exec(worker, "sh", "-c", "cd %s && sha256sum * | sort" % model).stdout == before
         assert lab.host_exec(worker, "test", "-e", missing).returncode != 0
@@ -182,43 +123,43 @@ def test_a_full_worker_disk_is_refused_before_copying_with_the_numbers(lab, depl
 @pytest.mark.fault(name="Ray's memory monitor turned on by the user (threshold 0.95) kills a rank at graph capture",
                    expected="the play fails within seconds of the kill with the class ray_oom_killed and a hint naming"
                             " our variable; the inventory's settings serve again")
-def test_a_ray_oom_kill_at_graph_capture_fails_with_its_class_and_our_variable(lab, deployed, tmp_path, observe):
+def test_a_ray_oom_kill_at_graph_capture_fails_with_its_class_and_our_variable(lab, serving, tmp_path, observe):
     fault = {"SPARKLAB_SECONDS_PER_SHARD": "0.2", "SPARKLAB_FAULT": "ray_oom_graph"}
     try:
-        r, failures = play(lab, tmp_path / "oom", "site.yml", cmdline="--tags ray_cluster,vllm_serve",
-                           extravars={"vllm_serve_env": fault, "vllm_serve_gpu_memory_utilization": 0.95,
-                                      "ray_cluster_memory_monitor": True,
-                                      "ray_cluster_memory_usage_threshold": 0.95})
+        r, failures = lab.play(tmp_path / "oom", "site.yml", cmdline="--tags ray_cluster,vllm_serve",
+                               extravars={"vllm_serve_env": fault, "vllm_serve_gpu_memory_utilization": 0.95,
+                                          "ray_cluster_memory_monitor": True,
+                                          "ray_cluster_memory_usage_threshold": 0.95})
         assert r["status"] == "failed" and failures
-        final = messages(failures)
+        final = lab.messages(failures)
         assert "ray_oom_killed" in final, final[-3000:]
         assert "ray_cluster_memory_monitor" in final or "vllm_serve_gpu_memory_utilization" in final, final[-3000:]
         observe(final[final.index("ray_oom_killed"):][:300])
     finally:
-        r, failures = play(lab, tmp_path / "back", "site.yml", cmdline="--tags ray_cluster,vllm_serve")
-    assert r["status"] == "successful" and not failures, messages(failures)[-2000:]
-    assert completion(lab)[0] == 200
+        r, failures = lab.play(tmp_path / "back", "site.yml", cmdline="--tags ray_cluster,vllm_serve")
+    assert r["status"] == "successful" and not failures, lab.messages(failures)[-2000:]
+    assert lab.completion()[0] == 200
 
 
 @pytest.mark.long
 @pytest.mark.fault(name="engine hangs mid-load (stops printing at shard 4 of 8)",
                    expected="`stalled` after vllm_serve_stall_timeout (45 s), long before the global timeout (900 s)")
-def test_engine_hang_is_stalled_after_stall_timeout(lab, deployed, tmp_path, observe):
+def test_engine_hang_is_stalled_after_stall_timeout(lab, serving, tmp_path, observe):
     r, failures, took = serve_with_fault(lab, tmp_path, "hang", vllm_serve_stall_timeout=45,
                                          vllm_serve_ready_timeout=900)
     assert r["status"] == "failed" and failures
     wait = [f["res"] for f in failures if "log_source" in (f.get("res") or {})]
-    assert wait and wait[-1]["failure"]["class"] == "stalled", messages(failures)[-2000:]
+    assert wait and wait[-1]["failure"]["class"] == "stalled", lab.messages(failures)[-2000:]
     # The worker's rank hung at shard 4; the head's rank finished loading, so the log's phase may already be past it.
     assert wait[-1]["failed_phase"] in ("loading_weights", "profiling"), wait[-1]["failed_phase"]
     assert took < 400, took
     observe("%s (the play took %.0f s)" % (failures[-1]["res"]["msg"][:240], took))
 
 
-def test_the_inventory_s_settings_serve_again(lab, deployed, tmp_path):
-    r, failures = play(lab, tmp_path, "site.yml", cmdline="--tags vllm_serve")
+def test_the_inventory_s_settings_serve_again(lab, serving, tmp_path):
+    r, failures = lab.play(tmp_path, "site.yml", cmdline="--tags vllm_serve")
     assert r["status"] == "successful" and not failures, failures[-1:]
-    assert completion(lab)[0] == 200
+    assert lab.completion()[0] == 200
 
 
 def _node_state(lab, host):
@@ -231,29 +172,29 @@ def _node_state(lab, host):
 
 @pytest.mark.fault(name="worker unreachable at start (its sshd stopped)",
                    expected="preflight fails naming the host; nothing changed on the head")
-def test_a_worker_that_ssh_cannot_reach_fails_preflight_naming_it(lab, deployed, tmp_path, observe):
+def test_a_worker_that_ssh_cannot_reach_fails_preflight_naming_it(lab, serving, tmp_path, observe):
     worker = lab.hosts[-1]
     before = _node_state(lab, HEAD)
     stopped = lab.host_exec(worker, "systemctl", "stop", "ssh.socket", "ssh.service")
     assert stopped.returncode == 0, stopped.stderr
     try:
-        r, failures = play(lab, tmp_path, "site.yml")
+        r, failures = lab.play(tmp_path, "site.yml")
         assert r["status"] == "failed" and failures
-        msgs = messages(failures)
-        assert "cannot reach %s (10.99.1.%d)" % (worker, 10 + int(worker.split("-")[1])) in msgs, msgs[-2000:]
+        msgs = lab.messages(failures)
+        assert "cannot reach %s (%s)" % (worker, lab.fabric_ip(worker)) in msgs, msgs[-2000:]
         assert "port 22" in msgs
         observe(msgs[msgs.index("cannot reach"):][:240])
         # Only preflight ran: the head is as it was.
-        assert changed_total(r) == 0
+        assert lab.changed_total(r) == 0
         assert _node_state(lab, HEAD) == before
     finally:
         lab.host_exec(worker, "systemctl", "start", "ssh.socket", "ssh.service")
-    assert completion(lab)[0] == 200
+    assert lab.completion()[0] == 200
 
 
 @pytest.mark.fault(name="plain stop of our units (systemctl stop)",
                    expected="every unit inactive, none failed (Ray's exit 1 on SIGTERM, docker's 143 are a stop)")
-def test_a_plain_stop_leaves_the_units_inactive_not_failed(lab, deployed, observe):
+def test_a_plain_stop_leaves_the_units_inactive_not_failed(lab, serving, observe):
     lab.host_exec(HEAD, "systemctl", "stop", "sparkfleet-vllm")
     for host in reversed(lab.hosts):
         lab.host_exec(host, "systemctl", "stop", "sparkfleet-ray", timeout=120)
@@ -261,7 +202,7 @@ def test_a_plain_stop_leaves_the_units_inactive_not_failed(lab, deployed, observ
         states = {}
         for h in lab.hosts:
             for u in ("sparkfleet-ray", "sparkfleet-vllm") if h == HEAD else ("sparkfleet-ray",):
-                out = systemctl(lab, h, "show", "-p", "ActiveState", "-p", "Result", "-p", "ExecMainStatus", u)
+                out = lab.systemctl(h, "show", "-p", "ActiveState", "-p", "Result", "-p", "ExecMainStatus", u)
                 states[(h, u)] = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
         observe("; ".join("%s %s: %s" % (h, u, " ".join("%s=%s" % kv for kv in sorted(p.items())))
                           for (h, u), p in states.items()))
@@ -271,70 +212,67 @@ def test_a_plain_stop_leaves_the_units_inactive_not_failed(lab, deployed, observ
         for host in lab.hosts:
             lab.host_exec(host, "systemctl", "start", "--no-block", "sparkfleet-ray")
         lab.host_exec(HEAD, "systemctl", "start", "--no-block", "sparkfleet-vllm")
-        wait_serving(lab, 300)
+        lab.wait_serving(300)
 
 
 @pytest.mark.long
 @pytest.mark.fault(name="worker's Ray dies while serving (its raylet killed)",
                    expected="healthcheck fails on a real completion naming the worker's Ray; status.yml names the"
                             " node; a re-run of site.yml restores serving")
-def test_worker_ray_dying_while_serving_is_named_and_a_rerun_restores(lab, deployed, tmp_path, observe):
+def test_worker_ray_dying_while_serving_is_named_and_a_rerun_restores(lab, serving, tmp_path, observe):
     worker = lab.hosts[-1]
-    assert completion(lab)[0] == 200
+    assert lab.completion()[0] == 200
     pids = lab.host_exec(worker, "pgrep", "-x", "raylet").stdout.split()
     assert len(pids) == 1, pids
     assert lab.host_exec(worker, "kill", "-9", pids[0]).returncode == 0
-    r, failures = play(lab, tmp_path / "healthcheck", "playbooks/healthcheck.yml")
+    r, failures = lab.play(tmp_path / "healthcheck", "playbooks/healthcheck.yml")
     assert r["status"] == "failed" and failures
     msg = failures[-1]["res"]["msg"]
     assert msg.startswith("not serving: Send a real completion") or msg.startswith(
         "not serving: Check the completion returned text"), msg
     assert "%s: Ray (sparkfleet-ray)" % worker in msg, msg
     observe(msg[:300])
-    r, failures = play(lab, tmp_path / "status", "playbooks/status.yml")
+    r, failures = lab.play(tmp_path / "status", "playbooks/status.yml")
     seen = json.dumps([e.get("res") for e in r["events"] if e["host"] == HEAD])
     assert "%s: Ray (sparkfleet-ray)" % worker in seen, seen[-3000:]
-    r, failures = play(lab, tmp_path / "site", "site.yml")
-    assert r["status"] == "successful" and not failures, failures[-1:]
-    assert completion(lab)[0] == 200
+    lab.site(tmp_path / "site")
+    assert lab.completion()[0] == 200
 
 
 @pytest.mark.long
 @pytest.mark.fault(name="fabric link of the worker down mid-run (after preflight, before the image transfer and ray_cluster)",
                    expected="clear failure naming the node, its fabric address and the interface; after the link"
                             " returns a re-run completes")
-def test_fabric_down_mid_run_is_named_and_a_rerun_completes(lab, deployed, tmp_path, observe):
+def test_fabric_down_mid_run_is_named_and_a_rerun_completes(lab, serving, tmp_path, observe):
     worker = lab.hosts[-1]
     lab.labctl("break", "fabric-down", worker)
     try:
         # The run's preflight passed before the cable was pulled: the rest of site.yml meets the dead link.
-        r, failures = play(lab, tmp_path / "broken", "site.yml",
-                           cmdline="--tags ray_cluster,vllm_serve,healthcheck --skip-tags preflight")
+        r, failures = lab.play(tmp_path / "broken", "site.yml",
+                               cmdline="--tags ray_cluster,vllm_serve,healthcheck --skip-tags preflight")
         assert r["status"] == "failed" and failures
-        msgs = messages(failures)
-        ip = "10.99.1.%d" % (10 + int(worker.split("-")[1]))
+        msgs = lab.messages(failures)
+        ip = lab.fabric_ip(worker)
         assert "cannot reach %s (%s) over the fabric: interface enp1s0f1np1" % (worker, ip) in msgs, msgs[-2000:]
         observe(msgs[msgs.index("cannot reach"):][:240])
     finally:
         lab.labctl("fix", "fabric-down", worker, check=False)
-    r, failures = play(lab, tmp_path / "fixed", "site.yml")
-    assert r["status"] == "successful" and not failures, failures[-1:]
-    assert completion(lab)[0] == 200
+    lab.site(tmp_path / "fixed")
+    assert lab.completion()[0] == 200
 
 
 @pytest.mark.long
 @pytest.mark.fault(name="the worker's model directory deleted and created again while Ray runs (rm -r, then a re-run)",
                    expected="model_sync re-sends the model, Ray on that worker restarts onto the new directory (its"
                             " container held the deleted one), the engine restarts and the API completes")
-def test_a_recreated_model_directory_on_a_worker_is_mounted_again(lab, deployed, tmp_path, observe):
+def test_a_recreated_model_directory_on_a_worker_is_mounted_again(lab, serving, tmp_path, observe):
     worker = lab.hosts[-1]
     model_dir = "/models/sparklab-tiny"
     before = _active_since(lab, worker, "sparkfleet-ray")
     assert lab.host_exec(worker, "sh", "-c", "rm -rf %s && mkdir %s" % (model_dir, model_dir)).returncode == 0
     seen = lab.host_exec(worker, "docker", "exec", "sparkfleet-ray", "sh", "-c", "ls -A %s | wc -l" % model_dir)
     assert seen.stdout.strip() == "0", seen  # the running container still holds the removed directory
-    r, failures = play(lab, tmp_path, "site.yml")
-    assert r["status"] == "successful" and not failures, messages(failures)[-2000:]
+    r = lab.site(tmp_path)
     probes = [e["res"] for e in r["events"] if e["host"] == worker and e["event"] == "runner_on_ok"
               and str((e.get("res") or {}).get("stdout", "")).startswith("stale:")]
     assert probes, "no stale mount reported for %s" % worker
@@ -342,28 +280,28 @@ def test_a_recreated_model_directory_on_a_worker_is_mounted_again(lab, deployed,
     assert _active_since(lab, worker, "sparkfleet-ray") != before
     seen = lab.host_exec(worker, "docker", "exec", "sparkfleet-ray", "sh", "-c", "ls %s | grep -c safetensors" % model_dir)
     assert int(seen.stdout.strip() or 0) > 0, seen
-    assert completion(lab)[0] == 200
+    assert lab.completion()[0] == 200
 
 
 def _active_since(lab, host, unit):
-    out = systemctl(lab, host, "show", "--timestamp=unix", "-p", "ActiveEnterTimestamp", "--value", unit)
+    out = lab.systemctl(host, "show", "--timestamp=unix", "-p", "ActiveEnterTimestamp", "--value", unit)
     return float(out.lstrip("@")) if out.startswith("@") else None
 
 
 @pytest.mark.long
 @pytest.mark.fault(name="reboot of the worker, then of the head (disk kept)",
                    expected="units come back in order, the API answers, no manual step")
-def test_reboots_of_worker_then_head_heal_without_a_manual_step(lab, deployed, observe):
+def test_reboots_of_worker_then_head_heal_without_a_manual_step(lab, serving, observe):
     seen = []
     for host in (lab.hosts[-1], HEAD):
         t0 = time.time()
         lab.labctl("reboot", host, timeout=600)
-        wait_serving(lab, 420)
+        lab.wait_serving(420)
         seen.append("%s rebooted: API answers %.0f s after the reboot began" % (host, time.time() - t0))
         # In order on the head: Ray before vLLM; the worker's Ray up before vLLM loaded its ranks.
         ray, vllm = _active_since(lab, HEAD, "sparkfleet-ray"), _active_since(lab, HEAD, "sparkfleet-vllm")
         assert ray is not None and vllm is not None and ray <= vllm, (ray, vllm)
         assert _active_since(lab, lab.hosts[-1], "sparkfleet-ray") <= vllm
         for h in lab.hosts:
-            assert systemctl(lab, h, "is-active", "sparkfleet-ray") == "active"
+            assert lab.systemctl(h, "is-active", "sparkfleet-ray") == "active"
     observe("; ".join(seen))

@@ -19,10 +19,6 @@ pytestmark = pytest.mark.lab
 REAL_SPARKS = ("10.1.230.180", "192.168.200.13")
 
 
-def fabric_ip(host, twin="a"):
-    return "10.99.%d.%d" % (1 if twin == "a" else 2, 10 + int(host.split("-")[1]))
-
-
 def sysfs_gid(ipv4):
     """::ffff:a.b.c.d as the kernel writes it in ports/1/gids/N."""
     a, b, c, d = (int(x) for x in ipv4.split("."))
@@ -53,7 +49,7 @@ def test_worker_answers_only_through_proxyjump(lab):
     t0 = time.monotonic()
     p = lab.ctl("ssh", "-F", "/dev/null", "-i", lab.ssh_key, "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
                 "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-                "spark@" + fabric_ip("spark-2"), "true")
+                "spark@" + lab.fabric_ip("spark-2"), "true")
     took = time.monotonic() - t0
     assert p.returncode == 255
     assert "unreachable" in p.stderr.lower()
@@ -61,7 +57,7 @@ def test_worker_answers_only_through_proxyjump(lab):
 
 
 def test_root_netns_cannot_route_to_lab_or_real_sparks(lab):
-    for address in (fabric_ip("spark-2"), "10.99.0.11") + REAL_SPARKS:
+    for address in (lab.fabric_ip("spark-2"), "10.99.0.11") + REAL_SPARKS:
         assert_unreachable(lab, address)
     # and holds no lab address or interface of its own
     p = lab.root_ns("ip", "-o", "addr", "show")
@@ -150,7 +146,7 @@ def test_interfaces_follow_the_address_plan(lab):
         for ifn, twin in (("enp1s0f1np1", "a"), ("enP2p1s0f1np1", "b")):
             assert links[ifn]["mtu"] == 9000, (host, ifn)
             addrs = [a["local"] for a in links[ifn]["addr_info"] if a["family"] == "inet"]
-            assert addrs == [fabric_ip(host, twin)], (host, ifn, addrs)
+            assert addrs == [lab.fabric_ip(host, twin)], (host, ifn, addrs)
         for ifn in ("enp1s0f0np0", "enP2p1s0f0np0"):
             assert "UP" not in links[ifn]["flags"], (host, ifn)
             assert [a for a in links[ifn]["addr_info"] if a["family"] == "inet"] == [], (host, ifn)
@@ -165,7 +161,7 @@ def test_interfaces_follow_the_address_plan(lab):
 
 def test_fabric_twins_reach_each_other(lab):
     for twin in ("a", "b"):
-        p = lab.ssh("spark-1", "ping -c1 -W2 -M do -s 8972 %s" % fabric_ip("spark-2", twin))
+        p = lab.ssh("spark-1", "ping -c1 -W2 -M do -s 8972 %s" % lab.fabric_ip("spark-2", twin))
         assert p.returncode == 0, (twin, p.stdout, p.stderr)
 
 
@@ -260,7 +256,7 @@ def test_rdma_fixture_maps_the_twins(lab):
             else:
                 assert state == "4: ACTIVE"
                 assert read_fixture(lab, host, dev + "/ports/1/phys_state") == "5: LinkUp"
-                assert read_fixture(lab, host, dev + "/ports/1/gids/3") == sysfs_gid(fabric_ip(host, twin))
+                assert read_fixture(lab, host, dev + "/ports/1/gids/3") == sysfs_gid(lab.fabric_ip(host, twin))
                 assert read_fixture(lab, host, dev + "/ports/1/gid_attrs/types/3") == "RoCE v2"
                 assert read_fixture(lab, host, dev + "/ports/1/gid_attrs/ndevs/3") == netdev
 
@@ -269,21 +265,21 @@ def test_fabric_down_knob_takes_twin_a_down_and_back(lab):
     lab.labctl("break", "fabric-down", "spark-2")
     try:
         assert read_fixture(lab, "spark-2", "rocep1s0f1/ports/1/state") == "1: DOWN"
-        p = lab.ssh("spark-1", "ping -c1 -W1 %s" % fabric_ip("spark-2", "a"))
+        p = lab.ssh("spark-1", "ping -c1 -W1 %s" % lab.fabric_ip("spark-2", "a"))
         assert p.returncode != 0
         # twin B still carries traffic, as on a Spark with one bad lane
-        assert lab.ssh("spark-1", "ping -c1 -W2 %s" % fabric_ip("spark-2", "b")).returncode == 0
+        assert lab.ssh("spark-1", "ping -c1 -W2 %s" % lab.fabric_ip("spark-2", "b")).returncode == 0
         # the worker's ssh path (ProxyJump from the head to its twin A address) is gone with it: the head cannot open
         # a TCP connection to its port 22 (asked on the head itself: an ssh through the jump would wait out the
         # kernel's SYN retries, over two minutes, while the head still holds a neighbour entry for it)
-        probe = "timeout 5 bash -c '</dev/tcp/%s/22'" % fabric_ip("spark-2", "a")
+        probe = "timeout 5 bash -c '</dev/tcp/%s/22'" % lab.fabric_ip("spark-2", "a")
         assert lab.host_exec("spark-1", "bash", "-c", probe).returncode != 0
     finally:
         lab.labctl("fix", "fabric-down", "spark-2")
     assert read_fixture(lab, "spark-2", "rocep1s0f1/ports/1/state") == "4: ACTIVE"
     # back within seconds: the head's neighbour entry for the worker may still be FAILED for the first ping
     again = "for i in 1 2 3 4 5 6 7 8 9 10; do ping -c1 -W1 %s && exit 0; sleep 1; done; exit 1"
-    assert lab.ssh("spark-1", again % fabric_ip("spark-2", "a"), timeout=60).returncode == 0
+    assert lab.ssh("spark-1", again % lab.fabric_ip("spark-2", "a"), timeout=60).returncode == 0
 
 
 # --- the controller side -----------------------------------------------------------------------
@@ -306,7 +302,7 @@ SEND = ("import socket, time; s=socket.create_connection(('%s', 5099), 10); b=by
 
 def fabric_seconds_for_8mib(lab):
     """Seconds to push 8 MiB from spark-1 to spark-2 over twin A (plain TCP, no ssh in the way)."""
-    target = fabric_ip("spark-2")
+    target = lab.fabric_ip("spark-2")
     sink = subprocess.Popen([str(lab.repo / "lab" / "labctl"), "exec", "spark-2", "python3", "-c", SINK % target],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -341,7 +337,7 @@ def test_guard_survives_down(lab):
         pytest.skip("SPARKLAB_KEEP_LAB is set: not taking a shared lab down")
     lab.labctl("down", timeout=300)
     try:
-        for address in (fabric_ip("spark-2"),) + REAL_SPARKS:
+        for address in (lab.fabric_ip("spark-2"),) + REAL_SPARKS:
             assert_unreachable(lab, address)
         assert "sfl_guard" in lab.root_ns("nft", "list", "tables").stdout
     finally:

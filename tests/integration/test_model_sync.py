@@ -40,18 +40,13 @@ def synclab(lab, tmp_path_factory):
 
 
 def play(lab, d, playbook, check=False, **extravars):
-    # ansible-runner keeps env/extravars and env/cmdline from the last call when given none: always pass both.
-    workers = [fabric_ip(h) for h in lab.hosts if h != "spark-1"]
+    # ansible-runner keeps env/extravars and env/cmdline from the last call when given none: lab.play passes both.
+    workers = [lab.fabric_ip(h) for h in lab.hosts if h != "spark-1"]
     extravars = dict(dict(bwlimit=0, sync_poll=2, src=MODEL, dest="/models/itest-a", sync_key=KEY,
                           sync_destinations=workers), **extravars)
-    path = lab.repo / "tests" / "integration" / "playbooks" / PLAYBOOKS[playbook]
-    return lab.ansible_run(private_data_dir=str(d), playbook=str(path), inventory=str(lab.inventory),
-                           extravars=extravars, cmdline="--check" if check else "--forks 8",
-                           envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
-
-
-def fabric_ip(host):
-    return "10.99.1.%d" % (10 + int(host.split("-")[1]))
+    r, _failures = lab.play(d, "tests/integration/playbooks/" + PLAYBOOKS[playbook], extravars=extravars,
+                            cmdline="--check" if check else "--forks 8")
+    return r
 
 
 def sync_result(r):
@@ -62,21 +57,16 @@ def sync_result(r):
     raise AssertionError("no model_sync result in %s" % json.dumps(r)[-3000:])
 
 
-def sh(lab, host, script):
-    """Run a shell script inside a lab host without ssh (labctl exec): test plumbing, not the subject."""
-    return lab.host_exec(host, "sh", "-c", script, timeout=120)
-
-
 def sums(lab, host, path):
     # The model's files; model_sync's marker (.sparkfleet-model) exists on destinations only.
-    return sh(lab, host, "cd %s 2>/dev/null && find . -type f ! -path ./.sparkfleet-model -print0 | sort -z "
+    return lab.sh(host, "cd %s 2>/dev/null && find . -type f ! -path ./.sparkfleet-model -print0 | sort -z "
                          "| xargs -0 sha256sum" % path).stdout
 
 
 def test_sync_then_second_run_unchanged(synclab):
     lab = synclab
     for h in lab.workers:
-        sh(lab, h, "rm -rf /models/itest-a")
+        lab.sh(h, "rm -rf /models/itest-a")
     r = play(lab, lab.dir, "sync.yml", src=MODEL, dest="/models/itest-a")
     res = sync_result(r)
     assert r["status"] == "successful", res
@@ -86,7 +76,7 @@ def test_sync_then_second_run_unchanged(synclab):
     source = sums(lab, "spark-1", MODEL)
     for h in lab.workers:
         assert sums(lab, h, "/models/itest-a") == source
-        assert res["destinations"]["10.99.1.%d" % (10 + int(h.split("-")[1]))]["verified"] is True
+        assert res["destinations"][lab.fabric_ip(h)]["verified"] is True
     print("first sync: %s bytes in %s s, %s MB/s"
           % (res["bytes_transferred"], res["transfer_seconds"], res["mb_per_s"]))
 
@@ -97,13 +87,13 @@ def test_sync_then_second_run_unchanged(synclab):
 def test_check_mode_changes_nothing(synclab):
     lab = synclab
     for h in lab.workers:
-        sh(lab, h, "rm -rf /models/itest-c")
+        lab.sh(h, "rm -rf /models/itest-c")
     res = sync_result(play(lab, lab.dir, "sync.yml", check=True, src=MODEL, dest="/models/itest-c"))
     assert res["changed"] is True, res
     first = next(iter(res["destinations"].values()))
     assert len(first["would_transfer"]) == SHARDS + 2
     for h in lab.workers:
-        assert sh(lab, h, "test -e /models/itest-c").returncode == 1
+        assert lab.sh(h, "test -e /models/itest-c").returncode == 1
 
 
 @pytest.mark.fault(name='sync killed at about half',
@@ -111,30 +101,30 @@ def test_check_mode_changes_nothing(synclab):
 def test_killed_run_resumes_without_resending_finished_files(synclab):
     lab = synclab
     target = lab.workers[0]
-    sh(lab, target, "rm -rf /models/itest-k")
+    lab.sh(target, "rm -rf /models/itest-k")
     # 4 MiB/s over 3 streams: the 48 MB model needs ~12 s; kill it once two files have landed.
     r = play(lab, lab.dir, "sync.yml", src=MODEL, dest="/models/itest-k", bwlimit=4096, sync_poll=0)
     assert r["status"] == "successful", r
     deadline = time.time() + 60
     while time.time() < deadline:
-        n = sh(lab, target, "ls /models/itest-k 2>/dev/null | grep -c safetensors").stdout.strip()
+        n = lab.sh(target, "ls /models/itest-k 2>/dev/null | grep -c safetensors").stdout.strip()
         if n and int(n) >= 2:
             break
         time.sleep(0.2)
     # Kill the module and its helpers on the head: the process group of the sender (tcp transport: its ssh to the
     # receiver and the sendfile streams) or of an rsync (ssh fallback) we started.
     # A stream may end between pgrep and ps: retry until a live one names the group.
-    p = sh(lab, "spark-1", "for i in $(seq 50); do pid=$(pgrep -o -u spark -f '(rsync .*|send )/models/itest-k'); "
+    p = lab.sh("spark-1", "for i in $(seq 50); do pid=$(pgrep -o -u spark -f '(rsync .*|send )/models/itest-k'); "
                            "pg=$(ps -o pgid= -p \"${pid:-0}\" | tr -d ' '); "
                            "[ -n \"$pg\" ] && /bin/kill -s KILL -- -$pg && echo killed $pg && break; sleep 0.1; done")
     assert "killed" in p.stdout, p.stdout + p.stderr
     # A killed run leaves no listener: the receiver exits once ssh drops its channel.
     deadline = time.time() + 20
-    while time.time() < deadline and sh(lab, target, "pgrep -u spark -f 'receive /models/itest-k'").returncode == 0:
+    while time.time() < deadline and lab.sh(target, "pgrep -u spark -f 'receive /models/itest-k'").returncode == 0:
         time.sleep(0.5)
-    assert sh(lab, target, "pgrep -u spark -f 'receive /models/itest-k'").returncode == 1, "the receiver outlived the run"
-    assert "python3" not in sh(lab, target, "ss -ltnpH").stdout
-    landed = sh(lab, target, "cd /models/itest-k && ls").stdout.split()
+    assert lab.sh(target, "pgrep -u spark -f 'receive /models/itest-k'").returncode == 1, "the receiver outlived the run"
+    assert "python3" not in lab.sh(target, "ss -ltnpH").stdout
+    landed = lab.sh(target, "cd /models/itest-k && ls").stdout.split()
     assert len(landed) < SHARDS + 2, "the run finished before it was killed"
     source = dict((line.split()[1][2:], line.split()[0]) for line in sums(lab, "spark-1", MODEL).splitlines())
     for line in sums(lab, target, "/models/itest-k").splitlines():
@@ -142,16 +132,16 @@ def test_killed_run_resumes_without_resending_finished_files(synclab):
         if not rel.startswith(".sparkfleet-sync"):
             assert source[rel] == digest, "%s is under its final name but incomplete" % rel
 
-    staged = int(sh(lab, target, "cat /models/itest-k/.sparkfleet-sync/* 2>/dev/null | wc -c").stdout)
+    staged = int(lab.sh(target, "cat /models/itest-k/.sparkfleet-sync/* 2>/dev/null | wc -c").stdout)
     res = sync_result(play(lab, lab.dir, "sync.yml", src=MODEL, dest="/models/itest-k"))
     finished = [f for f in landed if not f.startswith(".")]
-    per = res["destinations"]["10.99.1.%d" % (10 + int(target.split("-")[1]))]
+    per = res["destinations"][lab.fabric_ip(target)]
     assert per["files_transferred"] == SHARDS + 2 - len(finished), (finished, per)
     assert sums(lab, target, "/models/itest-k") == sums(lab, "spark-1", MODEL)
     # The partial files were continued: only the bytes still missing moved again.
     assert per["transport"] == "tcp" and per["bytes_resumed"] == staged, per
-    total = int(sh(lab, "spark-1", "cat %s/* | wc -c" % MODEL).stdout)
-    done = int(sh(lab, target, "cd /models/itest-k && cat %s | wc -c" % " ".join(finished)).stdout) if finished else 0
+    total = int(lab.sh("spark-1", "cat %s/* | wc -c" % MODEL).stdout)
+    done = int(lab.sh(target, "cd /models/itest-k && cat %s | wc -c" % " ".join(finished)).stdout) if finished else 0
     assert per["bytes_transferred"] == total - done - staged, (per, total, done, staged)
 
 
@@ -159,17 +149,17 @@ def test_killed_run_resumes_without_resending_finished_files(synclab):
 def test_corrupt_shard_on_source_fails_before_copying(synclab):
     lab = synclab
     bad = "/models/itest-bad"
-    sh(lab, "spark-1", "rm -rf {b} && cp -a {m} {b} && truncate -s -100 {b}/model-00002-of-{n:05d}.safetensors"
+    lab.sh("spark-1", "rm -rf {b} && cp -a {m} {b} && truncate -s -100 {b}/model-00002-of-{n:05d}.safetensors"
             .format(b=bad, m=MODEL, n=SHARDS))
     for h in lab.workers:
-        sh(lab, h, "rm -rf " + bad)
+        lab.sh(h, "rm -rf " + bad)
     r = play(lab, lab.dir, "sync.yml", src=bad, dest=bad)
     res = sync_result(r)
     assert r["status"] == "failed"
     assert "model-00002-of-%05d.safetensors" % SHARDS in res["msg"] and "truncated" in res["msg"]
     for h in lab.workers:
-        assert sh(lab, h, "test -e " + bad).returncode == 1, "something was copied to %s" % h
-    sh(lab, "spark-1", "rm -rf " + bad)
+        assert lab.sh(h, "test -e " + bad).returncode == 1, "something was copied to %s" % h
+    lab.sh("spark-1", "rm -rf " + bad)
 
 
 def test_a_finished_worker_feeds_the_next_node_through_the_forwarded_agent(synclab):
@@ -177,9 +167,9 @@ def test_a_finished_worker_feeds_the_next_node_through_the_forwarded_agent(syncl
     only the forwarded per-run agent) feeds the next destination. With two lab hosts the next one
     is spark-1's own fabric IP, into another directory."""
     lab = synclab
-    first, second = fabric_ip(lab.workers[0]), fabric_ip("spark-1")
+    first, second = lab.fabric_ip(lab.workers[0]), lab.fabric_ip("spark-1")
     for h in lab.hosts:
-        sh(lab, h, "rm -rf /models/itest-tree")
+        lab.sh(h, "rm -rf /models/itest-tree")
     r = play(lab, lab.dir, "sync.yml", src=MODEL, dest="/models/itest-tree", sync_destinations=[first, second])
     res = sync_result(r)
     assert r["status"] == "successful", res
@@ -191,9 +181,9 @@ def test_a_finished_worker_feeds_the_next_node_through_the_forwarded_agent(syncl
     assert sums(lab, lab.workers[0], "/models/itest-tree") == source
     assert sums(lab, "spark-1", "/models/itest-tree") == source
     # The worker holds no private key of the head's: the hop used the forwarded agent.
-    assert "sparkfleet_sync" not in sh(lab, lab.workers[0], "ls -a /home/spark/.ssh").stdout
+    assert "sparkfleet_sync" not in lab.sh(lab.workers[0], "ls -a /home/spark/.ssh").stdout
     # ... and the per-run agent is gone from the head.
-    assert sh(lab, "spark-1", "pgrep -u spark -x ssh-agent").returncode == 1
+    assert lab.sh("spark-1", "pgrep -u spark -x ssh-agent").returncode == 1
 
 
 @pytest.mark.fault(name='model_sync dest / or a directory of other things, delete=true',
@@ -203,8 +193,8 @@ def test_refuses_a_destination_that_is_not_a_model_directory(synclab, dest):
     """Issue 11.1: `delete=true` into `/` or into a directory of other things must never run."""
     lab = synclab
     target = lab.workers[0]
-    sh(lab, target, "mkdir -p /srv/userdata/photos && echo keep > /srv/userdata/notes.txt")
-    before = {h: sh(lab, h, "ls -A / /srv/userdata | sha256sum").stdout for h in lab.workers}
+    lab.sh(target, "mkdir -p /srv/userdata/photos && echo keep > /srv/userdata/notes.txt")
+    before = {h: lab.sh(h, "ls -A / /srv/userdata | sha256sum").stdout for h in lab.workers}
     r = play(lab, lab.dir, "sync.yml", src=MODEL, dest=dest, delete=True)
     res = sync_result(r)
     assert r["status"] == "failed", res
@@ -213,6 +203,6 @@ def test_refuses_a_destination_that_is_not_a_model_directory(synclab, dest):
     else:
         assert "is not a model directory" in res["msg"] and "notes.txt" in res["msg"], res["msg"]
     for h in lab.workers:
-        assert sh(lab, h, "ls -A / /srv/userdata | sha256sum").stdout == before[h]
-    assert sh(lab, target, "cat /srv/userdata/notes.txt").stdout.strip() == "keep"
-    sh(lab, target, "rm -rf /srv/userdata")
+        assert lab.sh(h, "ls -A / /srv/userdata | sha256sum").stdout == before[h]
+    assert lab.sh(target, "cat /srv/userdata/notes.txt").stdout.strip() == "keep"
+    lab.sh(target, "rm -rf /srv/userdata")

@@ -21,7 +21,8 @@ HOLDER = "import time; f = open('/dev/nvidia0', 'rb'); time.sleep(300)"
 def _node_state(lab, host):
     """Everything plays 2-6 would change on a node, as text."""
     probe = ("ls /etc/systemd/system | grep -i sparkfleet; ls -A /etc/sparkfleet /var/lib/sparkfleet 2>&1;"
-             " ls -A ~spark/.ssh 2>&1; docker ps -a --format '{{.Names}} {{.Status}}' 2>&1;"
+             " ls -A ~spark/.ssh 2>&1; docker ps -a --no-trunc --format '{{.Names}} {{.ID}} {{.Status}}' 2>&1"
+             " | sed -E 's/(Up|Exited \\([0-9]+\\)) .*/\\1/';"
              " systemctl is-active sparkfleet-ray sparkfleet-vllm 2>&1")
     return lab.host_exec(host, "sh", "-c", probe).stdout
 
@@ -34,14 +35,11 @@ def test_bad_serving_values_stop_site_in_preflight_with_nothing_changed(lab, tmp
     assert pid.isdigit(), started.stderr
     try:
         before = {h: _node_state(lab, h) for h in lab.hosts}
-        r = lab.ansible_run(private_data_dir=str(tmp_path), playbook=str(lab.repo / "site.yml"),
-                            inventory=str(lab.inventory), envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")},
-                            extravars={"vllm_serve_gpu_memory_utilization": 1.5, "sparkfleet_api_port": 0,
-                                       "vllm_serve_extra_args": {"tensor-paralel-size": 2, "-tp": 1}})
+        r, failures = lab.play(tmp_path, "site.yml",
+                               extravars={"vllm_serve_gpu_memory_utilization": 1.5, "sparkfleet_api_port": 0,
+                                          "vllm_serve_extra_args": {"tensor-paralel-size": 2, "-tp": 1}})
         assert r["status"] == "failed"
-        failures = [e for e in r["events"] if e["event"] == "runner_on_failed"
-                    and not (e.get("res") or {}).get("_ansible_ignore_errors")]
-        assert len(failures) == 1 and failures[0]["host"] == HEAD
+        assert len(failures) == 1 and failures[0]["host"] == HEAD and failures[0]["event"] == "runner_on_failed"
         msg = failures[0]["res"]["msg"]
         assert sorted(msg) == [  # every problem at once; the order is preflight's, not part of the contract
             "spark-1: sparkfleet_api_port 0 must be between 1 and 65535",
@@ -51,7 +49,7 @@ def test_bad_serving_values_stop_site_in_preflight_with_nothing_changed(lab, tmp
             " --tensor-parallel-size); set vllm_serve_tensor_parallel_size instead",
             "spark-1: vllm_serve_gpu_memory_utilization 1.5 must be in (0, 1] (it is a fraction: 0.85 means 85%)",
         ], json.dumps(msg)
-        assert sum((r["stats"] or {}).get("changed", {}).values()) == 0
+        assert lab.changed_total(r) == 0
         # Nothing after preflight ran: the holder still holds the GPU, no unit, key, container or service.
         assert lab.host_exec(HEAD, "kill", "-0", pid).returncode == 0
         assert pid in lab.host_exec(HEAD, "nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader").stdout
@@ -67,11 +65,10 @@ def test_a_worker_unreachable_over_the_fabric_is_named_in_preflight(lab, tmp_pat
     before = {h: _node_state(lab, h) for h in lab.hosts[:1]}
     lab.labctl("break", "fabric-down", worker)
     try:
-        r = lab.ansible_run(private_data_dir=str(tmp_path), playbook=str(lab.repo / "site.yml"),
-                            inventory=str(lab.inventory), envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
+        r, failures = lab.play(tmp_path, "site.yml")
         assert r["status"] == "failed"
-        msgs = json.dumps([e.get("res") for e in r["events"] if e["event"] == "runner_on_failed"])
-        ip = "10.99.1.%d" % (10 + int(worker.split("-")[1]))
+        msgs = lab.messages(failures)
+        ip = lab.fabric_ip(worker)
         assert "cannot reach %s (%s) over the fabric" % (worker, ip) in msgs, msgs[-2000:]
         assert "does not answer on port 22" in msgs or "is down" in msgs, msgs[-2000:]
         observe(msgs[msgs.index("cannot reach"):][:240])

@@ -28,8 +28,6 @@ COMMON = ("--num-cpus 2 --num-gpus 1 --disable-usage-stats --object-store-memory
 HEAD_ONLY = "--include-dashboard=false --ray-client-server-port 10101"
 ENV = "RAY_USAGE_STATS_ENABLED=0"
 
-def fabric_ip(host):
-    return "10.99.1.%d" % (10 + int(host.split("-")[1]))
 
 
 class RayLab:
@@ -44,7 +42,7 @@ class RayLab:
 
     def start(self, pin_head=True):
         self.stop()
-        head_ip = fabric_ip(self.head)
+        head_ip = self.lab.fabric_ip(self.head)
         pin = "--node-ip-address %s" % head_ip if pin_head else ""
         self.started.append(self.head)
         p = self.ssh(self.head, "%s %s start --head --port %d %s %s %s"
@@ -53,7 +51,7 @@ class RayLab:
         for w in self.workers:
             self.started.append(w)
             p = self.ssh(w, "%s %s start --address %s:%d --node-ip-address %s %s"
-                         % (ENV, RAY, head_ip, PORT, fabric_ip(w), COMMON))
+                         % (ENV, RAY, head_ip, PORT, self.lab.fabric_ip(w), COMMON))
             assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
         self.wait_nodes(1 + len(self.workers))
 
@@ -61,7 +59,7 @@ class RayLab:
         # `ray status` counts what the GCS sees; it passes in the mixed-IP trap too.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            p = self.ssh(self.head, "%s status --address %s:%d" % (RAY, fabric_ip(self.head), PORT), timeout=60)
+            p = self.ssh(self.head, "%s status --address %s:%d" % (RAY, self.lab.fabric_ip(self.head), PORT), timeout=60)
             if p.stdout.count("node_") >= count:
                 return p.stdout
             time.sleep(2)
@@ -75,12 +73,12 @@ class RayLab:
 
     def check(self, expected=None, probe_timeout=10, fail_on_mismatch=True, check_mode=False):
         if expected is None:
-            expected = [{"host": h, "ip": fabric_ip(h)} for h in self.lab.hosts]
+            expected = [{"host": h, "ip": self.lab.fabric_ip(h)} for h in self.lab.hosts]
         playbook = self.lab.repo / "tests" / "integration" / "playbooks" / "ray_check.yml"
         r = self.lab.ansible_run(private_data_dir=str(self.dir), playbook=str(playbook),
                                  inventory=str(self.lab.inventory), cmdline="--check" if check_mode else "",
                                  extravars={"expected": expected, "probe_timeout": probe_timeout, "ray_python": str(PY),
-                                            "address": "%s:%d" % (fabric_ip(self.head), PORT),
+                                            "address": "%s:%d" % (self.lab.fabric_ip(self.head), PORT),
                                             "fail_on_mismatch": fail_on_mismatch},
                                  envvars={"ANSIBLE_CONFIG": str(self.lab.repo / "ansible.cfg")})
         for ev in r["events"]:
@@ -111,7 +109,7 @@ def test_pinned_cluster_passes_and_moves_objects_both_ways(raylab):
     assert res["ok"] is True and res["changed"] is False
     assert res["mismatched"] == [] and res["missing"] == [] and res["extra"] == []
     assert sorted((n["host"], n["ip"]) for n in res["nodes"]) == sorted(
-        (h, fabric_ip(h)) for h in raylab.lab.hosts)
+        (h, raylab.lab.fabric_ip(h)) for h in raylab.lab.hosts)
     assert sum(n["gpus"] for n in res["nodes"]) == len(raylab.lab.hosts)
     assert [p["host"] for p in res["probes"]] == raylab.workers
     for p in res["probes"]:
@@ -127,7 +125,7 @@ def test_wrong_expectation_is_reported_not_guessed(raylab):
     # Same healthy cluster, but the inventory claims spark-2 has another fabric IP.
     if not raylab.started:
         raylab.start(pin_head=True)
-    expected = [{"host": raylab.head, "ip": fabric_ip(raylab.head)}, {"host": "spark-2", "ip": "10.99.1.99"}]
+    expected = [{"host": raylab.head, "ip": raylab.lab.fabric_ip(raylab.head)}, {"host": "spark-2", "ip": "10.99.1.99"}]
     r, res = raylab.check(expected=expected, fail_on_mismatch=False)
     assert r["status"] == "successful" and res["ok"] is False
     assert res["mismatched"] == [{"host": "spark-2", "registered_ip": "10.99.1.12", "expected_ip": "10.99.1.99",

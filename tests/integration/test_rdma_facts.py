@@ -7,10 +7,6 @@ import pytest
 pytestmark = pytest.mark.lab
 
 
-def fabric_ip(host):
-    return "10.99.1.%d" % (10 + int(host.split("-")[1]))
-
-
 def rdma_facts(lab, tmp_path, args):
     r = lab.ansible_run(private_data_dir=str(tmp_path), inventory=str(lab.inventory), host_pattern="spark",
                         module="sparkfleet.vllm.rdma_facts", module_args=args,
@@ -25,10 +21,10 @@ def test_every_host_finds_its_fabric_and_both_twins(lab, tmp_path):
         res = ev["res"]
         assert ev["event"] == "runner_on_ok", res.get("msg")
         assert res["changed"] is False
-        assert (res["interface"], res["ip"], res["mtu"]) == ("enp1s0f1np1", fabric_ip(host), 9000)
+        assert (res["interface"], res["ip"], res["mtu"]) == ("enp1s0f1np1", lab.fabric_ip(host), 9000)
         assert res["hca"] == ["rocep1s0f1", "roceP2p1s0f1"]
         env = res["env"]
-        assert env["VLLM_HOST_IP"] == fabric_ip(host) and "RAY_NODE_IP_ADDRESS" not in env
+        assert env["VLLM_HOST_IP"] == lab.fabric_ip(host) and "RAY_NODE_IP_ADDRESS" not in env
         assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "enp1s0f1np1"
         assert env["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"
         down = {d["name"]: d for d in res["devices"]}

@@ -16,47 +16,23 @@ HEAD = "spark-1"
 OLD = "0.10.2"
 
 
-def play(lab, d, playbook, extravars=None, cmdline=""):
-    d.mkdir(parents=True, exist_ok=True)
-    r = lab.ansible_run(private_data_dir=str(d), playbook=str(lab.repo / playbook), inventory=str(lab.inventory),
-                        extravars=extravars or {}, cmdline=cmdline,
-                        envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
-    failures = [e for e in r["events"] if e["event"] in ("runner_on_failed", "runner_on_unreachable")
-                and not (e.get("res") or {}).get("_ansible_ignore_errors")]
-    return r, failures
-
-
-def sh(lab, host, command, timeout=60):
-    return lab.host_exec(host, "sh", "-c", command, timeout=timeout)
-
-
 def image_id(lab, host, image):
     p = lab.host_exec(host, "docker", "image", "inspect", "--format", "{{.Id}}", image)
     return p.stdout.strip() if p.returncode == 0 else None
 
 
-def services(lab, host):
-    """What a deployment owns on a host: unit files, their states, running containers."""
-    return sh(lab, host, "sha256sum /etc/systemd/system/sparkfleet-*.service 2>/dev/null; "
-                         "systemctl list-units 'sparkfleet-*' --all --no-legend --plain 2>/dev/null; "
-                         "docker ps --no-trunc --format '{{.ID}} {{.Image}} {{.Status}}' | sed 's/Up .*/Up/'").stdout
-
-
 @pytest.fixture(scope="module")
 def image(lab):
-    staged = lab.run([lab.repo / "lab" / "stage.sh", "--release", OLD], timeout=900)
-    assert staged.returncode == 0, staged.stderr[-3000:]
-    with open("/var/tmp/sparklab/share/runtime-image.txt") as handle:
-        return handle.read().strip()
+    return lab.stage("--release", OLD)
 
 
 @pytest.mark.fault(name='image too old for the model (vLLM 0.10.2, no Qwen3.5)',
                    expected='site.yml stops in seconds naming image, versions and fix; nothing changed')
 def test_too_old_image_stops_the_deployment_in_seconds_before_anything_changes(lab, image, tmp_path):
     old = "%s-vllm%s" % (image, OLD)
-    before = {h: services(lab, h) for h in lab.hosts}
+    before = {h: lab.services(h) for h in lab.hosts}
     t0 = time.monotonic()
-    r, failures = play(lab, tmp_path, "site.yml", extravars={"sparkfleet_image": old})
+    r, failures = lab.play(tmp_path, "site.yml", extravars={"sparkfleet_image": old})
     took = time.monotonic() - t0
     assert r["status"] == "failed" and failures, r["stats"]
     res = failures[0]["res"]
@@ -67,8 +43,8 @@ def test_too_old_image_stops_the_deployment_in_seconds_before_anything_changes(l
     assert "does not accept --safetensors-load-strategy" in res["msg"]
     assert "set sparkfleet_image" in res["hint"]
     assert took < 60, took
-    assert sum((r["stats"] or {}).get("changed", {}).values()) == 0, r["stats"]
-    assert {h: services(lab, h) for h in lab.hosts} == before
+    assert lab.changed_total(r) == 0, r["stats"]
+    assert {h: lab.services(h) for h in lab.hosts} == before
 
 
 def test_entrypoint_is_vllm_serve_so_every_container_needs_one(lab, image):
@@ -90,11 +66,11 @@ def test_workers_cannot_pull_and_get_the_image_from_the_head_over_the_fabric(lab
         pull = lab.host_exec(w, "docker", "pull", image, timeout=60)
         assert pull.returncode != 0 and time.monotonic() - t0 < 15
         # a deployment still running from the image keeps its container; the tag goes, so the head must send it
-        sh(lab, w, "systemctl stop sparkfleet-vllm sparkfleet-ray 2>/dev/null; docker image rm -f %s" % image)
+        lab.sh(w, "systemctl stop sparkfleet-vllm sparkfleet-ray 2>/dev/null; docker image rm -f %s" % image)
         assert image_id(lab, w, image) is None
     head_id = image_id(lab, HEAD, image)
 
-    r, failures = play(lab, tmp_path / "first", "playbooks/runtime_image.yml")
+    r, failures = lab.play(tmp_path / "first", "playbooks/runtime_image.yml")
     assert r["status"] == "successful" and not failures, failures[-3:]
     sync = [e["res"] for e in r["events"] if e["host"] == HEAD and "bytes_transferred" in (e["res"] or {})]
     assert len(sync) == 1 and sync[0]["changed"] is True and sync[0]["image_id"] == head_id
@@ -102,21 +78,21 @@ def test_workers_cannot_pull_and_get_the_image_from_the_head_over_the_fabric(lab
     assert all(x["bytes"] > 500e6 and x["seconds"] > 0 for x in sync[0]["results"])
     for w in workers:
         assert image_id(lab, w, image) == head_id
-        key = sh(lab, w, "grep 'sparkfleet image sync$' ~spark/.ssh/authorized_keys").stdout
+        key = lab.sh(w, "grep 'sparkfleet image sync$' ~spark/.ssh/authorized_keys").stdout
         assert key.startswith('command="sudo -n docker load",from="10.99.1.0/24",no-pty')
 
-    again, failures = play(lab, tmp_path / "again", "playbooks/runtime_image.yml")
+    again, failures = lab.play(tmp_path / "again", "playbooks/runtime_image.yml")
     assert again["status"] == "successful" and not failures
-    assert sum((again["stats"] or {}).get("changed", {}).values()) == 0, again["stats"]
+    assert lab.changed_total(again) == 0, again["stats"]
 
 
 def test_model_download_runs_hf_in_the_image_once_the_image_is_on_the_head(lab, image, tmp_path):
     model = "/models/sparklab-tiny"
     for h in lab.hosts:
-        sh(lab, h, "systemctl stop sparkfleet-vllm 2>/dev/null; rm -rf %s" % model)
+        lab.sh(h, "systemctl stop sparkfleet-vllm 2>/dev/null; rm -rf %s" % model)
     # preflight and the image plays run with any tag: the image is on the head before model_sync downloads
-    r, failures = play(lab, tmp_path, "site.yml", extravars={"model_sync_download": True}, cmdline="--tags model_sync")
+    r, failures = lab.play(tmp_path, "site.yml", extravars={"model_sync_download": True}, cmdline="--tags model_sync")
     assert r["status"] == "successful" and not failures, failures[-3:]
     for h in lab.hosts:
-        cfg = sh(lab, h, "cat %s/config.json" % model).stdout
+        cfg = lab.sh(h, "cat %s/config.json" % model).stdout
         assert '"Qwen3_5MoeForConditionalGeneration"' in cfg, (h, cfg[:200])

@@ -10,8 +10,6 @@ test_the_unit_restores_the_firewall_before_ray_starts.
 from __future__ import annotations
 
 import glob
-import json
-import os
 import re
 
 import pytest
@@ -21,7 +19,6 @@ pytestmark = pytest.mark.lab
 HEAD = "spark-1"
 MGMT_IP = "10.99.0.11"
 API_PORT = 30000
-API_KEY_FILE = "/var/tmp/sparklab/lab/api-key"  # inventories/lab's password lookup (every lab instance)
 RAY_TOKEN = "/etc/sparkfleet/ray-token"
 TABLE = "inet sparkfleet"
 # Ray's ports as ray_cluster pins them (GCS, node/object manager, agents, metrics, client server, dashboard) and the
@@ -52,20 +49,6 @@ with cf.ThreadPoolExecutor(32) as ex:
 """
 
 
-def fabric_ip(host, twin="a"):
-    return "10.99.%d.%d" % (1 if twin == "a" else 2, 10 + int(host.split("-")[1]))
-
-
-def play(lab, data_dir, playbook, cmdline="", extravars=None):
-    data_dir.mkdir(parents=True, exist_ok=True)
-    r = lab.ansible_run(private_data_dir=str(data_dir), playbook=str(lab.repo / playbook),
-                        inventory=str(lab.inventory), cmdline=cmdline, extravars=extravars or {},
-                        envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
-    failures = [e for e in r["events"] if e["event"] in ("runner_on_failed", "runner_on_unreachable")
-                and not (e.get("res") or {}).get("_ansible_ignore_errors")]
-    return r, failures
-
-
 def run_output(data_dir):
     """Everything the run showed and recorded: the stdout a user saw and every event ansible-runner kept."""
     texts = [open(p, errors="replace").read() for p in glob.glob(str(data_dir / "artifacts" / "*" / "stdout"))]
@@ -88,7 +71,7 @@ def scan(lab, where, target, ports, src=None):
 
 def secrets(lab):
     """The API key and the Ray token, as deployed (both must exist, or the checks below would prove nothing)."""
-    key = open(API_KEY_FILE).read().strip()
+    key = lab.api_key()
     token = lab.host_exec(HEAD, "cat", RAY_TOKEN).stdout.strip()
     assert len(key) >= 16 and len(token) >= 16, "no API key or Ray token to look for"
     return {"API key": key, "Ray token": token}
@@ -110,12 +93,9 @@ def grep_as(lab, host, user, trees, found_secrets):
 
 @pytest.fixture(scope="module")
 def deployed(lab, tmp_path_factory):
-    staged = lab.run([lab.repo / "lab" / "stage.sh"], timeout=900)
-    assert staged.returncode == 0, staged.stderr[-3000:]
+    """site.yml at -v for real (its whole output is what the secrets are looked for in)."""
     data_dir = tmp_path_factory.mktemp("security-site")
-    r, failures = play(lab, data_dir, "site.yml", cmdline="-v")
-    assert r["status"] == "successful" and not failures, failures[-3:] or r
-    return {"run": r, "output": run_output(data_dir)}
+    return {"run": lab.deploy(data_dir, cmdline="-v"), "output": run_output(data_dir)}
 
 
 # --------------------------------------------------------------------------- what the management side reaches
@@ -134,9 +114,10 @@ def test_the_workers_ray_ports_answer_the_fabric_subnet_only(lab, deployed):
     for worker in lab.hosts[1:]:
         listening = listening_ports(lab, worker)
         assert {22, 6380, 6381} <= set(listening), listening
-        other = scan(lab, HEAD, fabric_ip(worker, "b"), sorted(set(listening) | set(RAY_PORTS)), src=fabric_ip(HEAD, "b"))
+        other = scan(lab, HEAD, lab.fabric_ip(worker, "b"), sorted(set(listening) | set(RAY_PORTS)),
+                     src=lab.fabric_ip(HEAD, "b"))
         assert sorted(p for p, s in other.items() if s == "open") == [22], other
-        fabric = scan(lab, HEAD, fabric_ip(worker), [6380, 6381], src=fabric_ip(HEAD))
+        fabric = scan(lab, HEAD, lab.fabric_ip(worker), [6380, 6381], src=lab.fabric_ip(HEAD))
         assert set(fabric.values()) == {"open"}, fabric
 
 
@@ -241,16 +222,16 @@ def test_a_node_without_nft_is_refused_before_anything_changes(lab, deployed, tm
               for h in lab.hosts}
     lab.labctl("break", "no-nft", worker)
     try:
-        r, failures = play(lab, tmp_path, "site.yml")
+        r, failures = lab.play(tmp_path, "site.yml")
     finally:
         lab.labctl("fix", "no-nft", worker)
     assert r["status"] == "failed"
-    msg = json.dumps([f.get("res") for f in failures])
+    msg = lab.messages(failures)
     assert "%s: nft is not usable" % worker in msg and "apt-get install nftables" in msg, msg[-2000:]
     assert "ray_cluster_firewall: false" in msg
     observe(re.search(r"%s: nft is not usable[^\"]{0,160}" % worker, msg).group(0))
-    assert sum((r["stats"] or {}).get("changed", {}).values()) == 0
-    assert os.path.exists(API_KEY_FILE)
+    assert lab.changed_total(r) == 0
+    assert lab.api_key()  # the lab's key file is still there
     after = {h: lab.host_exec(h, "systemctl", "show", "-p", "InvocationID", "--value", "sparkfleet-ray").stdout
              for h in lab.hosts}
     assert after == before

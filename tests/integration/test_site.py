@@ -13,86 +13,46 @@ import pytest
 pytestmark = pytest.mark.lab
 
 HEAD = "spark-1"
-API = "http://10.99.0.11:30000"
-API_KEY_FILE = "/var/tmp/sparklab/lab/api-key"
-
-
-def fabric_ip(host):
-    return "10.99.1.%d" % (10 + int(host.split("-")[1]))
-
-
-def play(lab, tmp_path, playbook, cmdline="", extravars=None):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    r = lab.ansible_run(private_data_dir=str(tmp_path), playbook=str(lab.repo / playbook),
-                        inventory=str(lab.inventory), cmdline=cmdline, extravars=extravars or {},
-                        envvars={"ANSIBLE_CONFIG": str(lab.repo / "ansible.cfg")})
-    failures = [e for e in r["events"] if e["event"] in ("runner_on_failed", "runner_on_unreachable")
-                and not (e.get("res") or {}).get("_ansible_ignore_errors")]
-    return r, failures
-
-
-def changed_total(r):
-    return sum((r["stats"] or {}).get("changed", {}).values())
-
-
-def systemctl(lab, host, *args):
-    return lab.host_exec(host, "systemctl", *args).stdout.strip()
-
-
-def api_request(lab, path, body=None, key=True):
-    """A real request to the served API, from the control namespace (the controller's side)."""
-    argv = ["curl", "-sS", "-m", "60", "-w", "\n%{http_code}"]
-    if key:
-        argv += ["-H", "Authorization: Bearer " + open(API_KEY_FILE).read().strip()]
-    if body is not None:
-        argv += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
-    p = lab.ctl(*argv, API + path, timeout=90)
-    assert p.returncode == 0, p.stderr
-    text, code = p.stdout.rsplit("\n", 1)
-    return int(code), (json.loads(text) if text.startswith("{") else text)
 
 
 @pytest.fixture(scope="module")
 def deployed(lab, tmp_path_factory):
-    staged = lab.run([lab.repo / "lab" / "stage.sh"], timeout=900)
-    assert staged.returncode == 0, staged.stderr[-3000:]
-    r, failures = play(lab, tmp_path_factory.mktemp("site"), "site.yml")
-    assert r["status"] == "successful" and not failures, failures[-3:] or r
-    return r
+    """site.yml for real, whatever the lab serves already: this module tests the deployment end to end."""
+    return lab.deploy(tmp_path_factory.mktemp("site"))
 
 
 def test_site_serves_and_answers_from_the_controller(lab, deployed):
-    code, models = api_request(lab, "/v1/models")
+    code, models = lab.api("/v1/models")
     assert code == 200 and [m["id"] for m in models["data"]] == ["sparklab/tiny-moe"]
-    code, out = api_request(lab, "/v1/completions", {"model": "sparklab/tiny-moe", "prompt": "Hello", "max_tokens": 5})
+    code, out = lab.completion("Hello", max_tokens=5)
     assert code == 200 and out["choices"][0]["text"].strip()
     assert out["usage"]["completion_tokens"] == 5
 
 
 def test_api_key_is_enforced(lab, deployed):
-    code, _body = api_request(lab, "/v1/models", key=False)
+    code, _body = lab.api("/v1/models", key=False)
     assert code == 401
 
 
 def test_units_enabled_running_and_pinned_to_the_fabric(lab, deployed):
     for host in lab.hosts:
-        assert systemctl(lab, host, "is-enabled", "sparkfleet-ray") == "enabled"
-        assert systemctl(lab, host, "is-active", "sparkfleet-ray") == "active"
+        assert lab.systemctl(host, "is-enabled", "sparkfleet-ray") == "enabled"
+        assert lab.systemctl(host, "is-active", "sparkfleet-ray") == "active"
         unit = lab.host_exec(host, "cat", "/etc/systemd/system/sparkfleet-ray.service").stdout
-        assert "--node-ip-address %s" % fabric_ip(host) in unit
+        assert "--node-ip-address %s" % lab.fabric_ip(host) in unit
         assert "--include-dashboard=false" in unit or host != HEAD
         env = lab.host_exec(host, "stat", "-c", "%a", "/etc/sparkfleet/ray.env").stdout.strip()
         assert env == "600"
         envtext = lab.host_exec(host, "cat", "/etc/sparkfleet/ray.env").stdout
         # Ray 2.53 reads no RAY_NODE_IP_ADDRESS (only --node-ip-address pins the node): it is not written.
         assert not [ln for ln in envtext.splitlines() if ln.startswith("RAY_NODE_IP_ADDRESS=")], host
-        for line in ("VLLM_HOST_IP=%s" % fabric_ip(host),
+        for line in ("VLLM_HOST_IP=%s" % lab.fabric_ip(host),
                      "NCCL_SOCKET_IFNAME=enp1s0f1np1", "GLOO_SOCKET_IFNAME=enp1s0f1np1",
                      "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1", "RAY_memory_monitor_refresh_ms=0", "RAY_AUTH_MODE=token"):
             assert line in envtext.splitlines(), (host, line)
-    assert systemctl(lab, HEAD, "is-active", "sparkfleet-vllm") == "active"
+    assert lab.systemctl(HEAD, "is-active", "sparkfleet-vllm") == "active"
     for host in lab.hosts[1:]:
-        assert systemctl(lab, host, "is-active", "sparkfleet-vllm") != "active"
+        assert lab.systemctl(host, "is-active", "sparkfleet-vllm") != "active"
 
 
 def test_ray_registered_every_node_on_its_fabric_ip(lab, deployed):
@@ -100,7 +60,7 @@ def test_ray_registered_every_node_on_its_fabric_ip(lab, deployed):
             "print(json.dumps(sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive'])))")
     p = lab.host_exec(HEAD, "docker", "exec", "sparkfleet-ray", "python3", "-c", code, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
-    assert json.loads(p.stdout.strip().splitlines()[-1]) == sorted(fabric_ip(h) for h in lab.hosts)
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == sorted(lab.fabric_ip(h) for h in lab.hosts)
 
 
 def test_model_synced_to_every_worker(lab, deployed):
@@ -114,15 +74,14 @@ def test_model_synced_to_every_worker(lab, deployed):
 
 
 def test_second_run_changes_nothing(lab, deployed, tmp_path):
-    r, failures = play(lab, tmp_path, "site.yml")
-    assert r["status"] == "successful" and not failures
-    assert changed_total(r) == 0, r["stats"]
+    r = lab.site(tmp_path)
+    assert lab.changed_total(r) == 0, r["stats"]
 
 
 @pytest.mark.fault(name="the head's sync key used for a shell, sudo or another path on a worker",
                    expected="refused by the key's forced command; model_sync's own commands still work")
 def test_the_sync_key_runs_only_model_sync_commands(lab, deployed, observe):
-    worker = fabric_ip(lab.hosts[-1])
+    worker = lab.fabric_ip(lab.hosts[-1])
     ssh = ("ssh -i /etc/sparkfleet/model-sync_ed25519 -o BatchMode=yes -o StrictHostKeyChecking=no "
            "-o UserKnownHostsFile=/dev/null spark@%s " % worker)
     for command in ("id", "sudo -n id", "'cat /etc/shadow'",
@@ -147,24 +106,24 @@ def test_two_runs_at_once_the_second_refuses_on_the_lock(lab, deployed, tmp_path
 
     lock = "/run/sparkfleet/deploy.lock"
     results = {}
-    first = threading.Thread(target=lambda: results.update(first=play(lab, tmp_path / "first", "site.yml")))
+    first = threading.Thread(target=lambda: results.update(first=lab.play(tmp_path / "first", "site.yml")))
     first.start()
     deadline = time.time() + 120
     while time.time() < deadline and lab.host_exec(HEAD, "test", "-s", lock).returncode != 0:
         time.sleep(0.5)
     assert lab.host_exec(HEAD, "test", "-s", lock).returncode == 0, "the first run never took the lock"
-    invocations = {h: systemctl(lab, h, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") for h in lab.hosts}
-    r2, failures2 = play(lab, tmp_path / "second", "site.yml")
+    invocations = {h: lab.systemctl(h, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") for h in lab.hosts}
+    r2, failures2 = lab.play(tmp_path / "second", "site.yml")
     first.join(600)
     r1, failures1 = results["first"]
     assert r1["status"] == "successful" and not failures1, failures1[-3:]
     assert r2["status"] == "failed"
-    msg = json.dumps([f.get("res") for f in failures2])
+    msg = lab.messages(failures2)
     assert "another deployment is running" in msg and "holds %s" % lock in msg, msg[-2000:]
     observe(re.search(r"another deployment is running[^\"]*", msg).group(0))
     # The second run changed nothing, and the lock is gone once the first run ended.
-    assert changed_total(r2) == 0
-    assert {h: systemctl(lab, h, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") for h in lab.hosts} == invocations
+    assert lab.changed_total(r2) == 0
+    assert {h: lab.systemctl(h, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") for h in lab.hosts} == invocations
     assert lab.host_exec(HEAD, "test", "-e", lock).returncode != 0
 
 
@@ -174,16 +133,16 @@ def test_a_lock_left_by_a_dead_run_is_taken_over(lab, deployed, tmp_path):
     stale = json.dumps({"controller": socket.gethostname(), "pid": 2 ** 22 + 7, "token": "dead-run",
                         "started": 0, "playbook": "site.yml"})
     lab.host_exec(HEAD, "sh", "-c", "mkdir -p /run/sparkfleet && printf '%s' '" + stale + "' > /run/sparkfleet/deploy.lock")
-    r, failures = play(lab, tmp_path, "site.yml", cmdline="--tags preflight")
+    r, failures = lab.play(tmp_path, "site.yml", cmdline="--tags preflight")
     assert r["status"] == "successful" and not failures, failures[-3:]
     assert lab.host_exec(HEAD, "test", "-e", "/run/sparkfleet/deploy.lock").returncode != 0
 
 
 def test_check_mode_touches_nothing(lab, deployed, tmp_path):
-    before = {h: systemctl(lab, h, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") for h in lab.hosts}
-    vllm_before = systemctl(lab, HEAD, "show", "-p", "InvocationID", "--value", "sparkfleet-vllm")
-    r, failures = play(lab, tmp_path, "site.yml", cmdline="--check --diff",
-                       extravars={"vllm_serve_gpu_memory_utilization": 0.8})
+    before = {h: lab.systemctl(h, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") for h in lab.hosts}
+    vllm_before = lab.systemctl(HEAD, "show", "-p", "InvocationID", "--value", "sparkfleet-vllm")
+    r, failures = lab.play(tmp_path, "site.yml", cmdline="--check --diff",
+                           extravars={"vllm_serve_gpu_memory_utilization": 0.8})
     assert r["status"] == "successful" and not failures, failures[-3:]
     # The changed setting is predicted on the head's unit ...
     predicted = [e for e in r["events"] if e["event"] == "runner_on_ok" and e["host"] == HEAD
@@ -192,25 +151,25 @@ def test_check_mode_touches_nothing(lab, deployed, tmp_path):
     # ... and nothing was touched.
     unit = lab.host_exec(HEAD, "cat", "/etc/systemd/system/sparkfleet-vllm.service").stdout
     assert "--gpu-memory-utilization 0.85" in unit
-    assert systemctl(lab, HEAD, "show", "-p", "InvocationID", "--value", "sparkfleet-vllm") == vllm_before
-    assert {h: systemctl(lab, h, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") for h in lab.hosts} == before
+    assert lab.systemctl(HEAD, "show", "-p", "InvocationID", "--value", "sparkfleet-vllm") == vllm_before
+    assert {h: lab.systemctl(h, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") for h in lab.hosts} == before
 
 
 def test_status_is_read_only_and_reports_ready(lab, deployed, tmp_path):
-    r, failures = play(lab, tmp_path, "playbooks/status.yml")
+    r, failures = lab.play(tmp_path, "playbooks/status.yml")
     assert r["status"] == "successful" and not failures
-    assert changed_total(r) == 0
+    assert lab.changed_total(r) == 0
     summaries = [json.dumps(e.get("res")) for e in r["events"] if e["host"] == HEAD]
     assert any(re.search(r"vllm: .*ready", s) for s in summaries), summaries[-2:]
 
 
 def test_restart_serves_again(lab, deployed, tmp_path):
     before = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Id}}", "sparkfleet-vllm").stdout.strip()
-    r, failures = play(lab, tmp_path, "playbooks/restart.yml")
+    r, failures = lab.play(tmp_path, "playbooks/restart.yml")
     assert r["status"] == "successful" and not failures
     after = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Id}}", "sparkfleet-vllm").stdout.strip()
     assert after and after != before
-    code, _body = api_request(lab, "/v1/completions", {"model": "sparklab/tiny-moe", "prompt": "again", "max_tokens": 2})
+    code, _body = lab.completion("again")
     assert code == 200
 
 
@@ -226,12 +185,12 @@ def test_same_size_corruption_on_a_worker_is_repaired_and_serving_restarts(lab, 
     digest = {h: lab.host_exec(h, "sha256sum", shard).stdout.split()[0] for h in (HEAD, worker)}
     assert digest[HEAD] != digest[worker]
     before = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Id}}", "sparkfleet-vllm").stdout.strip()
-    r, failures = play(lab, tmp_path, "site.yml", cmdline="--tags model_sync,vllm_serve")
+    r, failures = lab.play(tmp_path, "site.yml", cmdline="--tags model_sync,vllm_serve")
     assert r["status"] == "successful" and not failures, failures[-3:]
     assert lab.host_exec(worker, "sha256sum", shard).stdout.split()[0] == digest[HEAD]
     after = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Id}}", "sparkfleet-vllm").stdout.strip()
     assert after and after != before, "the engine still serves what it loaded before the repair"
-    code, _body = api_request(lab, "/v1/completions", {"model": "sparklab/tiny-moe", "prompt": "fixed", "max_tokens": 2})
+    code, _body = lab.completion("fixed")
     assert code == 200
 
 
@@ -241,14 +200,14 @@ def test_stale_unit_holding_the_gpu_is_stopped_and_disabled(lab, deployed, tmp_p
     worker = lab.hosts[-1]
     lab.labctl("break", "stale-unit", worker)
     try:
-        assert systemctl(lab, worker, "is-active", "vllm-legacy") == "active"
-        r, failures = play(lab, tmp_path, "site.yml", cmdline="--tags gpu_cleanup",
-                           extravars={"gpu_cleanup_stale_units": ["vllm-legacy"]})
+        assert lab.systemctl(worker, "is-active", "vllm-legacy") == "active"
+        r, failures = lab.play(tmp_path, "site.yml", cmdline="--tags gpu_cleanup",
+                               extravars={"gpu_cleanup_stale_units": ["vllm-legacy"]})
         assert r["status"] == "successful" and not failures, failures[-3:]
-        assert systemctl(lab, worker, "is-active", "vllm-legacy") != "active"
-        assert systemctl(lab, worker, "is-enabled", "vllm-legacy") == "disabled"
+        assert lab.systemctl(worker, "is-active", "vllm-legacy") != "active"
+        assert lab.systemctl(worker, "is-enabled", "vllm-legacy") == "disabled"
         # Our own services were left alone.
-        assert systemctl(lab, worker, "is-active", "sparkfleet-ray") == "active"
+        assert lab.systemctl(worker, "is-active", "sparkfleet-ray") == "active"
     finally:
         lab.labctl("fix", "stale-unit", worker, check=False)
 
@@ -260,28 +219,28 @@ def test_ray_oom_during_graph_capture_is_prevented_by_the_default_policy(lab, de
     # when the monitor is on and unified memory crosses its threshold (DOMAIN: 113.78/119.70 GB at 0.95). The
     # roles turn the monitor off by default, so even at 0.95 utilization the engine comes up.
     fault = {"SPARKLAB_SECONDS_PER_SHARD": "0.2", "SPARKLAB_FAULT": "ray_oom_graph"}
-    r, failures = play(lab, tmp_path / "protected", "site.yml", cmdline="--tags vllm_serve",
-                       extravars={"vllm_serve_env": fault, "vllm_serve_gpu_memory_utilization": 0.95})
+    r, failures = lab.play(tmp_path / "protected", "site.yml", cmdline="--tags vllm_serve",
+                           extravars={"vllm_serve_env": fault, "vllm_serve_gpu_memory_utilization": 0.95})
     assert r["status"] == "successful" and not failures, failures[-1:]
     env = lab.host_exec(HEAD, "cat", "/etc/sparkfleet/ray.env").stdout.splitlines()
     assert "RAY_memory_monitor_refresh_ms=0" in env
 
     # The inventory's own settings serve again.
-    r, failures = play(lab, tmp_path / "back", "site.yml", cmdline="--tags vllm_serve")
+    r, failures = lab.play(tmp_path / "back", "site.yml", cmdline="--tags vllm_serve")
     assert r["status"] == "successful" and not failures
-    code, _body = api_request(lab, "/v1/completions", {"model": "sparklab/tiny-moe", "prompt": "back", "max_tokens": 2})
+    code, _body = lab.completion("back")
     assert code == 200
 
 
 def test_stop_keeps_the_model_and_stops_our_services(lab, deployed, tmp_path):
-    r, failures = play(lab, tmp_path, "playbooks/stop.yml")
+    r, failures = lab.play(tmp_path, "playbooks/stop.yml")
     assert r["status"] == "successful" and not failures
     for host in lab.hosts:
-        assert systemctl(lab, host, "is-active", "sparkfleet-ray") != "active"
-        assert systemctl(lab, host, "is-enabled", "sparkfleet-ray") == "disabled"
+        assert lab.systemctl(host, "is-active", "sparkfleet-ray") != "active"
+        assert lab.systemctl(host, "is-enabled", "sparkfleet-ray") == "disabled"
         assert lab.host_exec(host, "test", "-f", "/models/sparklab-tiny/model.safetensors.index.json").returncode == 0
-    assert systemctl(lab, HEAD, "is-active", "sparkfleet-vllm") != "active"
-    code = lab.ctl("curl", "-s", "-m", "5", "-o", "/dev/null", API + "/health").returncode
+    assert lab.systemctl(HEAD, "is-active", "sparkfleet-vllm") != "active"
+    code = lab.ctl("curl", "-s", "-m", "5", "-o", "/dev/null", lab.api_url + "/health").returncode
     assert code != 0  # connection refused: nothing listens any more
     # our firewall table goes with Ray; the node's other tables (the lab's egress guard) stay
     for host in lab.hosts:
@@ -328,14 +287,14 @@ def test_a_port_taken_by_something_else_is_named_before_anything_changes(lab, de
         for _ in range(50):
             if lab.host_exec(HEAD, "sh", "-c", "grep -qi ':%04X 00000000:0000 0A' /proc/net/tcp" % port).returncode == 0:
                 break
-        r, failures = play(lab, tmp_path, "site.yml")
+        r, failures = lab.play(tmp_path, "site.yml")
         assert r["status"] == "failed"
-        msg = json.dumps([f.get("res") for f in failures])
+        msg = lab.messages(failures)
         assert "port %d (%s): pid %s python3" % (port, bind, pid) in msg, msg[-2000:]
         observe(re.search(r"port\(s\) already taken[^\"]*", msg).group(0))
-        assert changed_total(r) == 0
+        assert lab.changed_total(r) == 0
         for host in lab.hosts:
-            assert systemctl(lab, host, "is-active", "sparkfleet-ray") != "active"
+            assert lab.systemctl(host, "is-active", "sparkfleet-ray") != "active"
     finally:
         lab.host_exec(HEAD, "kill", pid)
 
@@ -344,9 +303,9 @@ def test_a_port_taken_by_something_else_is_named_before_anything_changes(lab, de
                    expected='status.yml reports every node, then exits non-zero naming each unit down')
 def test_status_fails_once_nothing_serves(lab, deployed, tmp_path, observe):
     """Issue 11: status.yml printed ActiveState=failed and exited 0. After stop, it reports every node, then fails."""
-    r, failures = play(lab, tmp_path, "playbooks/status.yml")
-    assert r["status"] == "failed" and changed_total(r) == 0
-    msgs = json.dumps([f.get("res") for f in failures])
+    r, failures = lab.play(tmp_path, "playbooks/status.yml")
+    assert r["status"] == "failed" and lab.changed_total(r) == 0
+    msgs = lab.messages(failures)
     for host in lab.hosts:
         assert re.search(r"%s: sparkfleet-ray=(inactive|failed)" % host, msgs), msgs[-2000:]
     assert re.search(r"sparkfleet-vllm=(inactive|failed)", msgs)
