@@ -253,7 +253,9 @@ def serving(lab, tmp_path_factory):
 
 # --------------------------------------------------------------------------- the fault table
 # A test marked @pytest.mark.fault(name=..., expected=...) injects a fault (or feeds bad input) and asserts the
-# outcome a user must see. Every run writes tests/output/fault-table.md: fault, expected, observed, verdict.
+# outcome a user must see. Every run writes tests/output/fault-table.md: fault, expected, observed, verdict, and the
+# run (date and commit) on every row, so that scripts/fault-table.py can merge a partial run's rows into
+# docs/fault-table.md with each row saying when it was observed.
 # The `observe` fixture lets a test state what it saw (the message the user got, the time it took).
 
 FAULT_TABLE = REPO / "tests" / "output" / "fault-table.md"
@@ -284,7 +286,21 @@ def pytest_runtest_makereport(item, call):
         lines = [ln for ln in str(report.longrepr).splitlines() if ln.startswith("E ")]
         verdict, seen = "FAIL", " ".join((lines[0] if lines else "error")[1:].split())[:300]
     _FAULT_ROWS.append((mark.kwargs.get("name") or item.name, mark.kwargs.get("expected", ""), seen, verdict,
-                        item.nodeid))
+                        item.nodeid, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())))
+
+
+def _tested_commit():
+    """The commit the tests ran from, with '+changes' when the checkout's tracked files differ from it."""
+    git = ["git", "-C", str(REPO)]
+    try:
+        head = subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=60)
+        changes = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                 text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return "commit unknown"
+    if head.returncode != 0 or not head.stdout.strip():
+        return "commit unknown"
+    return head.stdout.strip() + (" +changes" if changes.stdout.strip() else "")
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -292,9 +308,11 @@ def pytest_sessionfinish(session, exitstatus):
         return
     FAULT_TABLE.parent.mkdir(parents=True, exist_ok=True)
     cell = lambda text: str(text).replace("|", "\\|")  # noqa: E731
+    commit = _tested_commit()
     lines = ["# Fault and bad-input table", "",
-             "Written by the last run of the lab tests marked `fault` (%s, %d rows). Full suite: `scripts/faults.sh`."
-             % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), len(_FAULT_ROWS)), "",
-             "| fault / bad input | expected | observed | verdict | test |", "|---|---|---|---|---|"]
-    lines += ["| %s |" % " | ".join(cell(c) for c in row) for row in _FAULT_ROWS]
+             "Written by the last run of the lab tests marked `fault` (%s, %d rows, commit %s). Full suite:"
+             " `scripts/faults.sh`; `scripts/fault-table.py` merges these rows into docs/fault-table.md."
+             % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), len(_FAULT_ROWS), commit), "",
+             "| fault / bad input | expected | observed | verdict | test | run |", "|---|---|---|---|---|---|"]
+    lines += ["| %s |" % " | ".join(cell(c) for c in row[:5] + ("%s, %s" % (row[5], commit),)) for row in _FAULT_ROWS]
     FAULT_TABLE.write_text("\n".join(lines) + "\n")
