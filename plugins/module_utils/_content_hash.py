@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-HASH_ALGORITHM = "blake2b-128"
+HASH_ALGORITHM = "sha256"
 
 HASH_SCRIPT = r'''
 import hashlib, json, os, sys, tempfile
@@ -29,7 +29,7 @@ names = [n for n in sys.stdin.buffer.read().decode("utf-8", "surrogateescape").s
 try:
     with open(cache_path) as fh:
         cache = json.load(fh)
-    if cache.get("root") != os.path.realpath(root) or cache.get("algorithm") != "blake2b-128":
+    if cache.get("root") != os.path.realpath(root) or cache.get("algorithm") != "sha256":
         cache = {}
 except (OSError, ValueError, AttributeError):
     cache = {}
@@ -45,7 +45,7 @@ def one(rel):
     hit = entries.get(rel)
     if isinstance(hit, list) and len(hit) == 2 and hit[0] == key:
         return rel, hit[1], key
-    h = hashlib.blake2b(digest_size=16)
+    h = hashlib.sha256()
     with open(path, "rb", buffering=0) as fh:
         while True:
             chunk = fh.read(8 << 20)
@@ -66,7 +66,7 @@ if cache_path:
         os.makedirs(os.path.dirname(cache_path), mode=0o700, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(cache_path), prefix=".hashes-")
         with os.fdopen(fd, "w") as fh:
-            json.dump({"root": os.path.realpath(root), "algorithm": "blake2b-128", "files": entries}, fh)
+            json.dump({"root": os.path.realpath(root), "algorithm": "sha256", "files": entries}, fh)
         os.replace(tmp, cache_path)
     except OSError:
         pass

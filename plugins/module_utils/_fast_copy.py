@@ -5,21 +5,29 @@
 
 FAST_SCRIPT is a self-contained Python 3 program (standard library only). model_sync runs it
   - ``receive DEST`` on a destination through ssh (a fixed command the sync key's forced command allows byte for
-    byte). It reads one JSON request line on stdin: the files to expect ([name, size, mtime_ns, mode, blake2b hex
-    or null]), the number of streams and a timeout. It keeps partial files of exactly those versions in
-    DEST/.sparkfleet-sync (the next run continues them) and deletes everything else there, then listens on the
-    address the ssh connection came in on (the fabric IP; SSH_CONNECTION), port 0, and prints one JSON line
-    {port, key, offsets} on stdout, which only the ssh channel carries: the key is a fresh random secret.
-    Each TCP connection must answer a random challenge with HMAC-SHA256(key, challenge) before a byte is written.
-    Once the expected number of streams is in, the listening socket is closed. Every file is written to the
-    staging directory, its size checked (and its BLAKE2b hash, when the request carries one) and only then renamed
-    to its final name with the source's mtime and mode. When every stream has ended it prints one JSON result line
-    and exits. It exits at once when its stdin closes (the run ended or was killed: ssh drops the channel), when
-    no stream connects within the timeout, or when no byte arrives for the timeout.
+    byte). It reads one JSON request line on stdin: the files to expect ([name, size, mtime_ns, mode, sha256 hex
+    or null]), whether content hashes are asked (``hash``), the number of streams and a timeout. It keeps partial
+    files of exactly those versions in DEST/.sparkfleet-sync (the next run continues them) and deletes everything
+    else there, then listens on the address the ssh connection came in on (the fabric IP; SSH_CONNECTION), port 0,
+    and prints one JSON line {port, key, offsets} on stdout, which only the ssh channel carries: the key is a fresh
+    random secret. Each TCP connection must answer a random challenge with HMAC-SHA256(key, challenge) before a
+    byte is written; once the expected number of streams is in, the listening socket is closed.
+    A stream then carries, per file, a header {name, offset, length}, the raw bytes, and a trailer {digest, mac}:
+    the source's SHA-256 of the whole file (when hashes are asked) and HMAC-SHA256(key, name, size, digest), so
+    the connection is authenticated once and each file's size and content end to end, with no per-chunk MAC.
+    Every file is written to the staging directory as it arrives (hashed on the way), its size checked and, when
+    hashes are asked, its hash against the trailer's (and the manifest's, when it carries one); only then does it
+    get its final name with the source's mtime and mode. A file whose bytes or trailer do not check out is deleted,
+    never renamed; a stream cut mid-file leaves the staged part for the next run to continue. When every stream has
+    ended it prints one JSON result line and exits. It exits at once when its stdin closes (the run ended or was
+    killed: ssh drops the channel), when no stream connects within the timeout, or when no byte arrives for the
+    timeout.
   - ``send ROOT`` on the source (locally) or on a destination that already holds the model (through ssh, a fixed
-    command with ROOT = DEST). It reads one JSON request line on stdin: host, port, key and the streams (lists of
-    [name, offset, size]); each stream is one TCP connection sending its files with sendfile(2) (zero copy from
-    the page cache). Prints one JSON result line.
+    command with ROOT = DEST). It reads one JSON request line on stdin: host, port, key, ``hash`` and the streams
+    (lists of [name, offset, size]); each stream is one TCP connection sending its files with sendfile(2) (zero
+    copy from the page cache) while a thread of its own hashes the same files (or takes the hash from the cache
+    under ~/.cache/sparkfleet when size, mtime, inode and ctime are unchanged), so hashing overlaps the sending.
+    Prints one JSON result line with the digests it sent; the new ones go into that cache.
 Nothing here is a shell: names are checked to be plain relative paths inside the directory.
 """
 
@@ -37,7 +45,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import ta
 
 FAST_SCRIPT = r'''
 import hashlib, hmac, json, os, secrets, socket, struct, sys, threading, time
-STAGE, MARK, BUF = ".sparkfleet-sync", ".sparkfleet-model", 1 << 20
+STAGE, MARK, BUF, ALGO = ".sparkfleet-sync", ".sparkfleet-model", 1 << 20, "sha256"
 
 
 def die(msg, rc=2):
@@ -88,12 +96,56 @@ def answer(key, nonce):
     return hmac.new(key, nonce, hashlib.sha256).digest()
 
 
+def file_mac(key, name, size, digest):
+    msg = ("%s\0%d\0%s" % (name, size, digest or "")).encode("utf-8", "surrogateescape")
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
 def read_request():
     line = sys.stdin.buffer.readline(16 << 20)
     try:
         return json.loads(line.decode("utf-8"))
     except ValueError:
         die("no request on stdin")
+
+
+def cache_path(root):
+    tag = hashlib.sha256(root.rstrip("/").encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return os.path.join(os.path.expanduser("~"), ".cache", "sparkfleet", "hashes-%s.json" % tag)
+
+
+def stat_key(st):
+    return [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+
+
+def load_cache(root, real):
+    """The hash cache HASH_SCRIPT keeps (module_utils/_content_hash.py): {relpath: [stat key, digest]}."""
+    try:
+        with open(cache_path(root)) as fh:
+            cache = json.load(fh)
+        if cache.get("root") == real and cache.get("algorithm") == ALGO and isinstance(cache.get("files"), dict):
+            return cache["files"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    return {}
+
+
+def write_cache(root, real, fresh):
+    """Add {relpath: [stat key, digest]} to the cache HASH_SCRIPT reads, so nothing is read twice."""
+    if not fresh:
+        return 0
+    path = cache_path(root)
+    entries = load_cache(root, real)
+    entries.update(fresh)
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w") as fh:
+            json.dump({"root": real, "algorithm": ALGO, "files": entries}, fh)
+        os.replace(tmp, path)
+        return len(fresh)
+    except OSError:
+        return None
 
 
 def receive(dest):
@@ -103,6 +155,7 @@ def receive(dest):
         if not good_name(name):
             die("refused file name %r" % name)
         files[name] = (int(size), int(mtime), int(mode) & 0o777, digest)
+    want_hash = bool(req.get("hash")) or any(f[3] for f in files.values())
     streams = max(1, min(64, int(req.get("streams", 1))))
     timeout = max(5, int(req.get("timeout", 60)))
     try:
@@ -174,11 +227,12 @@ def receive(dest):
             state["claimed"].add(name)
         path = os.path.join(stage, stage_name(name, size, mtime))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        keep_part = True  # a stream cut mid-file leaves the part for the next run; bad bytes are deleted
         try:
             if os.fstat(fd).st_size < off:
                 raise ValueError("%s: resume offset %d beyond the staged %d bytes" % (name, off, os.fstat(fd).st_size))
             os.ftruncate(fd, off)
-            h = hashlib.blake2b(digest_size=16) if digest else None
+            h = hashlib.new(ALGO) if want_hash else None
             if h is not None and off:
                 pos = 0
                 while pos < off:
@@ -194,9 +248,10 @@ def receive(dest):
                 k = conn.recv_into(view, min(len(buf), left))
                 if not k:
                     raise EOFError("%s: connection closed with %d bytes to go" % (name, left))
-                write_all(fd, view[:k])
+                chunk = view[:k]
                 if h is not None:
-                    h.update(view[:k])
+                    h.update(chunk)
+                write_all(fd, chunk)
                 left -= k
                 with lock:
                     state["bytes"] += k
@@ -204,13 +259,34 @@ def receive(dest):
             have = os.fstat(fd).st_size
             if have != size:
                 raise ValueError("%s: %d bytes staged, expected %d" % (name, have, size))
-            if h is not None and h.hexdigest() != digest:
+            trailer = read_msg(conn)
+            sent_digest = trailer.get("digest")
+            mac = trailer.get("mac")
+            keep_part = False
+            if not isinstance(mac, str) or not hmac.compare_digest(mac, file_mac(key, name, size, sent_digest)):
+                raise ValueError("%s: the trailer's MAC does not check out (not from the sender of this run)" % name)
+            why = None
+            if h is not None:
+                got = h.hexdigest()
+                if not sent_digest and not digest:
+                    why = "no source hash came with it"
+                elif (sent_digest and got != sent_digest) or (digest and got != digest):
+                    why = "content hash differs from the source's"
+            if why:
                 os.unlink(path)
                 with lock:
-                    state["failed"][name] = "content hash differs from the source's"
+                    state["failed"][name] = why
                 return
             os.fchmod(fd, mode)
             os.utime(fd, ns=(mtime, mtime))
+            final_digest = h.hexdigest() if h is not None else None
+        except BaseException:
+            if not keep_part:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            raise
         finally:
             os.close(fd)
         final = os.path.join(real, name)
@@ -221,7 +297,7 @@ def receive(dest):
             raise ValueError("%s would land outside %s" % (name, dest))
         os.replace(path, final)
         with lock:
-            state["ok"][name] = digest
+            state["ok"][name] = final_digest
 
     def serve(conn):
         buf = bytearray(BUF)
@@ -232,7 +308,7 @@ def receive(dest):
                     break
                 try:
                     one_file(conn, msg, buf)
-                except (OSError, ValueError) as exc:
+                except (OSError, ValueError, EOFError) as exc:
                     with lock:
                         state["failed"][str(msg.get("name"))] = str(exc)
                     raise
@@ -274,42 +350,24 @@ def receive(dest):
     for t in threads:
         t.join()
     state["done"] = True
-    cache = None
-    hashed = dict((n, d) for n, d in state["ok"].items() if d)
-    if hashed:
-        cache = write_cache(dest, real, hashed)
+    fresh = {}
+    for name, d in state["ok"].items():
+        if d:
+            try:
+                fresh[name] = [stat_key(os.stat(os.path.join(real, name))), d]
+            except OSError:
+                pass
+    cache = write_cache(dest, real, fresh) if fresh else None
     emit({"ok": sorted(state["ok"]), "failed": state["failed"], "bytes": state["bytes"],
-          "resumed": sum(offsets.values()), "cache": cache})
+          "resumed": sum(offsets.values()), "cache": cache, "hashed": want_hash})
 
 
-def write_cache(dest, real, hashed):
-    """Record the verified hashes where HASH_SCRIPT looks (content_hash.cache_file), so nothing is re-read."""
-    tag = hashlib.sha256(dest.rstrip("/").encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    path = os.path.join(os.path.expanduser("~"), ".cache", "sparkfleet", "hashes-%s.json" % tag)
-    try:
-        with open(path) as fh:
-            cache = json.load(fh)
-        if cache.get("root") != real or cache.get("algorithm") != "blake2b-128" or \
-                not isinstance(cache.get("files"), dict):
-            cache = None
-    except (OSError, ValueError, AttributeError):
-        cache = None
-    entries = cache["files"] if cache else {}
-    for name, digest in hashed.items():
-        try:
-            st = os.stat(os.path.join(real, name))
-        except OSError:
-            continue
-        entries[name] = [[st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns], digest]
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        tmp = "%s.%d.tmp" % (path, os.getpid())
-        with open(tmp, "w") as fh:
-            json.dump({"root": real, "algorithm": "blake2b-128", "files": entries}, fh)
-        os.replace(tmp, path)
-        return len(hashed)
-    except OSError:
-        return None
+class Digest(object):
+    """One file's hash, computed by a stream's hasher thread while the stream sends the file."""
+
+    def __init__(self):
+        self.ready = threading.Event()
+        self.value = self.error = None
 
 
 def send(root):
@@ -318,12 +376,15 @@ def send(root):
     host, port, key = str(req["host"]), int(req["port"]), bytes.fromhex(req["key"])
     timeout = max(5, int(req.get("timeout", 60)))
     rate = max(0, int(req.get("bwlimit", 0)))  # bytes per second per stream, 0 = no limit
+    want_hash = bool(req.get("hash"))
     bins = req["bins"]
     for b in bins:
         for name, off, size in b:
             if not good_name(name) or int(off) < 0 or int(off) > int(size):
                 die("refused file entry %r" % name)
-    out = {"bytes": 0, "files": 0, "errors": []}
+    out = {"bytes": 0, "files": 0, "errors": [], "digests": {}}
+    cached = load_cache(root, real) if want_hash else {}
+    fresh = {}
     lock = threading.Lock()
     watching = {"done": False}
 
@@ -331,6 +392,35 @@ def send(root):
         sys.stdin.buffer.read()
         if not watching["done"]:
             die("the run ended (stdin closed)", 3)
+
+    def hasher(items, digests):
+        buf = bytearray(8 << 20)
+        view = memoryview(buf)
+        for (name, _off, _size), dg in zip(items, digests):
+            try:
+                with open(os.path.join(real, name), "rb", buffering=0) as fh:
+                    before = os.fstat(fh.fileno())
+                    hit = cached.get(name)
+                    if isinstance(hit, list) and len(hit) == 2 and hit[0] == stat_key(before):
+                        dg.value = hit[1]
+                        continue
+                    h = hashlib.new(ALGO)
+                    pos = 0
+                    while True:
+                        k = fh.readinto(buf)
+                        if not k:
+                            break
+                        h.update(view[:k])
+                        pos += k
+                    after = os.fstat(fh.fileno())
+                    dg.value = h.hexdigest()
+                    if stat_key(after) == stat_key(before) and pos == after.st_size:
+                        with lock:
+                            fresh[name] = [stat_key(after), dg.value]
+            except OSError as exc:
+                dg.error = "%s: %s" % (name, exc)
+            finally:
+                dg.ready.set()
 
     def stream(items):
         try:
@@ -340,11 +430,18 @@ def send(root):
                 out["errors"].append("connect %s:%d: %s" % (host, port, exc))
                 out["connect_failed"] = True
             return
+        digests = [Digest() for _i in items]
         try:
             sock.sendall(answer(key, recv_exact(sock, 32)))
+            # Blocking from here: sendfile(2) moves a whole file in one call; a peer that stops reading for the
+            # timeout makes it fail (SO_SNDTIMEO), like the receiver's watchdog on its side.
+            sock.settimeout(None)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", timeout, 0))
+            if want_hash:
+                threading.Thread(target=hasher, args=(items, digests), daemon=True).start()
             start = time.time()
             sent = 0
-            for name, off, size in items:
+            for (name, off, size), dg in zip(items, digests):
                 off, size = int(off), int(size)
                 with open(os.path.join(real, name), "rb") as fh:
                     have = os.fstat(fh.fileno()).st_size
@@ -355,7 +452,7 @@ def send(root):
                     pos = off
                     while pos < size:
                         step = size - pos if not rate else min(size - pos, max(1 << 16, rate // 10))
-                        n = sock.sendfile(fh, pos, step)
+                        n = os.sendfile(sock.fileno(), fh.fileno(), pos, step)
                         if not n:
                             raise EOFError("%s: short send" % name)
                         pos += n
@@ -366,6 +463,15 @@ def send(root):
                             ahead = sent / float(rate) - (time.time() - start)
                             if ahead > 0:
                                 time.sleep(ahead)
+                value = None
+                if want_hash:
+                    dg.ready.wait()
+                    if dg.error:
+                        raise OSError(dg.error)
+                    value = dg.value
+                    with lock:
+                        out["digests"][name] = value
+                send_msg(sock, {"digest": value, "mac": file_mac(key, name, size, value)})
                 with lock:
                     out["files"] += 1
             send_msg(sock, {"end": True})
@@ -384,6 +490,8 @@ def send(root):
     for t in threads:
         t.join()
     watching["done"] = True
+    if fresh:
+        write_cache(root, real, fresh)
     emit(out)
 
 

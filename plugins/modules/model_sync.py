@@ -28,9 +28,13 @@ description:
     needs it; a connection must answer a challenge with an HMAC of a random per-run secret that only the ssh
     channel carries; the listening socket closes once every stream is in, and the receiver exits when the run
     ends, when ssh drops (a killed run), or after O(timeout) seconds without data. The sender uses
-    C(sendfile(2)). Every file lands in C(DEST/.sparkfleet-sync) and gets its final name only after its size
-    (and, with O(verify_content=true), its BLAKE2b hash against the source's) has been checked on the
-    destination; the checked hashes go into the destination's hash cache, so nothing is read twice.
+    C(sendfile(2)) and, with O(verify_content=true), hashes each file (SHA-256) in a thread of its own while it
+    sends it, so the source's hashes cost no time before the copy. After each file's bytes comes a trailer with
+    the source's hash and an HMAC (per-run secret) over name, size and hash: the connection is authenticated once,
+    each file end to end. Every file lands in C(DEST/.sparkfleet-sync), hashed as it arrives, and gets its final
+    name only after its size (and, with O(verify_content=true), its hash against the trailer's) has been checked
+    on the destination; a file that does not check out is deleted, never renamed. The checked hashes go into
+    the hash caches on both ends, so nothing is read twice and the verify pass does not hash those files again.
   - With the C(ssh) transport (the fallback when the receiver cannot start or no stream can connect, for
     example a firewall), the bytes go through rsync over ssh, C(--whole-file), no compression.
   - Resumable. A killed run never leaves a partial file under its final name; the next run skips every
@@ -127,7 +131,7 @@ options:
     default: true
   verify_content:
     description:
-      - Compare a content hash (BLAKE2b) of every file between the source and each destination, and send the files
+      - Compare a content hash (SHA-256) of every file between the source and each destination, and send the files
         whose content differs even when their size and modification time match (a same-size corruption with
         its mtime restored). After the sync, the files sent are hashed again on the destination.
       - Hashes are cached per file under the home directory of the user on each node
@@ -218,6 +222,16 @@ transfer_seconds:
   returned: always
   type: float
   sample: 190.2
+phase_seconds:
+  description:
+    - Wall-clock seconds per phase, where the run's time went. C(checks) the source model's checks, C(plan) the
+      destination guard, free space and the dry run that decides what differs, C(hash) the source's hashes not
+      computed during the transfer (files that would be skipped, files sent over ssh), C(transfer), C(verify)
+      and, with O(drop_cache=true), C(drop_cache).
+  returned: always
+  type: dict
+  sample: {checks: 0.05, plan: 0.61, hash: 0.02, transfer: 190.2, verify: 0.4}
+  version_added: 0.2.0
 mb_per_s:
   description: RV(bytes_transferred) / RV(transfer_seconds) in MB/s (10^6 bytes), 0 when nothing moved.
   returned: always
@@ -333,6 +347,11 @@ class ModelSync(object):
         self.warnings = []
         self.stats = {}
         self.source_hashes = None
+        self.home = pwd.getpwuid(os.getuid()).pw_dir
+        # The source's hashes the tcp sender computed (or read from its cache) while sending, and per destination
+        # the files its receiver checked against them before giving them their names.
+        self.sent_digests = {}
+        self.hash_verified = {}
 
     # ------------------------------------------------------------------ commands
     def _ssh(self, forward_agent=False):
@@ -369,13 +388,24 @@ class ModelSync(object):
     def _names_data(self, names):
         return b"".join(n.encode("utf-8", "surrogateescape") + b"\0" for n in names)
 
-    def local_hashes(self, names):
-        """Content hashes of the source's files (cached under this user's home)."""
-        argv = [self.python, "-c", HASH_SCRIPT, self.src, cache_file(self.src, pwd.getpwuid(os.getuid()).pw_dir)]
+    def local_hashes(self, names, fail=True):
+        """Content hashes of the source's files (cached under this user's home). With fail=False, (hashes, error)
+        for a caller in another thread (fail_json must come from the main one)."""
+        argv = [self.python, "-c", HASH_SCRIPT, self.src, cache_file(self.src, self.home)]
         rc, out, err = self.module.run_command(argv, data=self._names_data(names), binary_data=True)
+        why = None
         if rc != 0:
-            self.module.fail_json(msg="hashing the source model %s failed: %s" % (self.src, tail(err or out, 15)))
-        return parse_hashes(out)
+            why = "hashing the source model %s failed: %s" % (self.src, tail(err or out, 15))
+        else:
+            try:
+                hashes = parse_hashes(out)
+            except ValueError as exc:
+                why = "hashing the source model %s: %s" % (self.src, exc)
+        if fail:
+            if why:
+                self.module.fail_json(msg=why)
+            return hashes
+        return (None, why) if why else (hashes, None)
 
     def remote_hashes(self, host, names):
         """Content hashes of the files on a destination, or (None, error)."""
@@ -493,8 +523,9 @@ class ModelSync(object):
             return "ok", None, set(), 0, 0
         nstreams = max(1, min(self.p["streams"], len(moved)))
         timeout = max(5, self.p["timeout"])
+        hashed = self.source_hashes is not None
         request = {"files": fast_request_files(moved, self.stats, self.source_hashes),
-                   "streams": nstreams, "timeout": timeout}
+                   "streams": nstreams, "timeout": timeout, "hash": hashed}
         recv = LineProc(self._ssh() + [host_spec(target, self.user), self.cmds["receive"]], request)
         try:
             first = recv.line(timeout + 30)
@@ -507,9 +538,10 @@ class ModelSync(object):
             info["streams"] = nstreams
             per_stream = self.p["bwlimit"] * 1024 // nstreams if self.p["bwlimit"] else 0
             sreq = {"host": first["bind"], "port": first["port"], "key": first["key"], "bins": bins,
-                    "timeout": timeout, "bwlimit": per_stream}
+                    "timeout": timeout, "bwlimit": per_stream, "hash": hashed}
             if feeder == SOURCE:
-                sender = LineProc([self.python, "-c", FAST_SCRIPT, "send", self.src], sreq)
+                # HOME: the sender keeps the hashes it computes in this user's cache, where local_hashes looks.
+                sender = LineProc([self.python, "-c", FAST_SCRIPT, "send", self.src], sreq, env={"HOME": self.home})
             else:
                 sender = LineProc(self._ssh() + [host_spec(feeder, self.user), self.cmds["send"]], sreq)
             sres = sender.line()
@@ -524,6 +556,11 @@ class ModelSync(object):
         finally:
             recv.close()
         delivered = set(rres.get("ok") or [])
+        with self.lock:
+            if feeder == SOURCE:
+                self.sent_digests.update(sres.get("digests") or {})
+            if rres.get("hashed"):
+                self.hash_verified.setdefault(target, set()).update(delivered)
         sent, resumed = int(rres.get("bytes", sres.get("bytes", 0))), int(rres.get("resumed", 0))
         missing = [n for n, _s in moved if n not in delivered]
         if missing:
@@ -656,6 +693,8 @@ class ModelSync(object):
                 m.fail_json(msg="%s; nothing was copied" % why,
                             hint="Set %s to the model's own directory, e.g. /models/<model-name>." % name)
 
+        mark = time.time()
+        phases = {}
         report, problems = check_model_dir(self.src)
         if problems:
             m.fail_json(msg="source model %s is incomplete or corrupt, nothing was copied: %s"
@@ -664,8 +703,10 @@ class ModelSync(object):
         expected = dict(report["files"])
         result = {"changed": False, "files_total": len(expected), "files_transferred": 0,
                   "bytes_transferred": 0, "seconds": 0.0, "transfer_seconds": 0.0, "mb_per_s": 0.0,
-                  "rounds": [], "destinations": {}, "fingerprint": None}
+                  "rounds": [], "destinations": {}, "fingerprint": None, "phase_seconds": {}}
 
+        phases["checks"] = round(time.time() - mark, 2)
+        mark = time.time()
         moved = {}
         with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
             for host, (info, mv) in zip(hosts, pool.map(self.preflight, hosts)):
@@ -678,11 +719,18 @@ class ModelSync(object):
                         hint="Free space on the destination or fix ssh access (user, key, fabric IP), then run again.",
                         **result)
 
+        phases["plan"] = round(time.time() - mark, 2)
+        mark = time.time()
         source_hashes = None
         if m.params["verify_content"]:
-            source_hashes = self.local_hashes(sorted(expected))
+            # Up front, only the files the dry run would skip need the source's hash (a same-size corruption on a
+            # destination); the tcp sender hashes the files it sends while it sends them.
+            skipped = set(expected) if m.check_mode else set()
+            for h in hosts:
+                skipped |= set(expected) - set(n for n, _s in moved[h])
+            skipped = sorted(skipped)
+            source_hashes = self.local_hashes(skipped) if skipped else {}
             self.source_hashes = source_hashes
-            result["fingerprint"] = fingerprint(expected.items(), source_hashes)
             with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
                 futures = dict((h, pool.submit(self.content_check, h, result["destinations"][h], moved[h], expected,
                                                source_hashes)) for h in hosts)
@@ -701,7 +749,11 @@ class ModelSync(object):
         result["bytes_transferred"] = sum(sum(s for _n, s in moved[h]) for h in pending)
         result["changed"] = bool(pending)
 
+        phases["hash"] = round(time.time() - mark, 2)
         if m.check_mode:
+            if source_hashes is not None:
+                result["fingerprint"] = fingerprint(expected.items(), source_hashes)
+            result["phase_seconds"] = phases
             result["rounds"] = [[list(p) for p in r] for r in tree_rounds(holders, pending)]
             for h in pending:
                 result["destinations"][h].update(status="would_sync", transport=m.params["transport"])
@@ -717,12 +769,36 @@ class ModelSync(object):
             if why:
                 warnings.append("every destination is fed from this node (no tree fan-out): %s" % why)
                 holders = [SOURCE]
+        background = None
+        if source_hashes is not None and m.params["transport"] == "ssh":
+            # rsync does not hash: the source's hashes of the files it sends are read while it sends them.
+            names = sorted(set(n for h in pending for n, _s in moved[h]) - set(source_hashes))
+            if names:
+                background = ThreadPoolExecutor(max_workers=1)
+                background_hashes = background.submit(self.local_hashes, names, False)
         try:
             t0 = time.time()
             self._fan_out(holders, pending, moved, result)
             result["transfer_seconds"] = round(time.time() - t0, 2)
         finally:
             self.stop_agent()
+            if background:
+                background.shutdown(wait=True)
+        phases["transfer"] = result["transfer_seconds"]
+        mark = time.time()
+        if source_hashes is not None:
+            if background:
+                got, err = background_hashes.result()
+                if err:
+                    m.fail_json(msg=err, **result)
+                source_hashes.update(got)
+            source_hashes.update(self.sent_digests)
+            rest = [n for n in sorted(expected) if n not in source_hashes]
+            if rest:
+                source_hashes.update(self.local_hashes(rest))
+            result["fingerprint"] = fingerprint(expected.items(), source_hashes)
+        phases["hash"] = round(phases["hash"] + time.time() - mark, 2)
+        mark = time.time()
 
         failed = [h for h in pending if result["destinations"][h]["status"] == "failed"]
         synced = [h for h in hosts if h not in failed]
@@ -735,12 +811,16 @@ class ModelSync(object):
         if m.params["verify"]:
             for h in synced:
                 sent = result["destinations"][h]["would_transfer"] if h in pending else []
-                problems = self.verify(h, expected, source_hashes, [n for n in sent if n in expected])
+                checked = self.hash_verified.get(h, set())
+                problems = self.verify(h, expected, source_hashes,
+                                       [n for n in sent if n in expected and n not in checked])
                 result["destinations"][h]["verified"] = not problems
                 if problems:
                     result["destinations"][h].update(status="failed",
                                                      msg="verify on %s: %s" % (h, "; ".join(problems[:10])))
                     failed.append(h)
+        phases["verify"] = round(time.time() - mark, 2)
+        mark = time.time()
         if m.params["drop_cache"]:
             result["cache_dropped_source_files"] = self.drop_local_cache(expected)
             for h in hosts:
@@ -748,6 +828,9 @@ class ModelSync(object):
                     err = self.drop_remote_cache(h, sorted(expected))
                     if err:
                         warnings.append("page-cache drop on %s failed: %s" % (h, err))
+        if m.params["drop_cache"]:
+            phases["drop_cache"] = round(time.time() - mark, 2)
+        result["phase_seconds"] = phases
         result["seconds"] = round(time.time() - started, 2)
         for w in warnings:
             m.warn(w)

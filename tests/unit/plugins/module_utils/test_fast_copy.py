@@ -18,7 +18,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import
 
 
 def digest(data):
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return hashlib.sha256(data).hexdigest()
 
 
 class Receiver(object):
