@@ -16,6 +16,8 @@ from spark-1 on spark-2, then for every case empties spark-2:/models/bench-dst a
               candidate measured before (issue 8)
   tcp         (c) raw TCP capacity of the same link: a socket copy of as many bytes, memory to memory, the best
               of 1 and 4 streams
+  module-base model_sync with its defaults from another revision (--baseline REV, a `git archive` of REV unpacked
+              for the run): the change and what it replaces, side by side on the same lab and load
 
 It prints MB/s per case and the ratios b/a and b/c, and one JSON line (prefix BENCH-JSON) for bench/run_all.sh.
 "MB/s (copy)" of the module is its own transfer_seconds (the bytes moving, the per-file checks on the worker
@@ -163,14 +165,15 @@ def inventory():
     return os.path.join(REPO, "inventories", "lab") if name == "sfl" else "/var/tmp/sparklab/lab-%s/inventory" % name
 
 
-def run_module(destinations, **extra):
-    """model_sync through ansible from the control namespace; returns its result."""
+def run_module(destinations, repo=REPO, **extra):
+    """model_sync through ansible from the control namespace (the collection of ``repo``); returns its result."""
     args = dict({"src": SRC, "dest": DST, "destinations": destinations, "ssh_user": "spark", "ssh_key": KEY},
                 **extra)
     out = subprocess.run([LABCTL, "ctl", "--", os.path.join(REPO, ".venv/bin/ansible"), "spark-1", "-i", inventory(),
                           "-o", "-m", "sparkfleet.vllm.model_sync", "-a", json.dumps(args), "-e", "ansible_become=false"],
-                         cwd=REPO, stdout=subprocess.PIPE, universal_newlines=True, check=False,
-                         env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+                         cwd=repo, stdout=subprocess.PIPE, universal_newlines=True, check=False,
+                         env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(repo, "ansible.cfg"),
+                                  ANSIBLE_COLLECTIONS_PATH=os.path.join(repo, "collections"),
                                   ANSIBLE_DEPRECATION_WARNINGS="false")).stdout
     try:
         res = json.loads(out.split("=> ", 1)[1])
@@ -237,7 +240,20 @@ def main():
     ap.add_argument("--shards", type=int, default=40)
     ap.add_argument("--shape", default=None, help="cap the fabric first (lab/labctl shape RATE), e.g. 1gbit")
     ap.add_argument("--cases", default="ops,module,module-ssh,daemon,tcp")
+    ap.add_argument("--baseline", metavar="REV", help="also run model_sync from REV (case module-base), e.g. main")
     args = ap.parse_args()
+    cases = args.cases.split(",")
+    base = None
+    if args.baseline:
+        base = "/var/tmp/sparkfleet-bench-base-%s" % os.environ.get("SPARKLAB_NAME", "sfl")
+        subprocess.run(["rm", "-rf", base], check=True)
+        os.makedirs(base)
+        subprocess.run("git -C %s archive %s | tar -x -C %s" % (shlex.quote(REPO), shlex.quote(args.baseline),
+                                                              shlex.quote(base)), shell=True, check=True)
+        print("baseline: %s = %s" % (args.baseline, sh("git", "-C", REPO, "log", "-1", "--format=%h %s",
+                                                     args.baseline).strip()))
+        if "module-base" not in cases:
+            cases.insert(cases.index("module") + 1 if "module" in cases else len(cases), "module-base")
     if args.shape:
         sh(LABCTL, "shape", args.shape)
     try:
@@ -247,19 +263,25 @@ def main():
         print("model: %d files, %.1f MB on spark-1:%s -> spark-2 10.99.1.12:%s; shape %s"
               % (len(files), total / 1e6, SRC, DST, args.shape or "none"), flush=True)
         rows = {}
-        for key in args.cases.split(","):
+        phases = {}
+        for key in cases:
             clean(["spark-2"])
+            # Every case is a first sync: neither end has hashed these files before (a fresh download on the head).
+            hexec("spark-1", "rm -rf /home/spark/.cache/sparkfleet")
             hexec("spark-1", "sync")
             t0 = time.time()
             inner = None
             if key == "ops":
                 run_ops()
-            elif key == "module":
-                res = run_module(["10.99.1.12"])
+            elif key in ("module", "module-base"):
+                res = run_module(["10.99.1.12"], repo=base if key == "module-base" else REPO)
                 inner = res["transfer_seconds"]
+                phases[key] = res.get("phase_seconds")
                 assert res["destinations"]["10.99.1.12"]["transport"] == "tcp", res["destinations"]
             elif key == "module-ssh":
-                inner = run_module(["10.99.1.12"], transport="ssh")["transfer_seconds"]
+                res = run_module(["10.99.1.12"], transport="ssh")
+                inner = res["transfer_seconds"]
+                phases[key] = res.get("phase_seconds")
             elif key == "daemon":
                 run_daemon(files)
             elif key == "tcp":
@@ -275,12 +297,15 @@ def main():
                     raise SystemExit("%s: %d of %d bytes arrived" % (key, got, total))
             rows[key] = {"seconds_all": round(secs, 2), "seconds_copy": round(copy, 2),
                          "mbs_all": round(total / secs / 1e6, 1), "mbs_copy": round(total / copy / 1e6, 1)}
-            print("  %-11s %8.2f s all %8.1f MB/s all %8.1f MB/s copy" % (key, secs, total / secs / 1e6,
-                                                                        total / copy / 1e6), flush=True)
+            print("  %-11s %8.2f s all %8.1f MB/s all %8.1f MB/s copy%s" % (
+                key, secs, total / secs / 1e6, total / copy / 1e6,
+                "; module phases %s" % json.dumps(phases[key]) if phases.get(key) else ""), flush=True)
         clean(["spark-2"])
     finally:
         if args.shape:
             sh(LABCTL, "shape", "off")
+        if base:
+            subprocess.run(["rm", "-rf", base], check=True)
     print("\n%-11s %9s %11s %12s" % ("case", "seconds", "MB/s (all)", "MB/s (copy)"))
     for key, r in rows.items():
         print("%-11s %9.2f %11.1f %12.1f" % (key, r["seconds_copy"], r["mbs_all"], r["mbs_copy"]))
@@ -290,13 +315,17 @@ def main():
         ratios["b/a (all)"] = round(rows["module"]["mbs_all"] / rows["ops"]["mbs_all"], 2)
     if "module" in rows and "tcp" in rows:
         ratios["b/c"] = round(rows["module"]["mbs_copy"] / rows["tcp"]["mbs_copy"], 2)
+    if "module" in rows and "module-base" in rows:
+        ratios["b/base"] = round(rows["module"]["mbs_copy"] / rows["module-base"]["mbs_copy"], 2)
+        ratios["b/base (all)"] = round(rows["module"]["mbs_all"] / rows["module-base"]["mbs_all"], 2)
     if "module" in rows and args.shape:
         cap = float(args.shape.lower().replace("gbit", "e9").replace("mbit", "e6")) / 8 / 1e6
         ratios["b/cap"] = round(rows["module"]["mbs_copy"] / cap, 2)
     for k, v in ratios.items():
         print("ratio %-10s %5.2fx" % (k, v))
     print("BENCH-JSON " + json.dumps({"bench": "B1", "shape": args.shape, "bytes": total, "files": len(files),
-                                      "rows": rows, "ratios": ratios}))
+                                      "rows": rows, "ratios": ratios, "phases": phases,
+                                      "baseline": args.baseline, "load_end": open("/proc/loadavg").read().split()[:3]}))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ FAST_SCRIPT is a self-contained Python 3 program (standard library only). model_
     files of exactly those versions in DEST/.sparkfleet-sync (the next run continues them) and deletes everything
     else there, then listens on the address the ssh connection came in on (the fabric IP; SSH_CONNECTION), port 0,
     and prints one JSON line {port, key, offsets} on stdout, which only the ssh channel carries: the key is a fresh
-    random secret. Each TCP connection must answer a random challenge with HMAC-SHA256(key, challenge) before a
-    byte is written; once the expected number of streams is in, the listening socket is closed.
+    random secret. Each TCP connection must answer a random challenge with HMAC-SHA256(key, challenge), and the
+    receiver answers with an HMAC of its own before the sender sends a byte (both ends prove they hold the
+    secret); once the expected number of streams is in, the listening socket is closed.
     A stream then carries, per file, a header {name, offset, length}, the raw bytes, and a trailer {digest, mac}:
     the source's SHA-256 of the whole file (when hashes are asked) and HMAC-SHA256(key, name, size, digest), so
     the connection is authenticated once and each file's size and content end to end, with no per-chunk MAC.
@@ -44,7 +45,7 @@ import time
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import tail
 
 FAST_SCRIPT = r'''
-import hashlib, hmac, json, os, secrets, socket, struct, sys, threading, time
+import hashlib, hmac, json, mmap, os, secrets, socket, struct, sys, threading, time
 STAGE, MARK, BUF, ALGO = ".sparkfleet-sync", ".sparkfleet-model", 1 << 20, "sha256"
 
 
@@ -336,6 +337,7 @@ def receive(dest):
             conn.sendall(nonce)
             if not hmac.compare_digest(recv_exact(conn, 32), answer(key, nonce)):
                 raise ValueError("bad answer")
+            conn.sendall(answer(key, b"receiver" + nonce))  # and this end proves it holds the secret too
         except (OSError, ValueError, EOFError):
             conn.close()
             bad += 1
@@ -394,8 +396,6 @@ def send(root):
             die("the run ended (stdin closed)", 3)
 
     def hasher(items, digests):
-        buf = bytearray(8 << 20)
-        view = memoryview(buf)
         for (name, _off, _size), dg in zip(items, digests):
             try:
                 with open(os.path.join(real, name), "rb", buffering=0) as fh:
@@ -404,20 +404,24 @@ def send(root):
                     if isinstance(hit, list) and len(hit) == 2 and hit[0] == stat_key(before):
                         dg.value = hit[1]
                         continue
+                    # Hashed straight from the page cache (mapped, not copied): the pages sendfile(2) reads too.
                     h = hashlib.new(ALGO)
                     pos = 0
-                    while True:
-                        k = fh.readinto(buf)
-                        if not k:
-                            break
-                        h.update(view[:k])
-                        pos += k
+                    if before.st_size:
+                        with mmap.mmap(fh.fileno(), before.st_size, prot=mmap.PROT_READ) as mm:
+                            view = memoryview(mm)
+                            try:
+                                while pos < before.st_size:
+                                    h.update(view[pos:pos + (8 << 20)])
+                                    pos = min(before.st_size, pos + (8 << 20))
+                            finally:
+                                view.release()
                     after = os.fstat(fh.fileno())
                     dg.value = h.hexdigest()
                     if stat_key(after) == stat_key(before) and pos == after.st_size:
                         with lock:
                             fresh[name] = [stat_key(after), dg.value]
-            except OSError as exc:
+            except (OSError, ValueError) as exc:
                 dg.error = "%s: %s" % (name, exc)
             finally:
                 dg.ready.set()
@@ -432,7 +436,14 @@ def send(root):
             return
         digests = [Digest() for _i in items]
         try:
-            sock.sendall(answer(key, recv_exact(sock, 32)))
+            nonce = recv_exact(sock, 32)
+            sock.sendall(answer(key, nonce))
+            try:
+                proof = recv_exact(sock, 32)
+            except (OSError, EOFError):
+                raise ValueError("the receiver at %s:%d refused this run's secret" % (host, port))
+            if not hmac.compare_digest(proof, answer(key, b"receiver" + nonce)):
+                raise ValueError("%s:%d did not prove it holds this run's secret: nothing sent" % (host, port))
             # Blocking from here: sendfile(2) moves a whole file in one call; a peer that stops reading for the
             # timeout makes it fail (SO_SNDTIMEO), like the receiver's watchdog on its side.
             sock.settimeout(None)

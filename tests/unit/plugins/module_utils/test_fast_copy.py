@@ -4,9 +4,11 @@ verification before the final name, resume of a partial file, and no listener le
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -22,13 +24,13 @@ def digest(data):
 
 
 class Receiver(object):
-    def __init__(self, dest, files, streams=1, home=None, timeout=10):
+    def __init__(self, dest, files, streams=1, home=None, timeout=10, hash=False):
         env = dict(os.environ)
         env.pop("SSH_CONNECTION", None)
         env["HOME"] = str(home or dest)
         self.proc = subprocess.Popen([sys.executable, "-c", FAST_SCRIPT, "receive", str(dest)], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        req = {"files": files, "streams": streams, "timeout": timeout, "bind": "127.0.0.1"}
+        req = {"files": files, "streams": streams, "timeout": timeout, "bind": "127.0.0.1", "hash": hash}
         self.proc.stdin.write((json.dumps(req) + "\n").encode())
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
@@ -41,16 +43,45 @@ class Receiver(object):
         return json.loads(line) if line else None
 
 
-def send(root, first, bins):
+def send(root, first, bins, hash=False, home=None, key=None):
+    env = dict(os.environ, HOME=str(home or root))
     proc = subprocess.Popen([sys.executable, "-c", FAST_SCRIPT, "send", str(root)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE)
-    req = {"host": "127.0.0.1", "port": first["port"], "key": first["key"], "bins": bins, "timeout": 10}
+                            stdout=subprocess.PIPE, env=env)
+    req = {"host": "127.0.0.1", "port": first["port"], "key": key or first["key"], "bins": bins, "timeout": 10,
+           "hash": hash}
     proc.stdin.write((json.dumps(req) + "\n").encode())
     proc.stdin.flush()
     line = proc.stdout.readline()
     proc.stdin.close()
     proc.wait(timeout=20)
     return json.loads(line)
+
+
+class RawSender(object):
+    """A stream written by hand: what a broken or hostile peer could put on the wire (framing as FAST_SCRIPT's)."""
+
+    def __init__(self, first, key=None):
+        self.key = bytes.fromhex(key or first["key"])
+        self.sock = socket.create_connection(("127.0.0.1", first["port"]), timeout=10)
+        nonce = b""
+        while len(nonce) < 32:
+            nonce += self.sock.recv(32 - len(nonce))
+        self.sock.sendall(hmac.new(self.key, nonce, hashlib.sha256).digest())
+        proof = b""
+        while len(proof) < 32:
+            proof += self.sock.recv(32 - len(proof))
+        assert proof == hmac.new(self.key, b"receiver" + nonce, hashlib.sha256).digest()
+
+    def msg(self, obj):
+        data = json.dumps(obj).encode()
+        self.sock.sendall(struct.pack(">I", len(data)) + data)
+
+    def trailer(self, name, size, digest, key=None):
+        mac = hmac.new(key or self.key, ("%s\0%d\0%s" % (name, size, digest or "")).encode(), hashlib.sha256)
+        self.msg({"digest": digest, "mac": mac.hexdigest()})
+
+    def close(self):
+        self.sock.close()
 
 
 @pytest.fixture
@@ -176,3 +207,135 @@ def test_fast_bins_pack_by_missing_bytes_and_keep_complete_partials():
     flat = sorted(item for b in bins for item in b)
     assert flat == [["a", 90, 100], ["b", 0, 60], ["c", 50, 50]]
     assert len(bins) == 2
+
+
+def test_the_sender_hashes_while_sending_and_both_ends_keep_the_hashes(tmp_path, model):
+    src, blobs, files = model
+    for f in files:
+        f[4] = None  # the head has not hashed anything yet: the hashes come with the bytes
+    dest = tmp_path / "dest"
+    recv = Receiver(dest, files, streams=2, home=tmp_path / "home", hash=True)
+    sent = send(src, recv.first, fast_bins([(f[0], f[1]) for f in files], {}, 2), hash=True, home=tmp_path / "srchome")
+    assert sent["errors"] == [] and sent["digests"] == dict((n, digest(d)) for n, d in blobs.items())
+    res = recv.result()
+    assert res["ok"] == sorted(blobs) and res["hashed"] is True and res["cache"] == 3
+    src_cache = json.loads(next((tmp_path / "srchome" / ".cache" / "sparkfleet").glob("hashes-*.json")).read_text())
+    assert src_cache["algorithm"] == "sha256" and src_cache["root"] == os.path.realpath(src)
+    assert src_cache["files"]["a.safetensors"][1] == digest(blobs["a.safetensors"])
+
+
+def test_hashes_asked_but_not_sent_means_no_file_gets_its_name(tmp_path, model):
+    src, blobs, files = model
+    for f in files:
+        f[4] = None
+    dest = tmp_path / "dest"
+    recv = Receiver(dest, files, hash=True)
+    send(src, recv.first, fast_bins([(f[0], f[1]) for f in files], {}, 1), hash=False)
+    res = recv.result()
+    assert res["ok"] == [] and set(res["failed"]) == set(blobs)
+    assert all(why == "no source hash came with it" for why in res["failed"].values())
+    assert sorted(os.listdir(dest)) == [".sparkfleet-sync"] and os.listdir(dest / ".sparkfleet-sync") == []
+
+
+def test_bytes_altered_on_the_wire_are_caught_by_the_hash_and_never_renamed(tmp_path, model):
+    src, blobs, files = model
+    name, data = "b.safetensors", blobs["b.safetensors"]
+    entry = [f for f in files if f[0] == name][0]
+    entry[4] = None
+    dest = tmp_path / "dest"
+    recv = Receiver(dest, [entry], hash=True)
+    raw = RawSender(recv.first)
+    raw.msg({"name": name, "offset": 0, "length": len(data)})
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x01  # one bit on the way; the trailer is the real sender's
+    raw.sock.sendall(bytes(flipped))
+    raw.trailer(name, len(data), digest(data))
+    raw.msg({"end": True})
+    res = recv.result()
+    raw.close()
+    assert res["ok"] == [] and res["failed"] == {name: "content hash differs from the source's"}
+    assert not (dest / name).exists() and os.listdir(dest / ".sparkfleet-sync") == []
+
+
+def test_a_trailer_without_this_runs_secret_is_refused_even_with_a_matching_hash(tmp_path, model):
+    src, blobs, files = model
+    name, data = "b.safetensors", blobs["b.safetensors"]
+    entry = [f for f in files if f[0] == name][0]
+    entry[4] = None
+    dest = tmp_path / "dest"
+    recv = Receiver(dest, [entry], hash=True)
+    raw = RawSender(recv.first)  # a connection taken over after the challenge: the data and hash are its own
+    forged = os.urandom(len(data))
+    raw.msg({"name": name, "offset": 0, "length": len(forged)})
+    raw.sock.sendall(forged)
+    raw.trailer(name, len(forged), digest(forged), key=b"\x01" * 32)
+    res = recv.result()
+    raw.close()
+    assert res["ok"] == [] and "MAC does not check out" in res["failed"][name]
+    assert not (dest / name).exists() and os.listdir(dest / ".sparkfleet-sync") == []
+
+
+def test_a_sender_with_another_runs_secret_delivers_nothing(tmp_path, model):
+    src, blobs, files = model
+    dest = tmp_path / "dest"
+    recv = Receiver(dest, files, timeout=5)
+    sent = send(src, recv.first, fast_bins([(f[0], f[1]) for f in files], {}, 1), key="ab" * 32)
+    assert sent["bytes"] == 0 and "refused this run's secret" in sent["errors"][0]
+    assert recv.proc.wait(timeout=20) == 4  # nobody authenticated: the receiver gives up after its timeout
+    err = recv.proc.stderr.read()
+    assert b"no stream connected within 5 s" in err or b"no data for 5 s" in err, err
+    assert sorted(os.listdir(dest)) == [".sparkfleet-sync"] and os.listdir(dest / ".sparkfleet-sync") == []
+
+
+def test_a_stream_cut_mid_file_leaves_the_part_staged_never_under_its_name(tmp_path, model):
+    src, blobs, files = model
+    name, data = "a.safetensors", blobs["a.safetensors"]
+    dest = tmp_path / "dest"
+    recv = Receiver(dest, files, hash=True)
+    raw = RawSender(recv.first)
+    raw.msg({"name": name, "offset": 0, "length": len(data)})
+    raw.sock.sendall(data[:1 << 20])
+    raw.close()  # the sender died (or the cable was pulled) one MiB in
+    res = recv.result()
+    assert res["ok"] == [] and "connection closed" in res["failed"][name]
+    assert not (dest / name).exists()
+    staged = os.listdir(dest / ".sparkfleet-sync")
+    assert len(staged) == 1 and os.path.getsize(dest / ".sparkfleet-sync" / staged[0]) == 1 << 20
+    again = Receiver(dest, files, hash=True)
+    assert again.first["offsets"] == {name: 1 << 20}  # the next run continues it
+    sent = send(src, again.first, fast_bins([(f[0], f[1]) for f in files], again.first["offsets"], 1), hash=True)
+    assert sent["bytes"] == sum(len(b) for b in blobs.values()) - (1 << 20)
+    res = again.result()
+    assert res["ok"] == sorted(blobs) and (dest / name).read_bytes() == data
+
+
+def test_the_sender_sends_nothing_to_a_listener_that_cannot_prove_the_secret(tmp_path, model):
+    src, blobs, files = model
+    impostor = socket.socket()
+    impostor.bind(("127.0.0.1", 0))
+    impostor.listen(1)
+    first = {"port": impostor.getsockname()[1], "key": "cd" * 32}
+    proc = subprocess.Popen([sys.executable, "-c", FAST_SCRIPT, "send", str(src)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=dict(os.environ, HOME=str(tmp_path)))
+    req = {"host": "127.0.0.1", "port": first["port"], "key": first["key"], "timeout": 10,
+           "bins": fast_bins([(f[0], f[1]) for f in files], {}, 1)}
+    proc.stdin.write((json.dumps(req) + "\n").encode())
+    proc.stdin.flush()
+    conn, _peer = impostor.accept()
+    conn.settimeout(10)
+    conn.sendall(os.urandom(32))
+    assert len(conn.recv(32)) == 32  # it answers the challenge (an HMAC: the secret itself never goes out)
+    conn.sendall(os.urandom(32))  # but the proof is wrong
+    got = b""
+    while True:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    res = json.loads(proc.stdout.readline())
+    proc.stdin.close()
+    proc.wait(timeout=10)
+    conn.close()
+    impostor.close()
+    assert got == b"" and res["bytes"] == 0
+    assert "did not prove it holds this run's secret" in res["errors"][0]

@@ -504,6 +504,33 @@ def test_tcp_transport_is_the_default_and_runs_only_the_allowed_fixed_commands(r
     assert again["changed"] is False
 
 
+def test_a_first_tcp_sync_hashes_the_source_while_sending_and_nothing_twice(run_module, lab, monkeypatch):
+    import hashlib
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import fingerprint
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import destination_commands, list_files
+    hashed_up_front = []
+    real = model_sync.ModelSync.local_hashes
+    monkeypatch.setattr(model_sync.ModelSync, "local_hashes",
+                        lambda self, names, fail=True: hashed_up_front.extend(names) or real(self, names, fail))
+    res = run_module(model_sync, lab.args())
+    assert res.get("failed") is not True, res
+    assert res["destinations"]["10.99.1.12"]["verified"] is True
+    assert hashed_up_front == []  # every file moved: the sender hashed each one while sending it
+    files = list_files(lab.src)
+    truth = {}
+    for rel, _size in files:
+        with open(os.path.join(lab.src, rel), "rb") as handle:
+            truth[rel] = hashlib.sha256(handle.read()).hexdigest()
+    assert res["fingerprint"] == fingerprint(files, truth)
+    # The receiver checked every file against the source's hash before its rename: verify does not hash again.
+    assert not [c for c in lab.calls() if c["cmd"] == destination_commands(DEST)["hash"]]
+    assert set(res["phase_seconds"]) == {"checks", "plan", "hash", "transfer", "verify"}
+    assert res["phase_seconds"]["transfer"] == res["transfer_seconds"]
+    # The sender left its hashes in this user's cache: the next run reads no source file.
+    again = run_module(model_sync, lab.args())
+    assert again["changed"] is False and again["fingerprint"] == res["fingerprint"]
+
+
 def test_tcp_fan_out_feeds_the_next_node_with_the_fixed_send_command(run_module, lab):
     from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import destination_commands
     hosts = ["10.99.1.12", "10.99.1.13", "10.99.1.14"]
