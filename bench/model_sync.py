@@ -242,6 +242,7 @@ def main():
     ap.add_argument("--cases", default="ops,module,module-ssh,daemon,tcp")
     ap.add_argument("--baseline", metavar="REV", help="also run model_sync from REV (case module-base), e.g. main")
     args = ap.parse_args()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     cases = args.cases.split(",")
     base = None
     if args.baseline:
@@ -324,7 +325,7 @@ def main():
     for k, v in ratios.items():
         print("ratio %-10s %5.2fx" % (k, v))
     print("BENCH-JSON " + json.dumps({"bench": "B1", "shape": args.shape, "bytes": total, "files": len(files),
-                                      "rows": rows, "ratios": ratios, "phases": phases,
+                                      "rows": rows, "ratios": ratios, "phases": phases, "date": started,
                                       "baseline": args.baseline, "load_end": open("/proc/loadavg").read().split()[:3]}))
 
 

@@ -2,14 +2,25 @@
 """Render bench/RESULTS.md from the output of the benchmarks (their BENCH-JSON and machine lines).
 
     .venv/bin/python bench/results.py bench/results.log [more.log ...] > bench/RESULTS.md
+    .venv/bin/python bench/results.py --update bench/RESULTS.md b1.log     # B1 alone, the rest of the file kept
+
+--update rewrites, in that file, only the sections of the benches found in the logs (B1 for now: its "## B1 ..."
+sections and its line under "## Targets"), each dated with the machine and load average of its own run; every
+other section (other benches, hand-written ones) is left as it is.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import re
 import sys
+
+B1_NAMES = {"ops": "(a) operators' `rsync -avP --compress` over ssh", "module": "(b) model_sync, defaults (tcp)",
+            "module-base": "model_sync, defaults, before this change (baseline)",
+            "module-ssh": "model_sync transport=ssh (fallback)", "daemon": "rsync daemon per run, 4 clients",
+            "tcp": "(c) raw TCP socket copy, memory to memory"}
 
 
 KILLED = re.compile(r"^  (\w+) +killed with (\d+) MB final \+ (\d+) MB partial of (\d+) MB; re-run sent (\d+) MB, "
@@ -34,6 +45,7 @@ def load(paths):
                 printed = []
             if line.startswith("BENCH-JSON "):
                 data = json.loads(line[len("BENCH-JSON "):])
+                data.setdefault("machine", machines[-1] if machines else None)
                 found.setdefault(data["bench"], []).append(data)
             elif line.startswith("machine: "):
                 machines.append(line[len("machine: "):].strip())
@@ -46,8 +58,76 @@ def mb(x):
     return "%.0f" % (x / 1e6)
 
 
+B1_TARGET = '- **B1 b/a >= 4, b/c >= 0.6, b within 10% of a tbf cap**: not met on this machine. Every copy here runs both ends, the veth link and the disk writes on two cores that six other sessions kept at load averages of 20-50, so each case got a varying sliver of CPU: the same model_sync run moved 53 MB/s under a 1 Gbit/s cap in B1 and 109 MB/s (0.87 of the cap) under the same cap minutes later in B5. With content hashing on (the default) the receiver hashes every byte with BLAKE2b, ~300-650 MB/s per core here, before it renames a file: that, not the transport, is the ceiling against a memory-to-memory socket copy (c), which neither hashes nor writes. What lifts it: cores of its own per end (two Sparks: 20 each, one hashing thread per stream), `verify_content: false` when the size check is enough, a quiet machine for the lab figures. Re-run `bench/model_sync.py` when the machine is idle; on two Sparks, compare against `timeline.py`.'
+
+
+def b1_section(data, dated=False):
+    """One B1 run as a '## B1 ...' section (lines)."""
+    out = []
+    w = out.append
+    w("## B1 model_sync throughput, spark-1 -> spark-2 over the fabric%s" %
+      (" (link capped by tbf at %s)" % data["shape"] if data["shape"] else ""))
+    w("")
+    w("%d files, %s MB of incompressible safetensors%s." % (
+        data["files"], mb(data["bytes"]), "; every model_sync case a first sync (neither end had hashed the files)"
+        if "phases" in data else ""))
+    if dated and data.get("machine"):
+        w("")
+        w("Measured %s%s: %s%s." % (
+            data.get("date") or "(date not logged)", " beside the baseline %s" % data["baseline"]
+            if data.get("baseline") else "", data["machine"],
+            "; at the end %s" % " ".join(data["load_end"]) if data.get("load_end") else ""))
+    w("")
+    w("| case | MB/s (copy) | MB/s (whole run) |")
+    w("|---|---|---|")
+    for key, r in data["rows"].items():
+        w("| %s | %.0f | %.0f |" % (B1_NAMES.get(key, key), r["mbs_copy"], r["mbs_all"]))
+    w("")
+    w("Ratios: " + ", ".join("%s = %.2fx" % (k, v) for k, v in data["ratios"].items()) + ".")
+    phases = dict((k, v) for k, v in (data.get("phases") or {}).items() if v)
+    if phases:
+        w("")
+        w("Seconds per phase inside the module (`phase_seconds`; the rest of the whole run is ansible starting "
+          "and shipping the module): " + "; ".join("%s: %s" % (k, ", ".join("%s %.2f" % (p, t) for p, t in v.items()))
+                                                  for k, v in phases.items()) + ".")
+    w("")
+    return out
+
+
+def update(path, found):
+    """Replace the B1 sections and B1's target line in the file at path; keep everything else."""
+    text = open(path).read()
+    blocks = re.split(r"(?m)^(?=## )", text)
+    new = []
+    for data in found.get("B1", []):
+        new.extend(b1_section(data, dated=True))
+    if not new:
+        raise SystemExit("no B1 result (BENCH-JSON line) in the logs: nothing to update")
+    merged, placed = [], False
+    for block in blocks:
+        if block.startswith("## B1 "):
+            if not placed:
+                merged.append("\n".join(new) + "\n")
+                placed = True
+            continue
+        if block.startswith("## Targets"):
+            block = re.sub(r"(?m)^- \*\*B1 .*$", lambda _m: B1_TARGET, block)
+        merged.append(block)
+    if not placed:
+        raise SystemExit("%s has no '## B1' section to replace" % path)
+    with open(path, "w") as handle:
+        handle.write("".join(merged))
+
+
 def main():
-    found, machines = load(sys.argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--update", metavar="RESULTS_MD", help="rewrite only the benches in the logs (B1) in this file")
+    ap.add_argument("logs", nargs="+")
+    args = ap.parse_args()
+    found, machines = load(args.logs)
+    if args.update:
+        update(args.update, found)
+        return
     out = []
     w = out.append
     w("# Benchmark results (issue 8)")
@@ -69,22 +149,7 @@ def main():
       "disks share the same two cores, unlike two Sparks.")
     w("")
     for data in found.get("B1", []):
-        rows = data["rows"]
-        w("## B1 model_sync throughput, spark-1 -> spark-2 over the fabric%s" %
-          (" (link capped by tbf at %s)" % data["shape"] if data["shape"] else ""))
-        w("")
-        w("%d files, %s MB of incompressible safetensors." % (data["files"], mb(data["bytes"])))
-        w("")
-        w("| case | MB/s (copy) | MB/s (whole run) |")
-        w("|---|---|---|")
-        names = {"ops": "(a) operators' `rsync -avP --compress` over ssh", "module": "(b) model_sync, defaults (tcp)",
-                 "module-ssh": "model_sync transport=ssh (fallback)", "daemon": "rsync daemon per run, 4 clients",
-                 "tcp": "(c) raw TCP socket copy, memory to memory"}
-        for key, r in rows.items():
-            w("| %s | %.0f | %.0f |" % (names.get(key, key), r["mbs_copy"], r["mbs_all"]))
-        w("")
-        w("Ratios: " + ", ".join("%s = %.2fx" % (k, v) for k, v in data["ratios"].items()) + ".")
-        w("")
+        out.extend(b1_section(data))
     b2 = found.get("B2", [])
     for data in [d for d in b2 if d["rows"]] or b2[:1]:
         w("## B2 resume after a kill at about half")
@@ -166,15 +231,7 @@ def main():
         w("")
     w("## Targets: met or not, what bounds each figure, what would lift it")
     w("")
-    w("- **B1 b/a >= 4, b/c >= 0.6, b within 10% of a tbf cap**: not met on this machine. Every copy here runs "
-      "both ends, the veth link and the disk writes on two cores that six other sessions kept at load averages "
-      "of 20-50, so each case got a varying sliver of CPU: the same model_sync run moved 53 MB/s under a 1 Gbit/s "
-      "cap in B1 and 109 MB/s (0.87 of the cap) under the same cap minutes later in B5. With content hashing on "
-      "(the default) the receiver hashes every byte with BLAKE2b, ~300-650 MB/s per core here, before it renames a "
-      "file: that, not the transport, is the ceiling against a memory-to-memory socket copy (c), which neither "
-      "hashes nor writes. What lifts it: cores of its own per end (two Sparks: 20 each, one hashing thread per "
-      "stream), `verify_content: false` when the size check is enough, a quiet machine for the lab figures. "
-      "Re-run `bench/model_sync.py` when the machine is idle; on two Sparks, compare against `timeline.py`.")
+    w(B1_TARGET)
     w("- **B2 <= one shard + 5%**: met for the tcp transport (the default): the re-run sends exactly the missing "
       "bytes; a partial file is continued from where the kill left it; no listener is left on the worker.")
     w("- **B5 <= 2.2x**: near on a capped link (tree fan-out: 2 rounds for 3 workers, the second shared by two "

@@ -21,9 +21,10 @@ SHARDS = 39                   # 39-53 safetensors files (DOMAIN 1)
 INPUTS = [
     ("model_sync: 119 GB head -> worker",
      MODEL_BYTES / (4.0 * GB), MODEL_BYTES / (1.6 * GB),
-     "tcp transport, 4 sendfile streams, hash on receipt: bound by the slower of the disks (4-6 GB/s read) and "
-     "4 receiver threads hashing BLAKE2b (~0.4-1 GB/s each on a GB10 core; assumed, not measured); the "
-     "operators' single rsync stream did 0.64 GB/s = 186 s",
+     "tcp transport, 4 sendfile streams, SHA-256 on both ends overlapped with the sending: bound by the slower "
+     "of the disks (4-6 GB/s read) and 4 threads per end hashing with the Armv8 SHA-2 instructions (~0.4-1 GB/s "
+     "each on a GB10 core, kept from the BLAKE2b estimate; assumed, not measured); the operators' single rsync "
+     "stream did 0.64 GB/s = 186 s",
      "DOMAIN 1 (640 MB/s, 119 GB), DOMAIN 6 (disks 4-6 GB/s, link ~23.7 GB/s)"),
     ("page-cache drop of the synced files", 1, 5,
      "posix_fadvise DONTNEED per file on both nodes (model_sync_drop_cache), so the loader does not fight a full "

@@ -30,8 +30,8 @@ description:
     ends, when ssh drops (a killed run), or after O(timeout) seconds without data. The sender uses
     C(sendfile(2)) and, with O(verify_content=true), hashes each file (SHA-256) in a thread of its own while it
     sends it, so the source's hashes cost no time before the copy. After each file's bytes comes a trailer with
-    the source's hash and an HMAC (per-run secret) over name, size and hash: the connection is authenticated once,
-    each file end to end. Every file lands in C(DEST/.sparkfleet-sync), hashed as it arrives, and gets its final
+    the source's hash and an HMAC (per-run secret) over name, size and hash, so the connection is authenticated once
+    and each file end to end. Every file lands in C(DEST/.sparkfleet-sync), hashed as it arrives, and gets its final
     name only after its size (and, with O(verify_content=true), its hash against the trailer's) has been checked
     on the destination; a file that does not check out is deleted, never renamed. The checked hashes go into
     the hash caches on both ends, so nothing is read twice and the verify pass does not hash those files again.
@@ -769,7 +769,7 @@ class ModelSync(object):
             if why:
                 warnings.append("every destination is fed from this node (no tree fan-out): %s" % why)
                 holders = [SOURCE]
-        background = None
+        background = background_hashes = None
         if source_hashes is not None and m.params["transport"] == "ssh":
             # rsync does not hash: the source's hashes of the files it sends are read while it sends them.
             names = sorted(set(n for h in pending for n, _s in moved[h]) - set(source_hashes))
