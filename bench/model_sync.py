@@ -16,6 +16,9 @@ from spark-1 on spark-2, then for every case empties spark-2:/models/bench-dst a
               candidate measured before (issue 8)
   tcp         (c) raw TCP capacity of the same link: a socket copy of as many bytes, memory to memory, the best
               of 1 and 4 streams
+  cpu         the tcp transport's two ends run directly (no ansible, no ssh), hashes on, a first sync: CPU-seconds
+              (user + system) of the worker's receiver and the head's sender per GB, the cost that bounds the copy
+              when both ends share the same cores (not a throughput case: no MB/s row)
   module-base model_sync with its defaults from another revision (--baseline REV, a `git archive` of REV unpacked
               for the run): the change and what it replaces, side by side on the same lab and load
 
@@ -37,7 +40,8 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import pack_bins  # noqa: E402
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import fast_bins, pack_bins  # noqa: E402
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._fast_copy import FAST_SCRIPT  # noqa: E402
 
 LABCTL = os.path.join(REPO, "lab", "labctl")
 SRC = "/models/bench-src"
@@ -223,6 +227,49 @@ def raw_tcp(nbytes, streams, dst="spark-2", port=5299):
     return float(secs), int(sent)
 
 
+LIST = r'''
+import json, os, sys
+root = sys.argv[1]
+print(json.dumps([[n, os.stat(os.path.join(root, n)).st_size, os.stat(os.path.join(root, n)).st_mtime_ns,
+                   os.stat(os.path.join(root, n)).st_mode & 0o777, None] for n in sorted(os.listdir(root))]))
+'''
+TIMED = "TIMEFORMAT='CPU %%U %%S'; time python3 -c \"$0\" %s"
+
+
+def cpu_cost(dst="spark-2", streams=4):
+    """CPU-seconds (user, system) of the receiver on dst and the sender on spark-1 for one first sync, hashes on."""
+    files = json.loads(hexec("spark-1", "python3 -c %s %s" % (shlex.quote(LIST), SRC)))
+    hexec("spark-1", "rm -rf /root/.cache/sparkfleet")
+    hexec(dst, "rm -rf %s /root/.cache/sparkfleet" % DST)
+    req = {"files": files, "streams": streams, "timeout": 60, "bind": fabric_ip(dst), "hash": True}
+    recv = subprocess.Popen([LABCTL, "exec", dst, "env", "-u", "SSH_CONNECTION", "bash", "-c",
+                             TIMED % ("receive " + DST), FAST_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, universal_newlines=True)
+    recv.stdin.write(json.dumps(req) + "\n")
+    recv.stdin.flush()
+    first = json.loads(recv.stdout.readline())
+    sreq = {"host": first["bind"], "port": first["port"], "key": first["key"], "timeout": 60, "hash": True,
+            "bins": fast_bins([(f[0], f[1]) for f in files], {}, streams)}
+    send = subprocess.Popen([LABCTL, "exec", "spark-1", "bash", "-c", TIMED % ("send " + SRC), FAST_SCRIPT],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True)
+    send.stdin.write(json.dumps(sreq) + "\n")
+    send.stdin.flush()
+    sent = json.loads(send.stdout.readline())
+    send.stdin.close()
+    got = json.loads(recv.stdout.readline())
+    recv.stdin.close()
+    out = {}
+    for name, proc in (("receiver", recv), ("sender", send)):
+        proc.wait(timeout=60)
+        line = [x for x in proc.stderr.read().splitlines() if x.startswith("CPU ")][-1].split()
+        out[name] = (float(line[1]), float(line[2]))
+    if sent["errors"] or got["failed"] or len(got["ok"]) != len(files):
+        raise SystemExit("cpu case: the copy failed: %s %s" % (sent["errors"], got["failed"]))
+    hexec(dst, "rm -rf %s /root/.cache/sparkfleet" % DST)
+    return out, sum(f[1] for f in files)
+
+
 def arrived(host):
     """Bytes of the model's files under their final names on host (staging and marker aside)."""
     return int(hexec(host, "find %s -path %s/.sparkfleet-sync -prune -o -type f ! -name .sparkfleet-model "
@@ -264,7 +311,7 @@ def main():
         print("model: %d files, %.1f MB on spark-1:%s -> spark-2 10.99.1.12:%s; shape %s"
               % (len(files), total / 1e6, SRC, DST, args.shape or "none"), flush=True)
         rows = {}
-        phases = {}
+        phases, cpu = {}, None
         for key in cases:
             clean(["spark-2"])
             # Every case is a first sync: neither end has hashed these files before (a fresh download on the head).
@@ -285,6 +332,16 @@ def main():
                 phases[key] = res.get("phase_seconds")
             elif key == "daemon":
                 run_daemon(files)
+            elif key == "cpu":
+                cost, nbytes = cpu_cost()
+                gb = nbytes / 1e9
+                rows_cpu = dict((end, {"user_s_per_gb": round(u / gb, 2), "sys_s_per_gb": round(y / gb, 2)})
+                                for end, (u, y) in cost.items())
+                cpu = rows_cpu
+                print("  cpu          receiver %.2f + %.2f s, sender %.2f + %.2f s (user + system) for %.1f GB: "
+                      "%.2f CPU-seconds per GB" % (cost["receiver"] + cost["sender"] + (
+                          gb, sum(cost["receiver"] + cost["sender"]) / gb)), flush=True)
+                continue
             elif key == "tcp":
                 best = min((raw_tcp(total, n) for n in (1, 4)), key=lambda r: r[0] / r[1])
                 inner, total_tcp = best[0] * total / best[1], best[1]
@@ -325,7 +382,7 @@ def main():
     for k, v in ratios.items():
         print("ratio %-10s %5.2fx" % (k, v))
     print("BENCH-JSON " + json.dumps({"bench": "B1", "shape": args.shape, "bytes": total, "files": len(files),
-                                      "rows": rows, "ratios": ratios, "phases": phases, "date": started,
+                                      "rows": rows, "ratios": ratios, "phases": phases, "cpu": cpu, "date": started,
                                       "baseline": args.baseline, "load_end": open("/proc/loadavg").read().split()[:3]}))
 
 
