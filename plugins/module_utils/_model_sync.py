@@ -401,7 +401,7 @@ def fast_commands(dest):
 
 
 def fast_request_files(moved, stats, hashes=None):
-    """The receiver's manifest: [[name, size, mtime_ns, mode, blake2b or None]] of the files to move.
+    """The receiver's manifest: [[name, size, mtime_ns, mode, sha256 or None]] of the files to move.
 
     moved: [(name, size)]; stats: {name: os.stat_result of the source file}; hashes: {name: digest} or None.
     """
