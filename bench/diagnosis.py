@@ -7,7 +7,7 @@ Run as root from the repo root. For each injected failure (Ray OOM kill at graph
 the API port in use, a placement mismatch, the worker's Ray gone) it takes the real captured vLLM log of that
 failure (tests/unit/plugins/modules/fixtures/vllm_wait), writes the startup part of it to a log file on spark-1,
 starts a play from the control namespace that waits like roles/vllm_serve/tasks/wait.yml does (vllm_wait with
-timeout = vllm_serve_poll_interval (10), poll_interval 2, until failed or ready), and once the module is polling
+timeout = vllm_serve_poll_interval (10), poll_interval 1, until failed or ready), and once the module is polling
 appends the failing part in one write (a traceback arrives as a burst). The delay is from that write (its clock
 inside spark-1) to ansible-playbook exiting failed; the class the play reports is checked against the log's.
 The role follows the container's log (docker logs) and the unit's journal; this bench reads a file, so docker's
@@ -109,7 +109,7 @@ def one(label, name, poll, tmp):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--poll", default="2", help="vllm_wait poll_interval (the role uses 2)")
+    ap.add_argument("--poll", default="1", help="vllm_wait poll_interval (the role uses 1)")
     args = ap.parse_args()
     print("machine: %s" % b.machine())
     print("poll_interval %s s; delay = failing burst written -> ansible-playbook exits failed" % args.poll, flush=True)
