@@ -29,6 +29,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--no-fresh", action="store_true", help="deploy on the lab as it is (skip down/up)")
+    ap.add_argument("--out", help="keep the run's log (site.log) and per-task times (times.json) in this directory")
     args = ap.parse_args()
     if not args.no_fresh:
         b.sh(b.LABCTL, "down")
@@ -37,7 +38,9 @@ def main():
     # downloaded). Not timed: that is the "warm cache" of a cold deploy.
     b.sh(os.path.join(b.REPO, "lab", "stage.sh"))
     print("machine: %s" % b.machine(), flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.out or scratch
+        os.makedirs(tmp, exist_ok=True)
         out = os.path.join(tmp, "times.json")
         env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(b.REPO, "ansible.cfg"), BENCH_TIMES_OUT=out,
                    ANSIBLE_CALLBACK_PLUGINS=os.path.join(b.REPO, "bench", "callback"),
