@@ -1,0 +1,123 @@
+"""config_files on a real directory tree: written once, unchanged on a re-run, attributes fixed, secrets never
+readable by others, check mode changes nothing, bad entries refused before anything is touched."""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import stat
+
+import pytest
+
+from ansible_collections.sparkfleet.vllm.plugins.modules import config_files
+
+ME = pwd.getpwuid(os.getuid()).pw_name
+MY_GROUP = grp.getgrgid(os.getgid()).gr_name
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def entries(tmp_path, env="KEY=1\n"):
+    return [
+        {"path": str(tmp_path / "etc"), "state": "directory", "owner": ME, "group": MY_GROUP, "mode": "0750"},
+        {"path": str(tmp_path / "etc" / "ray.env"), "content": env, "owner": ME, "group": MY_GROUP, "mode": "0600",
+         "diff": False},
+        {"path": str(tmp_path / "etc" / "unit.service"), "content": "[Unit]\nDescription=x\n", "mode": "0644"},
+    ]
+
+
+def test_writes_every_path_then_a_rerun_changes_nothing(run_module, tmp_path):
+    r = run_module(config_files, {"files": entries(tmp_path)})
+    assert r["changed"] is True
+    assert r["changed_paths"] == [e["path"] for e in entries(tmp_path)]
+    assert (tmp_path / "etc" / "ray.env").read_text() == "KEY=1\n"
+    assert (mode(tmp_path / "etc"), mode(tmp_path / "etc" / "ray.env"), mode(tmp_path / "etc" / "unit.service")) == (
+        0o750, 0o600, 0o644)
+    again = run_module(config_files, {"files": entries(tmp_path)})
+    assert again["changed"] is False and again["changed_paths"] == []
+    assert [x["changed"] for x in again["results"]] == [False, False, False]
+
+
+def test_only_the_file_that_differs_is_rewritten_and_no_temporary_file_is_left(run_module, tmp_path):
+    run_module(config_files, {"files": entries(tmp_path)})
+    unit = tmp_path / "etc" / "unit.service"
+    before = os.stat(unit).st_ino
+    r = run_module(config_files, {"files": entries(tmp_path, env="KEY=2\n")})
+    assert r["changed_paths"] == [str(tmp_path / "etc" / "ray.env")]
+    assert (tmp_path / "etc" / "ray.env").read_text() == "KEY=2\n"
+    assert os.stat(unit).st_ino == before  # untouched, not rewritten with the same text
+    assert sorted(p.name for p in (tmp_path / "etc").iterdir()) == ["ray.env", "unit.service"]
+
+
+def test_a_mode_changed_by_hand_is_put_back_and_reported(run_module, tmp_path):
+    run_module(config_files, {"files": entries(tmp_path)})
+    os.chmod(tmp_path / "etc" / "ray.env", 0o644)  # a secret made world-readable
+    r = run_module(config_files, {"files": entries(tmp_path)})
+    assert r["changed_paths"] == [str(tmp_path / "etc" / "ray.env")]
+    assert mode(tmp_path / "etc" / "ray.env") == 0o600
+
+
+def test_a_new_secret_is_never_readable_by_others(run_module, tmp_path, monkeypatch):
+    """The rename happens with the final mode already set (a reader racing the write never sees 0644)."""
+    seen = []
+    real_rename = os.rename
+
+    def spy(src, dst):
+        seen.append((os.path.basename(dst), mode(src)))
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(config_files.os, "rename", spy)
+    old_umask = os.umask(0o022)
+    try:
+        run_module(config_files, {"files": entries(tmp_path)})
+    finally:
+        os.umask(old_umask)
+    assert ("ray.env", 0o600) in seen and ("unit.service", 0o644) in seen
+
+
+def test_check_mode_reports_and_changes_nothing(run_module, tmp_path):
+    r = run_module(config_files, {"files": entries(tmp_path)}, check_mode=True)
+    assert r["changed"] is True and len(r["changed_paths"]) == 3
+    assert not (tmp_path / "etc").exists()
+    run_module(config_files, {"files": entries(tmp_path)})
+    r = run_module(config_files, {"files": entries(tmp_path, env="KEY=3\n")}, check_mode=True)
+    assert r["changed_paths"] == [str(tmp_path / "etc" / "ray.env")]
+    assert (tmp_path / "etc" / "ray.env").read_text() == "KEY=1\n"
+
+
+def test_diff_shows_plain_files_and_hides_secrets(run_module, tmp_path):
+    run_module(config_files, {"files": entries(tmp_path)})
+    files = entries(tmp_path, env="KEY=secret\n")
+    files[2]["content"] = "[Unit]\nDescription=y\n"
+    r = run_module(config_files, {"files": files, "_ansible_diff": True})
+    diffs = {d["after_header"]: d for d in r["diff"]}
+    assert diffs[files[2]["path"]]["before"] == "[Unit]\nDescription=x\n"
+    assert diffs[files[2]["path"]]["after"] == "[Unit]\nDescription=y\n"
+    assert "secret" not in repr(r)
+    assert "KEY=1" not in repr(r)
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"path": "relative/x", "content": "", "mode": "0644"}, "path must be absolute"),
+    ({"path": "/tmp/x", "mode": "0644"}, "content is required for a file"),
+    ({"path": "/tmp/d", "state": "directory", "content": "x", "mode": "0755"}, "content is not allowed"),
+    ({"path": "/tmp/x", "content": "", "mode": "rw-r--r--"}, "is not an octal mode"),
+])
+def test_bad_entries_are_refused_before_anything_is_written(run_module, tmp_path, entry, words):
+    good = {"path": str(tmp_path / "first"), "content": "x", "mode": "0644"}
+    r = run_module(config_files, {"files": [good, entry]})
+    assert r["failed"] is True and words in r["msg"], r
+    assert not (tmp_path / "first").exists()
+
+
+def test_a_missing_directory_or_a_directory_in_the_way_is_named(run_module, tmp_path):
+    r = run_module(config_files, {"files": [{"path": str(tmp_path / "no" / "f"), "content": "", "mode": "0644"}]})
+    assert r["failed"] is True and "its directory %s does not exist" % (tmp_path / "no") in r["msg"]
+    (tmp_path / "d").mkdir()
+    r = run_module(config_files, {"files": [{"path": str(tmp_path / "d"), "content": "", "mode": "0644"}]})
+    assert r["failed"] is True and "exists and is not a regular file" in r["msg"]
+    r = run_module(config_files, {"files": [{"path": str(tmp_path / "d"), "state": "directory", "mode": "0700"}]})
+    assert r["changed"] is True and mode(tmp_path / "d") == 0o700
