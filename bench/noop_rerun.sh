@@ -11,7 +11,9 @@
 #               same machine load. Both must deploy the same configuration, or each run changes what the other set.
 # Runs as root, in the lab's control namespace (lab/labctl ctl), against $SPARKLAB_NAME's lab. Every run starts
 # with cold ssh connections (the masters a previous run left are closed first), as a re-run minutes later would.
-# Timing comes from bench/callback_plugins/timetable.py; bench/timetable_report.py prints the tables.
+# Timing comes from bench/callback_plugins/timetable.py; bench/timetable_report.py prints the tables, the node round
+# trips (module runs on the nodes: the figure the machine's load does not move) and a BENCH-JSON line for
+# bench/results.py.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
@@ -23,7 +25,7 @@ while [ $# -gt 0 ]; do
     --baseline) baseline=$2; shift 2 ;;
     --top) top=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) sed -n '2,16p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,18p' "$0" >&2; exit 2 ;;
   esac
 done
 name=${SPARKLAB_NAME:-sfl}
@@ -68,6 +70,7 @@ if [ "$deploy" = 1 ]; then
   [ "$rc" = 0 ] || { log "deploy failed (rc $rc): $out/deploy.log"; tail -30 "$out/deploy.log" >&2; exit 1; }
 fi
 
+"$repo/.venv/bin/python" -c 'import sys; sys.path.insert(0, sys.argv[1]); import model_sync as b; print("machine: " + b.machine())' "$here"
 for i in $(seq 1 "$runs"); do
   for t in "${trees[@]}"; do
     label=${t%%=*} dir=${t#*=}

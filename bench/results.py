@@ -4,8 +4,8 @@
     .venv/bin/python bench/results.py bench/results.log [more.log ...] > bench/RESULTS.md
     .venv/bin/python bench/results.py --update bench/RESULTS.md b1.log     # B1 alone, the rest of the file kept
 
---update rewrites, in that file, only the sections of the benches found in the logs (B1 for now: its "## B1 ..."
-sections and its line under "## Targets"), each dated with the machine and load average of its own run; every
+--update rewrites, in that file, only the sections of the benches found in the logs (B1, B3 and B6: their "## Bn ..."
+sections and their lines under "## Targets"), each dated with the machine and load average of its own run; every
 other section (other benches, hand-written ones) is left as it is.
 """
 
@@ -58,34 +58,15 @@ def mb(x):
     return "%.0f" % (x / 1e6)
 
 
-B1_TARGET = (
-    "- **B1 b/a >= 4, b/c >= 0.6, b within 10% of a tbf cap**: not met on this machine. In the runs above (load "
-    "averages 20-49 on 2 cores) b/a was 3.8x on the copy and 3.1x on the whole run; b/c 0.06-0.27x unshaped and "
-    "0.72x under the 1 Gbit/s cap (b = 0.70 of the cap); under 5 Gbit/s b stayed far below the cap. Beside the "
-    "code before this change (model_sync from its revision, same lab, same minutes, both a first sync) the whole "
-    "run was 1.27-2.34x faster in every run: the head no longer hashes the whole model before the first byte "
-    "moves (it hashes each file while sending it, from the page cache), SHA-256 costs half of BLAKE2b here, and "
-    "the verify pass no longer re-hashes on the worker what the receiver checked. The copy phase alone went "
-    "0.75-1.65x, because the head's hashing now happens inside it. What bounds the figures: every byte costs CPU on "
-    "both ends, and both ends, the veth \"wire\" and ~40 runnable tasks of other sessions share two cores. "
-    "`--cases cpu` runs the two ends directly (2 GB, hashes on, a first sync): ~3 CPU-seconds per GB, of which "
-    "the worker's kernel (out of the socket, into the page cache) ~1.5, hashing ~0.5-0.6 on each end, the head's "
-    "sending ~0.3-0.4; the code before spent ~2.8 per GB in its copy (timed the same way on its scripts) plus ~1.2 "
-    "hashing the head's files beforehand (BLAKE2b, ~0.94 GB/s per core here). Even idle, two cores cannot go past "
-    "~0.7 GB/s that way, and (c) is a memory-to-memory copy that neither writes nor "
-    "hashes. What lifts it: each end its own cores (two Sparks: 20 each, 4 streams and 4 hashing threads per end, "
-    "the raw link ~100 Gb/s per twin, so the disks' 4-6 GB/s bound it), a quiet machine for the lab figures; "
-    "`verify_content: false` drops both hashes (sizes still checked)."
-)
+B1_TARGET = '- **B1 b/a >= 4, b/c >= 0.6, b within 10% of a tbf cap**: not met on this machine. Every copy here runs both ends, the veth link and the disk writes on two cores that six other sessions kept at load averages of 20-50, so each case got a varying sliver of CPU: the same model_sync run moved 53 MB/s under a 1 Gbit/s cap in B1 and 109 MB/s (0.87 of the cap) under the same cap minutes later in B5. With content hashing on (the default) the receiver hashes every byte with BLAKE2b, ~300-650 MB/s per core here, before it renames a file: that, not the transport, is the ceiling against a memory-to-memory socket copy (c), which neither hashes nor writes. What lifts it: cores of its own per end (two Sparks: 20 each, one hashing thread per stream), `verify_content: false` when the size check is enough, a quiet machine for the lab figures. Re-run `bench/model_sync.py` when the machine is idle; on two Sparks, compare against `timeline.py`.'
 
 
 def b1_section(data, dated=False):
     """One B1 run as a '## B1 ...' section (lines)."""
     out = []
     w = out.append
-    w("## B1 model_sync %s, spark-1 -> spark-2 over the fabric%s" %
-      ("throughput" if data["rows"] else "CPU cost per GB",
-       " (link capped by tbf at %s)" % data["shape"] if data["shape"] else ""))
+    w("## B1 model_sync throughput, spark-1 -> spark-2 over the fabric%s" %
+      (" (link capped by tbf at %s)" % data["shape"] if data["shape"] else ""))
     w("")
     w("%d files, %s MB of incompressible safetensors%s." % (
         data["files"], mb(data["bytes"]), "; every model_sync case a first sync (neither end had hashed the files)"
@@ -93,66 +74,175 @@ def b1_section(data, dated=False):
     if dated and data.get("machine"):
         w("")
         w("Measured %s%s: %s%s." % (
-            data.get("date") or "(date not logged)", " beside the baseline %s" % data["baseline"][:12]
+            data.get("date") or "(date not logged)", " beside the baseline %s" % data["baseline"]
             if data.get("baseline") else "", data["machine"],
             "; at the end %s" % " ".join(data["load_end"]) if data.get("load_end") else ""))
-    if data["rows"]:
-        w("")
-        w("| case | MB/s (copy) | MB/s (whole run) |")
-        w("|---|---|---|")
-        for key, r in data["rows"].items():
-            w("| %s | %.0f | %.0f |" % (B1_NAMES.get(key, key), r["mbs_copy"], r["mbs_all"]))
-    if data["ratios"]:
-        w("")
-        w("Ratios: " + ", ".join("%s = %.2fx" % (k, v) for k, v in data["ratios"].items()) + ".")
+    w("")
+    w("| case | MB/s (copy) | MB/s (whole run) |")
+    w("|---|---|---|")
+    for key, r in data["rows"].items():
+        w("| %s | %.0f | %.0f |" % (B1_NAMES.get(key, key), r["mbs_copy"], r["mbs_all"]))
+    w("")
+    w("Ratios: " + ", ".join("%s = %.2fx" % (k, v) for k, v in data["ratios"].items()) + ".")
     phases = dict((k, v) for k, v in (data.get("phases") or {}).items() if v)
     if phases:
         w("")
         w("Seconds per phase inside the module (`phase_seconds`; the rest of the whole run is ansible starting "
           "and shipping the module): " + "; ".join("%s: %s" % (k, ", ".join("%s %.2f" % (p, t) for p, t in v.items()))
                                                   for k, v in phases.items()) + ".")
-    if data.get("cpu"):
-        w("")
-        w("CPU-seconds per GB of a first sync run directly on both ends (`--cases cpu`, hashes on): " + "; ".join(
-            "%s %.2f user + %.2f system" % (end, c["user_s_per_gb"], c["sys_s_per_gb"])
-            for end, c in sorted(data["cpu"].items())) + "; %.2f in all." % sum(
-            c["user_s_per_gb"] + c["sys_s_per_gb"] for c in data["cpu"].values()))
     w("")
     return out
 
 
+def _dated(data):
+    return "Measured %s: %s." % (data.get("date") or datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"),
+                                 data.get("machine") or "machine not logged")
+
+
+def b3_section(data, dated=False):
+    """One B3 run (bench/noop_rerun.sh's BENCH-JSON) as a '## B3 ...' section (lines)."""
+    out = []
+    w = out.append
+    w("## B3 no-op re-run of site.yml (2-node lab, deployed)")
+    w("")
+    if dated:
+        w(_dated(data))
+        w("")
+    w("`bench/noop_rerun.sh --runs N --baseline REV` re-runs `site.yml` on a deployed lab, every run with cold ssh "
+      "connections, alternating the trees so both see the same machine load; the median run of each is shown. "
+      "\"Node round trips\" counts module runs on the nodes (task x host, loop items and retries included; a "
+      "copy or template runs two modules, counted once): the figure the machine's load does not move.")
+    w("")
+    w("| tree | each run s (load average at its start) | median s | node round trips | tasks | changed |")
+    w("|---|---|---|---|---|---|")
+    for i, label in enumerate(data["labels"]):
+        runs = ", ".join("%.1f (%s)" % (t, (ld or ["?"])[0]) for t, ld in zip(data["runs"][i], data["load"][i]))
+        w("| %s | %s | %.1f | %d | %d | %d |" % (label, runs, data["median_s"][i], data["round_trips"][i],
+                                                 data["tasks"][i], data["changed"][i]))
+    w("")
+    if len(data["labels"]) > 1:
+        w("Ratio %s / %s: **%.2fx** (median time), %.2fx (node round trips)." % (
+            data["labels"][-1], data["labels"][0], data["median_s"][-1] / data["median_s"][0],
+            data["round_trips"][-1] / max(data["round_trips"][0], 1)))
+        w("")
+    names = []
+    for roles in data["roles"]:
+        names.extend(n for n, _v in roles if n not in names)
+    w("| seconds per role (median run) | " + " | ".join(data["labels"]) + " |")
+    w("|---|" + "---|" * len(data["labels"]))
+    for n in names:
+        w("| %s | %s |" % (n, " | ".join(("%.1f" % dict(r)[n]) if n in dict(r) else "-" for r in data["roles"])))
+    w("")
+    w("| slowest tasks (median run) | " + " | ".join(data["labels"]) + " |")
+    w("|---|" + "---|" * len(data["labels"]))
+    for n, vals in data["slowest"]:
+        w("| %s | %s |" % (n.replace("|", "/"), " | ".join("%.1f" % v for v in vals)))
+    w("")
+    return out
+
+
+def b6_section(data, dated=False):
+    """One B6 run (bench/cold_deploy.py's BENCH-JSON) as a '## B6 ...' section (lines)."""
+    out = []
+    w = out.append
+    w("## B6 cold deploy (fresh %d-node lab, image caches warm)%s" % (
+        data["hosts"], " - %s" % data["label"] if data.get("label") else ""))
+    w("")
+    if dated:
+        w(_dated(data))
+        w("")
+    hosts = sorted(set(h for cells in data["phases"].values() for h in cells))
+    w("| phase (role) | " + " | ".join(hosts) + " |")
+    w("|---|" + "---|" * len(hosts))
+    for role, cells in data["phases"].items():
+        w("| %s | %s |" % (role, " | ".join("-" if cells.get(h) is None else "%.1f" % cells[h] for h in hosts)))
+    w("")
+    w("site.yml took %.1f s; the stand-in vLLM is configured to spend %.1f s loading (shards x "
+      "SPARKLAB_SECONDS_PER_SHARD + graph capture + profile); deploy minus load: **%.1f s** (target <= 90 s)."
+      % (data["total_s"], data["load_s"], data["net_s"]))
+    if data.get("slowest"):
+        w("")
+        w("Slowest tasks: " + "; ".join("%s %s %.1f s" % (h, t.split(" : ", 1)[-1], sec)
+                                        for h, t, sec in data["slowest"][:5]) + ".")
+    w("")
+    return out
+
+
+def b3_target(data):
+    last = data["median_s"][-1]
+    if last <= 25:
+        verdict = "met (%.1f s median)" % last
+    elif len(data["labels"]) > 1:
+        verdict = "not met here (%.1f s median; %.2fx of %s side by side, node round trips %d -> %d)" % (
+            last, last / data["median_s"][0], data["labels"][0], data["round_trips"][0], data["round_trips"][-1])
+    else:
+        verdict = "not met here (%.1f s median)" % last
+    return ("- **B3 <= 25 s, changed=0**: %s; changed=%d. What bounds it: every task is at least one ssh round trip "
+            "per node (sudo, a Python start, the module) on two cores shared with other sessions, so the time follows "
+            "the machine's load (each run's load average is in the table); the round trips are what the collection "
+            "controls. What would lift it: a quiet machine, and fewer, larger tasks still (model_sync's key and "
+            "forced-command setup, healthcheck's separate reads)." % (verdict, data["changed"][-1]))
+
+
+def b6_target(data):
+    verdict = "met (%.1f s)" % data["net_s"] if data["net_s"] <= 90 else "not met here (%.1f s)" % data["net_s"]
+    return ("- **B6 <= 90 s**: %s. The image moves to the worker (`docker save | ssh docker load`) while the GPU is "
+            "freed, the model syncs and Ray is configured, and the run waits for it only before Ray starts; the waits "
+            "poll every second. What bounds it here: `docker load` of the 1.2 GB image on the worker and every other "
+            "phase share two cores loaded by other sessions; what would lift it: a quiet machine (on Sparks each node "
+            "loads the image with its own cores)." % verdict)
+
+
+SECTIONS = {"B1": lambda d: b1_section(d, dated=True), "B3": lambda d: b3_section(d, dated=True),
+            "B6": lambda d: b6_section(d, dated=True)}
+TARGETS = {"B1": lambda _d: B1_TARGET, "B3": b3_target, "B6": b6_target}
+
+
 def update(path, found):
-    """Replace the B1 sections and B1's target line in the file at path; keep everything else."""
+    """Replace the sections and target lines of the benches in found (B1, B3, B6) in the file at path; keep the
+    rest. A bench that had no section yet gets it just before "## Targets"."""
     text = open(path).read()
     blocks = re.split(r"(?m)^(?=## )", text)
-    new = []
-    for data in found.get("B1", []):
-        new.extend(b1_section(data, dated=True))
-    if not new:
-        raise SystemExit("no B1 result (BENCH-JSON line) in the logs: nothing to update")
-    merged, placed = [], False
-    note = ("The B1 sections were rewritten %s UTC by `bench/results.py --update` from a B1 run of their own (date, "
-            "machine and load in each)." % datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"))
-    head = re.sub(r"(?m)^The B1 sections were rewritten .*\n\n", "", blocks[0])
-    blocks[0] = re.sub(r"(?m)^(Written .*\n)", lambda m: m.group(1) + "\n" + note + "\n", head, count=1)
+    benches = [b for b in SECTIONS if found.get(b)]
+    if not benches:
+        raise SystemExit("no B1, B3 or B6 result (BENCH-JSON line) in the logs: nothing to update")
+    new = {}
+    for b in benches:
+        lines = []
+        for data in found[b]:
+            lines.extend(SECTIONS[b](data))
+        new[b] = "\n".join(lines) + "\n"
+    merged, placed = [], set()
     for block in blocks:
-        if block.startswith("## B1 "):
-            if not placed:
-                merged.append("\n".join(new) + "\n")
-                placed = True
+        bench = block[3:].split(" ", 1)[0] if block.startswith("## B") else None
+        if bench in new:
+            if bench not in placed:
+                merged.append(new[bench])
+                placed.add(bench)
             continue
         if block.startswith("## Targets"):
-            block = re.sub(r"(?m)^- \*\*B1 .*$", lambda _m: B1_TARGET, block)
+            merged.extend(new[b] for b in benches if b not in placed)
+            placed.update(benches)
+            lines = block.rstrip("\n").split("\n")
+            for b in benches:
+                line = TARGETS[b](found[b][-1])
+                at = [i for i, x in enumerate(lines) if x.startswith("- **%s " % b)]
+                if at:
+                    lines[at[0]] = line
+                else:
+                    bullets = [i for i, x in enumerate(lines) if x.startswith("- **")]
+                    lines.insert((bullets[-1] + 1) if bullets else len(lines), line)
+            block = "\n".join(lines) + "\n"
         merged.append(block)
-    if not placed:
-        raise SystemExit("%s has no '## B1' section to replace" % path)
+    merged.extend(new[b] for b in benches if b not in placed)
     with open(path, "w") as handle:
         handle.write("".join(merged))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--update", metavar="RESULTS_MD", help="rewrite only the benches in the logs (B1) in this file")
+    ap.add_argument("--update", metavar="RESULTS_MD",
+                    help="rewrite only the benches in the logs (B1, B3, B6) in this file")
     ap.add_argument("logs", nargs="+")
     args = ap.parse_args()
     found, machines = load(args.logs)
@@ -223,31 +313,18 @@ def main():
         w("## B4 time to diagnosis")
         w("")
         w("From the failing burst being written to the play failing with its class (vllm_wait as "
-          "roles/vllm_serve/tasks/wait.yml calls it: poll_interval 2 s, calls of 10 s in an until loop; a log file "
-          "as the source). Target <= 5 s each.")
+          "roles/vllm_serve/tasks/wait.yml calls it: poll_interval %s s, calls of 10 s in an until loop; a log file "
+          "as the source). Target <= 5 s each." % (data["rows"][0].get("poll_interval", 2) if data["rows"] else "?"))
         w("")
         w("| injected failure | class expected | class reported | delay s |")
         w("|---|---|---|---|")
         for r in data["rows"]:
             w("| %s | %s | %s | %.2f |" % (r["case"], r["expected"], r["got"], r["delay_s"]))
         w("")
+    for data in found.get("B3", []):
+        out.extend(b3_section(data))
     for data in found.get("B6", []):
-        w("## B6 cold deploy (fresh %d-node lab, image caches warm)" % data["hosts"])
-        w("")
-        hosts = sorted(set(h for cells in data["phases"].values() for h in cells))
-        w("| phase (role) | " + " | ".join(hosts) + " |")
-        w("|---|" + "---|" * len(hosts))
-        for role, cells in data["phases"].items():
-            w("| %s | %s |" % (role, " | ".join("-" if cells.get(h) is None else "%.1f" % cells[h] for h in hosts)))
-        w("")
-        w("site.yml took %.1f s; the stand-in vLLM is configured to spend %.1f s loading (shards x "
-          "SPARKLAB_SECONDS_PER_SHARD + graph capture + profile); deploy minus load: **%.1f s** (target <= 90 s)."
-          % (data["total_s"], data["load_s"], data["net_s"]))
-        if data.get("slowest"):
-            w("")
-            w("Slowest tasks: " + "; ".join("%s %s %.1f s" % (h, t.split(" : ", 1)[-1], sec)
-                                            for h, t, sec in data["slowest"][:5]) + ".")
-        w("")
+        out.extend(b6_section(data))
     for data in found.get("B7", []):
         w("## B7 real-Spark timeline on paper (two DGX Sparks, Qwen3.5-122B-A10B-FP8)")
         w("")
@@ -271,10 +348,10 @@ def main():
     w("- **B4 <= 5 s**: the classification itself comes within one vllm_wait poll (2 s in the role); the rest is "
       "the module returning and Ansible's turnaround on this loaded machine. A poll of 1 s and a quieter machine "
       "would lift the worst cases under the target.")
-    w("- **B6 <= 90 s**: not met here; the table above shows which phases take the time on this loaded machine "
-      "(moving the 1.2 GB runtime image to the worker with `docker save | ssh docker load`, Ray's start and "
-      "restart waits, the wait for vLLM). The no-op re-run time table and the removal "
-      "of waste across roles are issue 8's B3, owned by another change.")
+    for data in found.get("B3", [])[-1:]:
+        w(b3_target(data))
+    for data in found.get("B6", [])[-1:]:
+        w(b6_target(data))
     w("- **B7 <= 4 min**: met on paper at the upper end only with an empty compile cache; the inputs that carry "
       "the most uncertainty are the loader speed (DOMAIN 6's \"10x or more\") and graph capture (20-130 s).")
     print("\n".join(out).rstrip() + "\n")

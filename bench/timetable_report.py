@@ -31,11 +31,11 @@ def load(pattern):
     return runs, runs[len(runs) // 2]
 
 
-def by_role(run):
+def by_role(run, field="seconds"):
     roles = OrderedDict()
     for t in run["tasks"]:
         key = t["role"] or "(play: %s)" % t["play"]
-        roles[key] = roles.get(key, 0.0) + t["seconds"]
+        roles[key] = roles.get(key, 0.0) + t.get(field, 0)
     return roles
 
 
@@ -76,6 +76,10 @@ def main():
     names = list(OrderedDict.fromkeys(n for t in tasks for n in t))
     names.sort(key=lambda n: -max(t.get(n, 0.0) for t in tasks))
     table("slowest tasks (median run)", [(n, [t.get(n) for t in tasks]) for n in names[:args.top]], labels, 78)
+    role_calls = [by_role(m, "calls") for m in medians]
+    rnames = list(OrderedDict.fromkeys(n for r in role_calls for n in r))
+    table("node round trips per role (median run: module runs on the nodes, retries and loop items included)",
+          [(n, [r.get(n) for r in role_calls]) for n in rnames], labels, 48)
 
     print("\n%-28s %s" % ("", " ".join("%14s" % lb[:14] for lb in labels)))
     print("%-28s %s" % ("runs", " ".join("%14d" % len(r) for r in all_runs)))
@@ -88,6 +92,20 @@ def main():
     print("%-28s %s" % ("ratio to %s" % labels[0][:18], " ".join(
         "%13.2fx" % (statistics.median(x["total_seconds"] for x in r) / base) for r in all_runs)))
     print("%-28s %s" % ("changed (max over runs)", " ".join("%14d" % max(x["changed"] for x in r) for r in all_runs)))
+    # Module runs on the nodes (one ssh round trip each): the figure the machine's load does not move.
+    print("%-28s %s" % ("node round trips (median)", " ".join("%14d" % calls(m) for m in medians)))
+    print("BENCH-JSON " + json.dumps({
+        "bench": "B3", "labels": labels, "runs": [[round(x["total_seconds"], 1) for x in r] for r in all_runs],
+        "median_s": [round(statistics.median(x["total_seconds"] for x in r), 1) for r in all_runs],
+        "changed": [max(x["changed"] for x in r) for r in all_runs], "tasks": [len(m["tasks"]) for m in medians],
+        "round_trips": [calls(m) for m in medians],
+        "load": [[x.get("load", "") for x in r] for r in all_runs],
+        "roles": [[[n, round(v, 1)] for n, v in r.items()] for r in roles],
+        "slowest": [[n, [round(t.get(n, 0.0), 1) for t in tasks]] for n in names[:10]]}))
+
+
+def calls(run):
+    return sum(t.get("calls", 0) for t in run["tasks"])
 
 
 if __name__ == "__main__":

@@ -29,6 +29,11 @@ requirements:
 """
 
 
+# Actions that run on the controller only (no round trip to a node).
+CONTROLLER_ONLY = {"set_fact", "debug", "assert", "fail", "meta", "set_stats", "include_tasks", "import_tasks",
+                   "include_role", "import_role", "add_host", "group_by", "validate_argument_spec", "include_vars"}
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -41,6 +46,7 @@ class CallbackModule(CallbackBase):
         self._tasks = []          # [{play, role, task, start, seconds, changed, hosts}]
         self._current = None
         self._play = ""
+        self._load = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else []
 
     def _close(self):
         now = time.monotonic()
@@ -70,6 +76,22 @@ class CallbackModule(CallbackBase):
             self._current["hosts"] += 1
             if result._result.get("changed"):
                 self._current["changed"] += 1
+            self._current["calls"] = self._current.get("calls", 0) + self._calls(result)
+
+    @staticmethod
+    def _calls(result):
+        """Module runs on a node this result stands for (0 for a task that runs on the controller only, one per
+        item of a loop that ran): what a no-op re-run pays one ssh round trip for, whatever the machine's load."""
+        if result._task.action.split(".")[-1] in CONTROLLER_ONLY:
+            return 0
+        res = result._result
+        if isinstance(res.get("results"), list):
+            return sum(1 for item in res["results"] if isinstance(item, dict) and not item.get("skipped"))
+        return 0 if res.get("skipped") else 1
+
+    def v2_runner_retry(self, result):
+        if self._current is not None:  # every retry of an until loop ran the module once more
+            self._current["calls"] = self._current.get("calls", 0) + self._calls(result)
 
     v2_runner_on_ok = _result
     v2_runner_on_failed = _result
@@ -80,7 +102,8 @@ class CallbackModule(CallbackBase):
         self._close()
         total = time.monotonic() - self._t0
         changed = sum(stats.summarize(h).get("changed", 0) for h in stats.processed)
-        data = {"total_seconds": total, "changed": changed, "hosts": sorted(stats.processed), "tasks": self._tasks}
+        data = {"total_seconds": total, "changed": changed, "hosts": sorted(stats.processed), "tasks": self._tasks,
+                "load": self._load}
         path = os.environ.get("SPARKFLEET_TIMETABLE")
         if path:
             with open(path, "w") as f:
