@@ -30,6 +30,9 @@ def main():
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--no-fresh", action="store_true", help="deploy on the lab as it is (skip down/up)")
     ap.add_argument("--out", help="keep the run's log (site.log) and per-task times (times.json) in this directory")
+    ap.add_argument("--tree", help="deploy with the collection in this checkout (e.g. a worktree of the revision "
+                                   "before a change) instead of this one; the lab, staging and timing stay this one's")
+    ap.add_argument("--label", help="name of this run in the results (e.g. before / after)")
     args = ap.parse_args()
     if not args.no_fresh:
         b.sh(b.LABCTL, "down")
@@ -42,12 +45,13 @@ def main():
         tmp = args.out or scratch
         os.makedirs(tmp, exist_ok=True)
         out = os.path.join(tmp, "times.json")
-        env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(b.REPO, "ansible.cfg"), BENCH_TIMES_OUT=out,
+        tree = os.path.abspath(args.tree or b.REPO)
+        env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(tree, "ansible.cfg"), BENCH_TIMES_OUT=out,
                    ANSIBLE_CALLBACK_PLUGINS=os.path.join(b.REPO, "bench", "callback"),
                    ANSIBLE_CALLBACKS_ENABLED="sparkfleet.vllm.progress,bench_times")
         t0 = time.time()
         rc = subprocess.run([b.LABCTL, "ctl", "--", os.path.join(b.REPO, ".venv/bin/ansible-playbook"), "-i",
-                             b.inventory(), os.path.join(b.REPO, "site.yml")], cwd=b.REPO, env=env,
+                             b.inventory(), os.path.join(tree, "site.yml")], cwd=tree, env=env,
                             stdout=open(os.path.join(tmp, "site.log"), "w"), stderr=subprocess.STDOUT).returncode
         wall = time.time() - t0
         if rc != 0:
@@ -82,7 +86,8 @@ def main():
     net = times["total"] - load
     print("\nsite.yml %.1f s (wall %.1f s); stand-in load time %.1f s (%d shards x %.1f s + 3.5 s); "
           "deploy minus load %.1f s; target 90 s: %.2fx" % (times["total"], wall, load, shards, per_shard, net, net / 90))
-    print("BENCH-JSON " + json.dumps({"bench": "B6", "hosts": args.hosts, "total_s": times["total"],
+    print("BENCH-JSON " + json.dumps({"bench": "B6", "hosts": args.hosts, "label": args.label,
+                                      "total_s": times["total"],
                                       "load_s": load, "net_s": round(net, 1), "phases": table,
                                       "slowest": [[r["host"], r["task"], r["seconds"]] for r in slow]}))
 
