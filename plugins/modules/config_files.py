@@ -65,15 +65,17 @@ options:
         type: bool
         default: true
 notes:
-  - Supports check mode (reports what would change, changes nothing) and diff mode (text of changed files with
-    O(files[].diff=true), the state of changed directories).
+  - Check mode reports what would change and changes nothing; diff mode shows the text of changed files with
+    O(files[].diff=true) and the state of changed directories.
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""
