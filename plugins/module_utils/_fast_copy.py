@@ -36,13 +36,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import queue
 import subprocess
 import threading
 import time
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import tail
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import environ, tail
 
 FAST_SCRIPT = r'''
 import hashlib, hmac, json, mmap, os, secrets, socket, struct, sys, threading, time
@@ -532,10 +531,8 @@ class LineProc(object):
     """
 
     def __init__(self, argv, request, env=None):
-        full_env = dict(os.environ, LANG="C", LC_ALL="C")
-        full_env.update(env or {})
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=full_env, close_fds=True)
+                                     env=environ(env), close_fds=True)
         self.lines = queue.Queue()
         self.err = []
         threading.Thread(target=self._pump_out, daemon=True).start()

@@ -5,7 +5,7 @@
 
 Parsers take text and return plain data; the /proc readers take a ``proc_root`` so tests
 can point them at a fixture tree. ``GpuScanner`` is the one part that runs commands (nvidia-smi,
-docker, systemctl), through the module's ``run_command`` in the C locale.
+docker, systemctl): through the collection's command runner (``_command.Runner``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 import pwd
 import re
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import C_LOCALE
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._files import read_file
 
 # Values nvidia-smi prints where a field has no value on this GPU (GB10 memory.*, MIG ids ...).
@@ -497,14 +497,14 @@ class GpuScanner(object):
         self.proc_root = proc_root
         self.meminfo_path = meminfo_path
         self.warnings = []
+        self.runner = Runner(module)
         self.smi = None
         if self.params['nvidia_smi'] != 'skip':
-            self.smi = module.get_bin_path('nvidia-smi',
-                                           required=self.params['nvidia_smi'] == 'required')
+            self.smi = self.runner.bin('nvidia-smi', required=self.params['nvidia_smi'] == 'required')
             if self.smi is None:
                 self._warn('nvidia-smi not found: holders come from open device files only')
-        self.docker = module.get_bin_path('docker')
-        self.systemctl = module.get_bin_path('systemctl')
+        self.docker = self.runner.bin('docker', required=False)
+        self.systemctl = self.runner.bin('systemctl', required=False)
         self.self_pids = set([os.getpid()] + ancestors(os.getpid(), proc_root))
         self.own_pid = os.getpid()
 
@@ -512,21 +512,15 @@ class GpuScanner(object):
         if text not in self.warnings:
             self.warnings.append(text)
 
-    def _run(self, cmd):
-        return self.module.run_command(cmd, environ_update=C_LOCALE)
-
     def _smi(self, args):
-        cmd = [self.smi] + args
-        rc, out, err = self._run(cmd)
-        if rc != 0:
-            message = 'nvidia-smi failed (rc=%s): %s' % (rc, (err or out).strip())
+        res = self.runner.run([self.smi] + args)
+        if not res.ok:
             if self.params['nvidia_smi'] == 'required':
-                self.module.fail_json(msg=message, cmd=cmd, rc=rc, stdout=out, stderr=err,
-                                      hint='Check that the NVIDIA driver is loaded '
-                                           '(nvidia-smi must work as root on the node).')
-            self._warn(message)
+                self.runner.fail(res, 'nvidia-smi failed', hint='Check that the NVIDIA driver is loaded '
+                                                                '(nvidia-smi must work as root on the node).')
+            self._warn(res.why('nvidia-smi failed'))
             return None
-        return out
+        return res.stdout
 
     def gpu_summary(self):
         memory = parse_meminfo(read_file(self.meminfo_path) or '')
@@ -564,13 +558,13 @@ class GpuScanner(object):
             self._warn('docker not found: containers %s are reported by id only' % ', '.join(
                 sorted(i[:12] for i in ids)))
             return {}
-        rc, out, err = self._run([self.docker, 'inspect'] + sorted(ids))
+        res = self.runner.run([self.docker, 'inspect'] + sorted(ids))
         found = {}
-        for cont in parse_docker_inspect(out or '[]'):
+        for cont in parse_docker_inspect(res.stdout or '[]'):
             if cont['id']:
                 found[cont['id']] = cont
-        if rc != 0 and not found:
-            self._warn('docker inspect failed: %s' % (err or out).strip())
+        if not res.ok and not found:
+            self._warn(res.why('docker inspect failed'))
         return found
 
     def holders(self):
@@ -632,14 +626,14 @@ class GpuScanner(object):
         if not patterns:
             return found
         if self.systemctl:
-            rc1, files, err1 = self._run([self.systemctl, 'list-unit-files', '--type=service',
-                                          '--no-legend', '--no-pager', '--plain'])
-            rc2, units, err2 = self._run([self.systemctl, 'list-units', '--type=service', '--all',
-                                          '--no-legend', '--no-pager', '--plain'])
-            if rc1 != 0 and rc2 != 0:
-                self._warn('systemctl could not list units: %s' % (err1 or err2).strip())
-            enabled = parse_unit_files(files if rc1 == 0 else '')
-            active = parse_units(units if rc2 == 0 else '')
+            files = self.runner.run([self.systemctl, 'list-unit-files', '--type=service',
+                                     '--no-legend', '--no-pager', '--plain'])
+            units = self.runner.run([self.systemctl, 'list-units', '--type=service', '--all',
+                                     '--no-legend', '--no-pager', '--plain'])
+            if not files.ok and not units.ok:
+                self._warn(files.why('systemctl could not list units'))
+            enabled = parse_unit_files(files.stdout if files.ok else '')
+            active = parse_units(units.stdout if units.ok else '')
             for name in sorted(set(enabled) | set(active)):
                 if not name_matches(name, patterns) or name_matches(name, self.params['ours']):
                     continue
@@ -649,12 +643,11 @@ class GpuScanner(object):
                               'active': state.get('active', 'inactive'),
                               'sub': state.get('sub')})
         if self.docker:
-            rc, out, err = self._run([self.docker, 'ps', '-a', '--no-trunc', '--format',
-                                      '{{.ID}}\t{{.Names}}\t{{.State}}'])
-            if rc != 0:
-                self._warn('docker ps failed: %s' % (err or out).strip())
-                out = ''
-            matched = [c for c in parse_docker_ps(out)
+            res = self.runner.run([self.docker, 'ps', '-a', '--no-trunc', '--format',
+                                   '{{.ID}}\t{{.Names}}\t{{.State}}'])
+            if not res.ok:
+                self._warn(res.why('docker ps failed'))
+            matched = [c for c in parse_docker_ps(res.stdout if res.ok else '')
                        if name_matches(c['name'], patterns)
                        and not name_matches(c['name'], self.params['ours'])]
             details = self.inspect_containers(set(c['id'] for c in matched))

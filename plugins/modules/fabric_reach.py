@@ -78,7 +78,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import C_LOCALE
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._files import read_file
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._reach import parse_route_get, verdict
 
@@ -122,13 +122,14 @@ def main():
         peer["name"] = str(peer.get("name") or peer.get("host") or peer.get("ip") or "")
         if not peer.get("ip") or not isinstance(peer["ip"], str):
             module.fail_json(msg="peers: every peer needs its fabric address in 'ip', got %r" % (peer,))
-    ip_bin = module.get_bin_path("ip", required=True)
+    runner = Runner(module)
+    ip_bin = runner.bin("ip")
     me = socket.gethostname()
     results, problems = [], []
     for peer in p["peers"]:
-        rc, out, err = module.run_command([ip_bin, "-o", "route", "get", peer["ip"]], environ_update=C_LOCALE)
-        route = parse_route_get(out) if rc == 0 else {"dev": None, "via": None, "src": None,
-                                                      "kind": (err or "no route").strip()}
+        res = runner.run([ip_bin, "-o", "route", "get", peer["ip"]])
+        route = parse_route_get(res.stdout) if res.ok else {
+            "dev": None, "via": None, "src": None, "kind": (res.stderr or "no route").strip()}
         link = None
         if route.get("dev"):
             base = "/sys/class/net/%s" % route["dev"]

@@ -174,7 +174,6 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import C_LOCALE
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import (
     COMMON_ARGSPEC,
     GpuScanner,
@@ -272,13 +271,13 @@ class Releaser(object):
     # ---- doing ----
 
     def _cmd(self, cmd, errors):
-        rc, out, err = self.module.run_command(cmd, environ_update=C_LOCALE)
-        if rc != 0:
-            errors.append({'cmd': cmd, 'rc': rc, 'stderr': (err or out).strip()})
-        return rc
+        res = self.scanner.runner.run(cmd)
+        if not res.ok:
+            errors.append({'cmd': res.argv, 'rc': res.rc, 'stderr': (res.stderr or res.stdout).strip()})
+        return res.rc
 
     def stop_unit(self, action, errors):
-        systemctl = self.module.get_bin_path('systemctl')
+        systemctl = self.scanner.systemctl
         if not systemctl:
             errors.append({'cmd': ['systemctl'], 'rc': None, 'stderr': 'systemctl not found'})
             return False
@@ -289,7 +288,7 @@ class Releaser(object):
         return rc == 0
 
     def stop_container(self, action, errors):
-        docker = self.module.get_bin_path('docker')
+        docker = self.scanner.docker
         if not docker:
             errors.append({'cmd': ['docker'], 'rc': None, 'stderr': 'docker not found'})
             return False

@@ -140,18 +140,17 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import c_locale
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import (
     LOADER_ADVICE, PROBE, ProbeError, image_id_key, judge, parse_probe, summary)
 
 
-def _inspect(module, docker, image):
-    rc, out, err = module.run_command([docker, "image", "inspect", "--format", "{{.Id}}", image])
-    if rc != 0:
-        module.fail_json(msg="image %s is not on this node: %s" % (image, err.strip()), rc=rc, stderr=err,
-                         image=image, problems=[],
-                         hint="pull or load it first (the runtime_image play does that on the head)")
-    return out.strip()
+def _inspect(runner, docker, image):
+    res = runner.run([docker, "image", "inspect", "--format", "{{.Id}}", image])
+    if not res.ok:
+        runner.fail(res, "image %s is not on this node" % image, image=image, problems=[],
+                    hint="pull or load it first (the runtime_image play does that on the head)")
+    return res.stdout.strip()
 
 
 def _read_cache(path):
@@ -207,9 +206,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    module.run_command_environ_update = c_locale()
-    docker = module.get_bin_path("docker", required=True)
-    image_id = _inspect(module, docker, p["image"])
+    runner = Runner(module)
+    docker = runner.bin("docker")
+    image_id = _inspect(runner, docker, p["image"])
     key = image_id_key(image_id)
     cache = os.path.join(p["cache_dir"], key + ".json") if key else None
 
@@ -218,18 +217,15 @@ def main():
     seconds = 0.0
     if not cached:
         t0 = time.monotonic()
-        timeout = module.get_bin_path("timeout")
-        argv = ([timeout, str(p["timeout"])] if timeout else []) + [
-            docker, "run", "--rm", "--pull=never", "--network", "none", "--entrypoint", "python3", image_id,
-            "-c", PROBE]
-        rc, out, err = module.run_command(argv)
+        res = runner.run([docker, "run", "--rm", "--pull=never", "--network", "none", "--entrypoint", "python3",
+                          image_id, "-c", PROBE], timeout=p["timeout"])
         seconds = round(time.monotonic() - t0, 1)
         try:
-            facts = parse_probe(out)
+            facts = parse_probe(res.stdout)
         except ProbeError as exc:
-            module.fail_json(msg="image %s: %s (rc %d)" % (p["image"], exc, rc), rc=rc, stdout=out[-3000:],
-                             stderr=err[-3000:], image=p["image"], image_id=image_id, problems=[str(exc)],
-                             hint="use a vLLM image with python3 on its PATH (vllm/vllm-openai, nvcr.io/nvidia/vllm)")
+            runner.fail(res, "image %s: %s" % (p["image"], exc), cmd=res.argv[:-1] + ["<probe>"], image=p["image"],
+                        image_id=image_id, problems=[str(exc)],
+                        hint="use a vLLM image with python3 on its PATH (vllm/vllm-openai, nvcr.io/nvidia/vllm)")
         facts["image_id"] = image_id
         if cache and not module.check_mode:
             _write_cache(module, p["cache_dir"], cache, facts)

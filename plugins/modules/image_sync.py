@@ -163,7 +163,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import c_locale
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_docker_load, progress_header
 
 # docker save's stdout straight into ssh; pipefail makes a failing save fail the transfer.
@@ -185,12 +185,12 @@ def _end_progress(path):
         os.unlink(path)
 
 
-def _inspect(module, docker, image):
-    rc, out, err = module.run_command([docker, "image", "inspect", "--format", "{{.Id}} {{.Size}}", image])
-    if rc != 0:
-        module.fail_json(msg="image %s is not on this node: %s" % (image, err.strip()), rc=rc, stderr=err,
-                         hint="pull it on this node first, or load it (docker load)")
-    image_id, size = out.split()
+def _inspect(runner, docker, image):
+    res = runner.run([docker, "image", "inspect", "--format", "{{.Id}} {{.Size}}", image])
+    if not res.ok:
+        runner.fail(res, "image %s is not on this node" % image,
+                    hint="pull it on this node first, or load it (docker load)")
+    image_id, size = res.stdout.split()
     return image_id, int(size)
 
 
@@ -220,11 +220,11 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    module.run_command_environ_update = c_locale()
-    docker = module.get_bin_path("docker", required=True)
-    bash = module.get_bin_path("bash", required=True)
-    ssh = module.get_bin_path("ssh", required=True)
-    image_id, size = _inspect(module, docker, p["image"])
+    runner = Runner(module)
+    docker = runner.bin("docker")
+    bash = runner.bin("bash")
+    ssh = runner.bin("ssh")
+    image_id, size = _inspect(runner, docker, p["image"])
     progress = p["progress_file"] if not module.check_mode else None
     pipe, env = _PIPE, dict(DOCKER=docker)
     if progress:
@@ -246,19 +246,17 @@ def main():
         if progress:
             _start_progress(progress, progress_header(name, dest["ip"], size, todo.index(dest) + 1, len(todo)))
         t0 = time.monotonic()
-        rc, out, err = module.run_command([bash, "-o", "pipefail", "-c", pipe, "image-sync", p["image"]] + ssh_argv,
-                                          environ_update=env)
+        res = runner.run([bash, "-o", "pipefail", "-c", pipe, "image-sync", p["image"]] + ssh_argv, env=env)
         seconds = time.monotonic() - t0
-        if rc != 0:
+        if not res.ok:
             _end_progress(progress)
-            why = (err.strip() or out.strip())[-500:]
             hint = ("check that this node reaches %s@%s over ssh with %s, and that %s can run `%s` there (docker group "
                     "or passwordless sudo)" % (p["ssh_user"], dest["ip"], p["ssh_key"], p["ssh_user"],
                                                " ".join(p["load_command"])))
-            module.fail_json(msg="moving %s to %s (%s) failed (rc %d): %s" % (p["image"], name, dest["ip"], rc, why),
-                             rc=rc, stdout=out, stderr=err, image_id=image_id, results=results, hint=hint)
+            runner.fail(res, "moving %s to %s (%s) failed" % (p["image"], name, dest["ip"]), image_id=image_id,
+                        results=results, hint=hint)
         entry.update(bytes=size, seconds=round(seconds, 1), mb_per_s=round(size / 1e6 / max(seconds, 1e-3), 1),
-                     loaded=parse_docker_load(out))
+                     loaded=parse_docker_load(res.stdout))
     _end_progress(progress)
     changed = any(r["changed"] for r in results)
     total = sum(r["bytes"] for r in results)

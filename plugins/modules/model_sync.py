@@ -288,7 +288,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import c_locale, tail
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import (
     HASH_SCRIPT,
     cache_file,
@@ -336,12 +336,14 @@ class ModelSync(object):
         self.src = os.path.normpath(p["src"])
         self.dest = os.path.normpath(p["dest"])
         self.user = p["ssh_user"]
-        self.ssh_bin = module.get_bin_path("ssh", required=True)
-        self.rsync_bin = module.get_bin_path("rsync", required=True)
-        self.python = sys.executable or module.get_bin_path("python3", required=True)
+        self.runner = Runner(module)
+        self.ssh_bin = self.runner.bin("ssh")
+        self.rsync_bin = self.runner.bin("rsync")
+        self.python = sys.executable or self.runner.bin("python3")
         # Every fixed command for a destination; the sync key's forced command allows exactly these.
         self.cmds = destination_commands(self.dest)
         self.agent_env = {}
+        self.agent_bin = None
         self.agent_pid = None
         self.lock = threading.Lock()
         self.warnings = []
@@ -360,8 +362,8 @@ class ModelSync(object):
 
     def _remote(self, host, script, data=None):
         argv = self._ssh() + [host_spec(host, self.user), script]
-        # Never expand $VARS or ~ here: remote commands carry them for the destination's shell ($HOME).
-        return self.module.run_command(argv, data=data, binary_data=True, expand_user_and_vars=False)
+        # The runner expands no $VARS or ~: remote commands carry them for the destination's shell ($HOME).
+        return self.runner.run(argv, data=data)
 
     def _push_argv(self, feeder, target, dry_run=False, checksum=None, delete=False,
                    files_from=False, bwlimit=0, existing_only=False):
@@ -392,28 +394,29 @@ class ModelSync(object):
         """Content hashes of the source's files (cached under this user's home). With fail=False, (hashes, error)
         for a caller in another thread (fail_json must come from the main one)."""
         argv = [self.python, "-c", HASH_SCRIPT, self.src, cache_file(self.src, self.home)]
-        rc, out, err = self.module.run_command(argv, data=self._names_data(names), binary_data=True)
-        why = None
-        if rc != 0:
-            why = "hashing the source model %s failed: %s" % (self.src, tail(err or out, 15))
+        res = self.runner.run(argv, data=self._names_data(names))
+        what = "hashing the source model %s failed" % self.src
+        hashes = why = None
+        if not res.ok:
+            if fail:
+                self.runner.fail(res, what)
+            why = res.why(what)
         else:
             try:
-                hashes = parse_hashes(out)
+                hashes = parse_hashes(res.stdout)
             except ValueError as exc:
                 why = "hashing the source model %s: %s" % (self.src, exc)
-        if fail:
-            if why:
-                self.module.fail_json(msg=why)
-            return hashes
-        return (None, why) if why else (hashes, None)
+        if fail and why:
+            self.module.fail_json(msg=why)
+        return hashes if fail else (hashes, why)
 
     def remote_hashes(self, host, names):
         """Content hashes of the files on a destination, or (None, error)."""
-        rc, out, err = self._remote(host, self.cmds["hash"], data=self._names_data(names))
-        if rc != 0:
-            return None, "hashing %s on %s failed: %s" % (self.dest, host, tail(err or out, 15))
+        res = self._remote(host, self.cmds["hash"], data=self._names_data(names))
+        if not res.ok:
+            return None, res.why("hashing %s on %s failed" % (self.dest, host))
         try:
-            return parse_hashes(out), None
+            return parse_hashes(res.stdout), None
         except ValueError as exc:
             return None, "hashing %s on %s: %s" % (self.dest, host, exc)
 
@@ -438,30 +441,30 @@ class ModelSync(object):
     # ------------------------------------------------------------------ agent
     def start_agent(self):
         """Per-run agent holding only the sync key, for destination-to-destination hops."""
-        agent = self.module.get_bin_path("ssh-agent")
-        add = self.module.get_bin_path("ssh-add")
+        agent = self.runner.bin("ssh-agent", required=False)
+        add = self.runner.bin("ssh-add", required=False)
         if not agent or not add:
             return "ssh-agent/ssh-add not found"
         sock_dir = tempfile.mkdtemp(prefix="sparkfleet-agent-")
         sock = os.path.join(sock_dir, "agent.sock")
-        rc, out, err = self.module.run_command([agent, "-s", "-a", sock])
-        m = re.search(r"SSH_AGENT_PID=(\d+)", out or "")
-        if rc != 0 or not m:
-            return "ssh-agent failed: %s" % tail(err or out, 15)
+        res = self.runner.run([agent, "-s", "-a", sock])
+        m = re.search(r"SSH_AGENT_PID=(\d+)", res.stdout or "")
+        if not res.ok or not m:
+            return res.why("ssh-agent failed")
+        self.agent_bin = agent
         self.agent_pid = m.group(1)
         self.agent_env = {"SSH_AUTH_SOCK": sock, "SSH_AGENT_PID": self.agent_pid}
         lifetime = str(max(600, 4 * 3600))
         argv = [add, "-t", lifetime] + ([self.p["ssh_key"]] if self.p["ssh_key"] else [])
-        rc, out, err = self.module.run_command(argv, environ_update=self.agent_env)
-        if rc != 0:
+        res = self.runner.run(argv, env=self.agent_env)
+        if not res.ok:
             self.stop_agent()
-            return "ssh-add failed: %s" % tail(err or out, 15)
+            return res.why("ssh-add failed")
         return None
 
     def stop_agent(self):
         if self.agent_pid:
-            agent = self.module.get_bin_path("ssh-agent")
-            self.module.run_command([agent, "-k"], environ_update=self.agent_env)
+            self.runner.run([self.agent_bin, "-k"], env=self.agent_env)
             sock = self.agent_env.get("SSH_AUTH_SOCK")
             if sock and os.path.isdir(os.path.dirname(sock)):
                 try:
@@ -479,26 +482,26 @@ class ModelSync(object):
                 "mb_per_s": 0.0, "streams": 0, "verified": None, "would_transfer": [], "would_delete": [],
                 "content_mismatch": [], "transport": None, "bytes_resumed": 0}
         # The guard comes first: nothing, not even a dry run, touches a dest that is not a model directory.
-        rc, out, err = self._remote(host, self.cmds["probe"])
-        probe = parse_dest_probe(out if rc == 0 else "")
-        why = dest_problem(self.dest, probe) if rc == 0 else None
+        res = self._remote(host, self.cmds["probe"])
+        probe = parse_dest_probe(res.stdout if res.ok else "")
+        why = dest_problem(self.dest, probe) if res.ok else None
         if why:
             info.update(status="failed", msg="%s: refusing to sync into it: %s" % (host, why))
             return info, []
         try:
-            if rc != 0:
-                raise ValueError(tail(err or out, 15))
+            if not res.ok:
+                raise ValueError(res.why("the destination probe failed"))
             avail = parse_df_avail(probe["df"])
         except ValueError as exc:
             info.update(status="failed", msg="cannot read free space under %s on %s: %s" % (self.dest, host, exc))
             return info, []
         info["bytes_available"] = avail
         argv, _env = self._push_argv(SOURCE, host, dry_run=True, delete=self.p["delete"])
-        rc, out, err = self.module.run_command(argv, expand_user_and_vars=False)
-        if rc != 0:
-            info.update(status="failed", msg="rsync dry run to %s failed (rc %d): %s" % (host, rc, tail(err, 15)))
+        res = self.runner.run(argv)
+        if not res.ok:
+            info.update(status="failed", msg=res.why("rsync dry run to %s failed" % host))
             return info, []
-        entries = parse_itemize(out)
+        entries = parse_itemize(res.stdout)
         nfiles, nbytes, names, deleted = summarize(entries)
         moved = [(e["name"], e["size"]) for e in entries if e["transferred"]]
         info.update(would_transfer=names, would_delete=deleted, bytes_needed=nbytes)
@@ -513,8 +516,7 @@ class ModelSync(object):
 
     def _run_stream(self, feeder, target, names, bwlimit):
         argv, env = self._push_argv(feeder, target, files_from=True, bwlimit=bwlimit)
-        return self.module.run_command(argv, data=self._names_data(names), binary_data=True, environ_update=env,
-                                       expand_user_and_vars=False)
+        return self.runner.run(argv, data=self._names_data(names), env=env)
 
     def fast_transfer(self, feeder, target, moved, info):
         """Move the files over the TCP transport. (status, message, names delivered, bytes sent, bytes resumed);
@@ -598,9 +600,9 @@ class ModelSync(object):
                 moved = []
         staging = os.path.join(self.dest, TEMP_DIR_NAME)
         if not errors and (moved or transport == "ssh" or self.p["delete"]):
-            rc, out, err = self._remote(target, self.cmds["prepare"])
-            if rc != 0:
-                return False, "cannot prepare %s on %s: %s" % (staging, target, tail(err or out, 15))
+            res = self._remote(target, self.cmds["prepare"])
+            if not res.ok:
+                return False, res.why("cannot prepare %s on %s" % (staging, target))
         bins = pack_bins(moved, self.p["streams"])
         if bins:
             info["streams"] = len(bins)
@@ -611,19 +613,19 @@ class ModelSync(object):
             with ThreadPoolExecutor(max_workers=len(bins)) as pool:
                 futures = [pool.submit(self._run_stream, rsync_feeder, target, b, per_stream) for b in bins]
                 for fut in futures:
-                    rc, out, err = fut.result()
-                    f, b, _n, _d = summarize(parse_itemize(out))
+                    res = fut.result()
+                    f, b, _n, _d = summarize(parse_itemize(res.stdout))
                     nfiles += f
                     nbytes += b
-                    if rc != 0:
-                        errors.append("rc %d: %s" % (rc, tail(err or out, 8)))
+                    if not res.ok:
+                        errors.append(res.why("rsync", lines=8))
         if not errors and self.p["delete"]:
             argv, _env = self._push_argv(SOURCE, target, delete=True, existing_only=True)
-            rc, out, err = self.module.run_command(argv, expand_user_and_vars=False)
-            if rc != 0:
-                errors.append("delete pass rc %d: %s" % (rc, tail(err, 15)))
+            res = self.runner.run(argv)
+            if not res.ok:
+                errors.append(res.why("delete pass"))
             else:
-                info["files_deleted"] = len(summarize(parse_itemize(out))[3])
+                info["files_deleted"] = len(summarize(parse_itemize(res.stdout))[3])
         if not errors:
             # Mark the directory as a model directory we fill (the destination guard accepts it from now on).
             self._remote(target, self.cmds["finish"])
@@ -636,10 +638,10 @@ class ModelSync(object):
         return True, None
 
     def verify(self, host, expected, source_hashes=None, names=()):
-        rc, out, err = self._remote(host, self.cmds["list"])
-        if rc != 0:
-            return ["cannot list %s: %s" % (self.dest, tail(err or out, 15))]
-        problems = compare_sizes(expected, parse_size_list(out))
+        res = self._remote(host, self.cmds["list"])
+        if not res.ok:
+            return [res.why("cannot list %s" % self.dest)]
+        problems = compare_sizes(expected, parse_size_list(res.stdout))
         if not problems and source_hashes is not None and names:
             hashes, err = self.remote_hashes(host, names)
             if err:
@@ -648,10 +650,10 @@ class ModelSync(object):
                         for n in content_mismatches(source_hashes, hashes, names)]
         if not problems and self.p["checksum"]:
             argv, _env = self._push_argv(SOURCE, host, dry_run=True, checksum=True)
-            rc, out, err = self.module.run_command(argv, expand_user_and_vars=False)
-            if rc != 0:
-                return ["checksum re-check failed (rc %d): %s" % (rc, tail(err, 15))]
-            problems = ["%s differs by checksum" % n for n in summarize(parse_itemize(out))[2]]
+            res = self.runner.run(argv)
+            if not res.ok:
+                return [res.why("checksum re-check failed")]
+            problems = ["%s differs by checksum" % n for n in summarize(parse_itemize(res.stdout))[2]]
         return problems
 
     def drop_local_cache(self, names):
@@ -670,8 +672,8 @@ class ModelSync(object):
 
     def drop_remote_cache(self, host, names):
         # Only the model's own files (sent on stdin), never whatever else lives under dest.
-        rc, out, err = self._remote(host, self.cmds["drop_cache"], data=self._names_data(names))
-        return None if rc == 0 else tail(err or out, 15)
+        res = self._remote(host, self.cmds["drop_cache"], data=self._names_data(names))
+        return None if res.ok else res.why("page-cache drop on %s failed" % host)
 
     # ------------------------------------------------------------------ main
     def run(self):
@@ -827,7 +829,7 @@ class ModelSync(object):
                 if h not in failed:
                     err = self.drop_remote_cache(h, sorted(expected))
                     if err:
-                        warnings.append("page-cache drop on %s failed: %s" % (h, err))
+                        warnings.append(err)
         if m.params["drop_cache"]:
             phases["drop_cache"] = round(time.time() - mark, 2)
         result["phase_seconds"] = phases
@@ -891,7 +893,6 @@ def main():
         ),
         supports_check_mode=True,
     )
-    module.run_command_environ_update = c_locale()
     ModelSync(module).run()
 
 

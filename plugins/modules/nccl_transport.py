@@ -120,7 +120,7 @@ problems:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import C_LOCALE
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._nccl import judge, parse, summary
 
 
@@ -145,13 +145,12 @@ def main():
             module.fail_json(msg="rdma_devices[%s] must be a list of device paths, got %r" % (node["host"], devices),
                              hint="pass the rdma_char_devices list of rdma_facts")
         nodes[str(node["ip"])] = {"name": node["host"], "rdma_devices": devices}
-    docker = module.get_bin_path("docker", required=True)
-    cmd = [docker, "logs", p["container"]]
-    rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
-    if rc != 0:
-        module.fail_json(msg="cannot read the log of container %s" % p["container"], rc=rc, stdout=out,
-                         stderr=err, cmd=cmd, hint="is vLLM running? `systemctl status sparkfleet-vllm`")
-    procs = parse(out + "\n" + err)
+    runner = Runner(module)
+    res = runner.run([runner.bin("docker"), "logs", p["container"]])
+    if not res.ok:
+        runner.fail(res, "cannot read the log of container %s" % p["container"],
+                    hint="is vLLM running? `systemctl status sparkfleet-vllm`")
+    procs = parse(res.stdout + "\n" + res.stderr)
     problems, warnings = judge(procs, nodes, p["allow_tcp_fallback"])
     for w in warnings:
         module.warn(w)

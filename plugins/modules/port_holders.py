@@ -77,7 +77,7 @@ foreign:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import C_LOCALE
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import parse_docker_inspect
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._ports import describe, is_ours, listeners
 
@@ -97,10 +97,11 @@ def main():
     found = listeners(module.params["ports"])
     ids = sorted(set(h["container_id"] for h in found if h["container_id"]))
     names = {}
-    docker = module.get_bin_path("docker")
+    runner = Runner(module)
+    docker = runner.bin("docker", required=False)
     if ids and docker:
-        _rc, out, _err = module.run_command([docker, "inspect"] + ids, environ_update=C_LOCALE)
-        names = dict((c["id"], c["name"]) for c in parse_docker_inspect(out or "[]") if c["id"])
+        res = runner.run([docker, "inspect"] + ids)
+        names = dict((c["id"], c["name"]) for c in parse_docker_inspect(res.stdout or "[]") if c["id"])
     for holder in found:
         holder["container_name"] = names.get(holder["container_id"]) if holder["container_id"] else None
         holder["ours"] = is_ours(holder, module.params["ours"])

@@ -253,7 +253,7 @@ import math
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import c_locale, tail
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._ray import (
     FIX_PIN,
     PROBE_PROGRAM,
@@ -281,18 +281,13 @@ def _advice_once(text):
     return "".join(parts[:-1]) + "; " + FIX_PIN + parts[-1]
 
 
-def build_command(module, params, cfg_json, deadline):
-    timeout_bin = module.get_bin_path("timeout", required=True)
-    limit = ["-k", str(KILL_AFTER), str(int(deadline + GRACE))]
+def build_command(runner, params, cfg_json):
     if params["container"]:
-        docker = module.get_bin_path("docker", required=True)
-        inner = [docker, "exec", "-i", params["container"], params["python"], "-", cfg_json]
-    else:
-        python = params["python"]
-        if "/" not in python:
-            python = module.get_bin_path(python, required=True)
-        inner = [python, "-", cfg_json]
-    return [timeout_bin] + limit + inner
+        return [runner.bin("docker"), "exec", "-i", params["container"], params["python"], "-", cfg_json]
+    python = params["python"]
+    if "/" not in python:
+        python = runner.bin(python)
+    return [python, "-", cfg_json]
 
 
 def connect_error_text(err, address):
@@ -350,18 +345,18 @@ def main():
     cfg_json, deadline = probe_config(address, probe=p["probe"], object_size_mb=p["object_size_mb"],
                                       timeout=p["timeout"], reverse_from=p["reverse_from"],
                                       workers=workers)
-    cmd = build_command(module, p, cfg_json, deadline)
-    rc, out, err = module.run_command(cmd, data=PROBE_PROGRAM, binary_data=True,
-                                      environ_update=c_locale(RAY_USAGE_STATS_ENABLED="0"))
-    doc = parse_probe_output(out)
+    runner = Runner(module, env=dict(RAY_USAGE_STATS_ENABLED="0"))
+    res = runner.run(build_command(runner, p, cfg_json), data=PROBE_PROGRAM, timeout=int(deadline + GRACE),
+                     kill_after=KILL_AFTER)
+    doc = parse_probe_output(res.stdout)
     if doc is None:
-        if rc in (124, 137):
-            msg = ("the Ray probe did not finish within %d s and was killed; its watchdog did not fire either "
-                   "(a hung docker exec or interpreter)" % (deadline + GRACE))
+        if res.timed_out:
+            what = ("the Ray probe did not finish within %d s and was killed; its watchdog did not fire either "
+                    "(a hung docker exec or interpreter)" % (deadline + GRACE))
         else:
-            msg = "the Ray probe printed no result (rc=%s): %s" % (rc, tail(err, 3) or tail(out, 3))
-        module.fail_json(msg=msg, rc=rc, stdout=tail(out), stderr=tail(err), cmd=cmd[:-1] + ["<config>"],
-                         hint="run the same command by hand on the head; check python/container")
+            what = "the Ray probe printed no result"
+        runner.fail(res, what, cmd=res.argv[:-1] + ["<config>"],
+                    hint="run the same command by hand on the head; check python/container")
 
     nodes = normalize_nodes(doc.get("nodes"))
     comparison = compare(nodes, expected)

@@ -249,7 +249,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import C_LOCALE
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import (
     FabricError,
     fabric_env,
@@ -262,16 +262,14 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import (
 
 
 def read_links(module):
-    ip_bin = module.get_bin_path("ip", required=True)
-    cmd = [ip_bin, "-j", "addr", "show"]
-    rc, out, err = module.run_command(cmd, environ_update=C_LOCALE)
-    if rc != 0:
-        module.fail_json(msg="`ip -j addr show` failed", rc=rc, stdout=out, stderr=err, cmd=cmd,
-                         hint="install iproute2 >= 4.14 (JSON output) on the node")
+    runner = Runner(module)
+    res = runner.run([runner.bin("ip"), "-j", "addr", "show"])
+    if not res.ok:
+        runner.fail(res, "`ip -j addr show` failed", hint="install iproute2 >= 4.14 (JSON output) on the node")
     try:
-        return parse_ip_addr_json(out)
+        return parse_ip_addr_json(res.stdout)
     except ValueError as exc:
-        module.fail_json(msg=str(exc), cmd=cmd, stdout=out,
+        module.fail_json(msg=str(exc), cmd=res.argv, stdout=res.stdout,
                          hint="the node's iproute2 is too old for -j; install iproute2 >= 4.14")
 
 

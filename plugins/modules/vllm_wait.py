@@ -376,7 +376,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import c_locale
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes import render_text, unknown_settings
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
     PHASE_INDEX,
@@ -385,7 +385,8 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
     summary as make_summary,
 )
 
-_C_ENV = c_locale(SYSTEMD_COLORS="0", SYSTEMD_PAGER="")
+# journalctl and systemctl print plain text for a parser: no colours, no pager.
+_SYSTEMD_ENV = {"SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
 # After a failing line, read once more this much later so the rest of the traceback (written in the
 # same burst) is classified too; small enough to stay within one poll interval.
 _SETTLE_S = 0.05
@@ -476,22 +477,21 @@ class FileSource(object):
 class JournalSource(object):
     kind = "journal"
 
-    def __init__(self, module, unit, cursor, since, last_run=False):
-        self.module = module
+    def __init__(self, runner, unit, cursor, since, last_run=False):
+        self.runner = runner
         self.unit = unit
         self.cursor = cursor
         self.since = since
         # With no cursor or since, read only the unit's latest run (its systemd invocation).
         self.last_run = last_run
-        self.journalctl = module.get_bin_path("journalctl", required=True)
-        self.systemctl = module.get_bin_path("systemctl", required=False)
+        self.journalctl = self.runner.bin("journalctl")
+        self.systemctl = self.runner.bin("systemctl", required=False)
 
     def invocation(self):
         if not self.systemctl:
             return None
-        rc, out, err = self.module.run_command([self.systemctl, "show", self.unit, "-p", "InvocationID", "--value"],
-                                               environ_update=_C_ENV)
-        inv = out.strip() if rc == 0 else ""
+        res = self.runner.run([self.systemctl, "show", self.unit, "-p", "InvocationID", "--value"])
+        inv = res.stdout.strip() if res.ok else ""
         return inv if re.match(r"^[0-9a-f]{32}$", inv) else None
 
     def read(self):
@@ -506,12 +506,11 @@ class JournalSource(object):
                 # The service's output and systemd's words about this run (journalctl ORs across "+").
                 cmd = [self.journalctl, "_SYSTEMD_INVOCATION_ID=%s" % inv, "+", "INVOCATION_ID=%s" % inv,
                        "-o", "cat", "--no-pager", "-q", "--show-cursor"]
-        rc, out, err = self.module.run_command(cmd, environ_update=_C_ENV)
-        if rc != 0 and not out:
-            self.module.fail_json(msg="journalctl failed for unit %s: %s" % (self.unit, err.strip()),
-                                  rc=rc, stderr=err, cmd=cmd,
-                                  hint="Check the unit name and that this user may read the journal (become: true).")
-        lines = out.split("\n")
+        res = self.runner.run(cmd)
+        if not res.ok and not res.stdout:
+            self.runner.fail(res, "journalctl failed for unit %s" % self.unit,
+                             hint="Check the unit name and that this user may read the journal (become: true).")
+        lines = res.stdout.split("\n")
         keep = []
         for ln in lines:
             if ln.startswith("-- cursor: "):
@@ -530,10 +529,10 @@ class JournalSource(object):
             return None, None
         cmd = [self.systemctl, "show", self.unit, "-p", "ActiveState", "-p", "SubState", "-p", "Result",
                "-p", "ExecMainStatus"]
-        rc, out, err = self.module.run_command(cmd, environ_update=_C_ENV)
-        if rc != 0:
+        res = self.runner.run(cmd)
+        if not res.ok:
             return None, None
-        props = dict(ln.split("=", 1) for ln in out.splitlines() if "=" in ln)
+        props = dict(ln.split("=", 1) for ln in res.stdout.splitlines() if "=" in ln)
         active = props.get("ActiveState", "")
         sub = props.get("SubState", "")
         gone = active in ("failed", "inactive") or sub in ("auto-restart", "failed", "dead")
@@ -543,9 +542,9 @@ class JournalSource(object):
 
     def last_write(self):
         cmd = [self.journalctl, "-u", self.unit, "-n", "1", "-o", "short-unix", "--no-pager", "-q"]
-        rc, out, err = self.module.run_command(cmd, environ_update=_C_ENV)
+        res = self.runner.run(cmd)
         try:
-            return float(out.split(None, 1)[0]) if rc == 0 and out.strip() else None
+            return float(res.stdout.split(None, 1)[0]) if res.ok and res.stdout.strip() else None
         except ValueError:
             return None
 
@@ -560,11 +559,11 @@ _DOCKER_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?\S*)\s")
 class DockerSource(object):
     kind = "docker"
 
-    def __init__(self, module, container, since):
-        self.module = module
+    def __init__(self, runner, container, since):
+        self.runner = runner
         self.container = container
         self.since = since
-        self.docker = module.get_bin_path("docker", required=True)
+        self.docker = self.runner.bin("docker")
         self.last_ts = None
         # The stamp of the last complete line read and the lines carrying it: later reads ask docker only for
         # lines since then (--since is inclusive), so a poll costs what is new, not the whole log again.
@@ -577,14 +576,14 @@ class DockerSource(object):
         if since:
             cmd += ["--since", since]
         cmd.append(self.container)
-        rc, out, err = self.module.run_command(cmd, environ_update=_C_ENV)
-        if rc != 0:
-            if "No such container" in err:
+        res = self.runner.run(cmd)
+        if not res.ok:
+            if "No such container" in res.stderr:
                 return None
-            self.module.fail_json(msg="docker logs failed for %s: %s" % (self.container, err.strip()),
-                                  rc=rc, stderr=err, cmd=cmd, hint="Check the container name and docker access.")
+            self.runner.fail(res, "docker logs failed for %s" % self.container,
+                             hint="Check the container name and docker access.")
         lines = []
-        for stream in (out, err):
+        for stream in (res.stdout, res.stderr):
             # Complete lines only: an unfinished one is read whole on the next poll.
             lines.extend(stream.split("\n")[:-1])
         # Both streams carry fixed-width RFC 3339 stamps; sorting on them merges one timeline back.
@@ -610,10 +609,10 @@ class DockerSource(object):
     def alive(self):
         cmd = [self.docker, "inspect", "-f", "{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}",
                self.container]
-        rc, out, err = self.module.run_command(cmd, environ_update=_C_ENV)
-        if rc != 0:
+        res = self.runner.run(cmd)
+        if not res.ok:
             return False, "docker: container %s not found" % self.container
-        fields = out.split()
+        fields = res.stdout.split()
         status = fields[0] if fields else ""
         ev = "docker: %s status=%s exit_code=%s oom_killed=%s" % (
             self.container, status, fields[1] if len(fields) > 1 else "", fields[2] if len(fields) > 2 else "")
@@ -734,14 +733,15 @@ class StartupWaiter(object):
         self.parser = _new_parser(p)
         self.source = None
         self.journal = None  # the unit's journal, read when the container is gone
+        runner = Runner(module, env=_SYSTEMD_ENV)
         if p["log_file"]:
             self.source = FileSource(module, p["log_file"], p["since_offset"], p["max_bytes"])
         elif p["container"]:
-            self.source = DockerSource(module, p["container"], p["since"])
-            if p["unit"] and module.get_bin_path("journalctl", required=False):
-                self.journal = JournalSource(module, p["unit"], None, p["since"], last_run=True)
+            self.source = DockerSource(runner, p["container"], p["since"])
+            if p["unit"] and runner.bin("journalctl", required=False):
+                self.journal = JournalSource(runner, p["unit"], None, p["since"], last_run=True)
         elif p["unit"]:
-            self.source = JournalSource(module, p["unit"], p["cursor"], p["since"])
+            self.source = JournalSource(runner, p["unit"], p["cursor"], p["since"])
         self.api = ApiProbe(module) if p["url"] else None
         self.once = p["timeout"] <= 0
         self.start = time.monotonic()

@@ -117,7 +117,7 @@ def test_nvidia_smi_broken_driver(run_module, fakebin, tmp_path, warnings_seen):
     assert 'driver' in result['hint']
     result = run_module(gpu_holders, base(tmp_path))
     assert not result.get('failed') and result['gpu']['gpus'] == []
-    assert any('rc=9' in w for w in warnings_seen())
+    assert any('nvidia-smi failed (rc 9)' in w for w in warnings_seen())
 
 
 def test_stale_units_and_containers_listed(run_module, fakebin, tmp_path):

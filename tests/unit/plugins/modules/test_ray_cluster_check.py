@@ -149,12 +149,15 @@ def test_driver_errors_fail_with_cause_and_hint(run_module, probe_cmd, fixture, 
     assert want_hint in res["hint"]
 
 
-def test_killed_probe_without_output_fails_clearly(run_module, probe_cmd):
-    probe_cmd(124, "", "")
+@pytest.mark.parametrize("rc", [124, -9])  # -9: `timeout -k` sent SIGKILL, which ends `timeout` itself too
+def test_killed_probe_without_output_fails_clearly(run_module, probe_cmd, rc):
+    probe_cmd(rc, "", "")
     res = run(run_module, python=VENV_PY, expected=LOCAL)
     assert res["failed"] is True
     assert "did not finish within" in res["msg"] and "killed" in res["msg"]
-    assert res["rc"] == 124
+    assert res["rc"] == rc
+    argv = probe_cmd.calls[0]["args"]
+    assert argv[:3] == ["/usr/bin/timeout", "-k", "10"] and "within %s s" % argv[3] in res["msg"]
 
 
 def test_python_traceback_without_marker_is_shown(run_module, probe_cmd):
