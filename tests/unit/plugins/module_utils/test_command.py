@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -110,3 +111,21 @@ def test_timeout_stops_a_hung_command(module):
     assert res.timed_out and res.rc == -9  # timeout itself gets its SIGKILL
     res = runner.run(["/bin/sh", "-c", "exit 124"])
     assert not res.timed_out  # only a command the runner bounded can have timed out
+
+
+def test_every_command_goes_through_the_runner():
+    """No module or module_utils runs a command past the runner (fast copy's LineProc must hold a pipe open)."""
+    plugins = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "plugins")
+    direct = re.compile(r"\.run_command\(|\.get_bin_path\(|^import subprocess|os\.system\(|os\.popen\(", re.M)
+    allowed = {"module_utils/_command.py": {".run_command(", ".get_bin_path("},
+               "module_utils/_fast_copy.py": {"import subprocess"}}
+    offenders = {}
+    for sub in ("modules", "module_utils"):
+        for name in sorted(os.listdir(os.path.join(plugins, sub))):
+            rel = "%s/%s" % (sub, name)
+            if name.endswith(".py"):
+                with open(os.path.join(plugins, rel)) as handle:
+                    found = set(direct.findall(handle.read())) - allowed.get(rel, set())
+                if found:
+                    offenders[rel] = sorted(found)
+    assert offenders == {}
