@@ -5,22 +5,20 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import fail, host_list, hostvar
+
+_WHERE = "cluster_nodes"
 
 
 def cluster_nodes(hostvars, hosts, head, ip_var="sparkfleet_fabric_ip"):
     """Return [{host, ip, head}] for the cluster's hosts, the head first, each with its fabric IP."""
-    if isinstance(hosts, str) or not hasattr(hosts, "__iter__"):
-        raise AnsibleFilterError("cluster_nodes: hosts must be a list of inventory names, got %r" % (hosts,))
+    hosts = host_list(_WHERE, hosts)
     ordered = [head] + [h for h in hosts if h != head]
     nodes = []
     for host in ordered:
-        try:
-            ip = hostvars[host].get(ip_var)
-        except KeyError:
-            raise AnsibleFilterError("cluster_nodes: %s is not in the inventory" % host)
+        ip = hostvar(_WHERE, hostvars, host, ip_var)
         if not ip:
-            raise AnsibleFilterError("cluster_nodes: %s has no %s; set it to the node's fabric address" % (host, ip_var))
+            fail(_WHERE, "%s has no %s; set it to the node's fabric address" % (host, ip_var))
         nodes.append({"host": host, "ip": str(ip), "head": host == head})
     return nodes
 

@@ -5,24 +5,17 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import mtu_mismatches
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import host_list, hostvar
 
 _WHERE = "fabric_mtu_mismatches"
 
 
 def fabric_mtu_mismatches(hostvars, hosts):
     """Messages naming both ends of every fabric link whose MTUs differ ([] when all agree)."""
-    if not isinstance(hosts, (list, tuple)):
-        raise AnsibleFilterError("%s: hosts must be a list of inventory names, got %s"
-                                 % (_WHERE, type(hosts).__name__))
     nodes = []
-    for name in hosts:
-        try:
-            fabric = hostvars[name].get("sparkfleet_fabric")
-        except KeyError:
-            raise AnsibleFilterError("%s: %s is not in hostvars" % (_WHERE, name))
+    for name in host_list(_WHERE, hosts):
+        fabric = hostvar(_WHERE, hostvars, name, "sparkfleet_fabric")
         if not fabric:
             # rdma_facts did not run there (tag skipped, host failed): nothing to compare.
             continue

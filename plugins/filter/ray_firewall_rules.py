@@ -9,36 +9,25 @@ import hashlib
 import ipaddress
 import re
 
-from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import fail, port_number
 
+_WHERE = "ray_firewall_rules"
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
-
-
-def _port(value, what):
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        number = int(str(value).strip())
-    except (TypeError, ValueError):
-        raise AnsibleFilterError("ray_firewall_rules: %s %r is not a port number" % (what, value))
-    if not 1 <= number <= 65535:
-        raise AnsibleFilterError("ray_firewall_rules: %s %d is out of range (1-65535)" % (what, number))
-    return number
 
 
 def _span(item):
     """A port (6379, "6379") or a range ("10002-19999", [10002, 19999]) as (low, high)."""
     if isinstance(item, (list, tuple)):
         if len(item) != 2:
-            raise AnsibleFilterError("ray_firewall_rules: a port range needs two ends, got %r" % (item,))
+            fail(_WHERE, "a port range needs two ends, got %r" % (item,))
         low, high = item
     elif isinstance(item, str) and "-" in item.strip().lstrip("-"):
         low, high = item.split("-", 1)
     else:
         low = high = item
-    low, high = _port(low, "port"), _port(high, "port")
+    low, high = port_number(_WHERE, "port", low), port_number(_WHERE, "port", high)
     if low > high:
-        raise AnsibleFilterError("ray_firewall_rules: port range %d-%d runs backwards" % (low, high))
+        fail(_WHERE, "port range %d-%d runs backwards" % (low, high))
     return low, high
 
 
@@ -55,24 +44,22 @@ def _merge(spans):
 def ray_firewall_rules(ports, allow, table="sparkfleet"):
     """An nft script that replaces our own table: Ray's ports answer loopback and the allowed networks only."""
     if not isinstance(ports, (list, tuple)) or not ports:
-        raise AnsibleFilterError("ray_firewall_rules: ports must be a non-empty list of ports or ranges, got %r"
-                                 % (ports,))
+        fail(_WHERE, "ports must be a non-empty list of ports or ranges, got %r" % (ports,))
     if not isinstance(table, str) or not _NAME.match(table):
-        raise AnsibleFilterError("ray_firewall_rules: table %r is not a valid nftables name" % (table,))
+        fail(_WHERE, "table %r is not a valid nftables name" % (table,))
     if isinstance(allow, str):
         allow = [allow]
     if not isinstance(allow, (list, tuple)) or not allow:
-        raise AnsibleFilterError("ray_firewall_rules: allow must list the networks that may reach Ray (the fabric"
-                                 " subnet, sparkfleet_fabric_subnet), got %r" % (allow,))
+        fail(_WHERE, "allow must list the networks that may reach Ray (the fabric subnet, sparkfleet_fabric_subnet),"
+             " got %r" % (allow,))
     nets = {4: [], 6: []}
     for net in allow:
         try:
             parsed = ipaddress.ip_network(str(net).strip(), strict=False)
         except ValueError:
-            raise AnsibleFilterError("ray_firewall_rules: %r in allow is not a network (CIDR)" % (net,))
+            fail(_WHERE, "%r in allow is not a network (CIDR)" % (net,))
         if parsed.prefixlen == 0:
-            raise AnsibleFilterError("ray_firewall_rules: allow %s would open Ray's ports to every address; name the"
-                                     " fabric subnet instead" % parsed)
+            fail(_WHERE, "allow %s would open Ray's ports to every address; name the fabric subnet instead" % parsed)
         if str(parsed) not in nets[parsed.version]:
             nets[parsed.version].append(str(parsed))
     elements = ", ".join(str(lo) if lo == hi else "%d-%d" % (lo, hi) for lo, hi in _merge(_span(p) for p in ports))

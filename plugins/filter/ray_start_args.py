@@ -7,17 +7,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import fail, port_number, whole_number
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._validate import check_int
-
-
-def _count(name, value, minimum):
-    # The check preflight runs on the same variables, so both accept the same values.
-    number, problem = check_int(value, minimum)
-    if problem:
-        raise AnsibleFilterError("ray_start_args: %s %s, got %r" % (name, problem, value))
-    return number
+_WHERE = "ray_start_args"
 
 
 # Ray's other listening ports, pinned so a node firewall can name them (Ray picks most at random otherwise).
@@ -40,25 +32,22 @@ def _port_args(ports, head, dashboard):
     if ports in (None, ""):
         return []
     if not isinstance(ports, dict):
-        raise AnsibleFilterError("ray_start_args: ports must be a dict of port names to numbers, got %r" % (ports,))
+        fail(_WHERE, "ports must be a dict of port names to numbers, got %r" % (ports,))
     known = dict((key, (flag, head_only)) for key, flag, head_only in PORT_FLAGS)
     unknown = sorted(set(ports) - set(known))
     if unknown:
-        raise AnsibleFilterError("ray_start_args: unknown port name(s) %s; known: %s"
-                                 % (", ".join(unknown), ", ".join(k for k, _f, _h in PORT_FLAGS)))
+        fail(_WHERE, "unknown port name(s) %s; known: %s"
+             % (", ".join(unknown), ", ".join(k for k, _f, _h in PORT_FLAGS)))
     numbers = {}
     for key, value in ports.items():
         if value in (None, ""):
             continue
-        number = _count(key, value, 1)
-        if number > 65535:
-            raise AnsibleFilterError("ray_start_args: %s %d is out of range" % (key, number))
-        numbers[key] = number
+        numbers[key] = port_number(_WHERE, key, value)
     if ("min_worker_port" in numbers) != ("max_worker_port" in numbers):
-        raise AnsibleFilterError("ray_start_args: set min_worker_port and max_worker_port together")
+        fail(_WHERE, "set min_worker_port and max_worker_port together")
     if numbers.get("min_worker_port", 0) > numbers.get("max_worker_port", 65535):
-        raise AnsibleFilterError("ray_start_args: min_worker_port %d is above max_worker_port %d"
-                                 % (numbers["min_worker_port"], numbers["max_worker_port"]))
+        fail(_WHERE, "min_worker_port %d is above max_worker_port %d"
+             % (numbers["min_worker_port"], numbers["max_worker_port"]))
     args = []
     for key, flag, head_only in PORT_FLAGS:
         if key not in numbers or (head_only and not head) or (key == "dashboard_port" and not dashboard):
@@ -74,25 +63,23 @@ def ray_start_args(node_ip, head, head_ip, port=6379, num_gpus=1, num_cpus=None,
         try:
             ipaddress.ip_address(str(value))
         except ValueError:
-            raise AnsibleFilterError("ray_start_args: %s %r is not an IP address; Ray must register the node's"
-                                     " fabric IP (sparkfleet_fabric_ip)" % (name, value))
-    port = _count("port", port, 1)
-    if port > 65535:
-        raise AnsibleFilterError("ray_start_args: port %d is out of range" % port)
+            fail(_WHERE, "%s %r is not an IP address; Ray must register the node's fabric IP (sparkfleet_fabric_ip)"
+                 % (name, value))
+    port = port_number(_WHERE, "port", port)
     if head:
         args = ["--head", "--port", str(port)]
         # The dashboard runs code for anyone who reaches it: off, or on loopback only.
         args += ["--include-dashboard=true", "--dashboard-host=127.0.0.1"] if dashboard else ["--include-dashboard=false"]
     else:
         args = ["--address", "%s:%d" % (head_ip, port)]
-    args += ["--node-ip-address", str(node_ip), "--num-gpus", str(_count("num_gpus", num_gpus, 0))]
+    args += ["--node-ip-address", str(node_ip), "--num-gpus", str(whole_number(_WHERE, "num_gpus", num_gpus, 0))]
     if num_cpus not in (None, ""):
-        args += ["--num-cpus", str(_count("num_cpus", num_cpus, 1))]
+        args += ["--num-cpus", str(whole_number(_WHERE, "num_cpus", num_cpus, 1))]
     args += _port_args(ports, head, dashboard)
     extra = list(extra or [])
     if any(str(word).startswith("--node-ip-address") for word in extra):
-        raise AnsibleFilterError("ray_start_args: extra arguments must not override --node-ip-address; set the"
-                                 " node's fabric IP (sparkfleet_fabric_ip) instead")
+        fail(_WHERE, "extra arguments must not override --node-ip-address; set the node's fabric IP"
+             " (sparkfleet_fabric_ip) instead")
     return args + ["--disable-usage-stats", "--block"] + [str(word) for word in extra]
 
 

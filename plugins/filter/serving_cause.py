@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import fail
 
 _WHERE = "serving_cause"
 
@@ -66,8 +66,7 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
     """Why the cluster does not serve, most telling first: a list of sentences, each naming the node and unit.
     With history=True, instead: every unit systemd restarted by itself (it may have healed since)."""
     if not isinstance(nodes, dict):
-        raise AnsibleFilterError("%s: expects a dict of host: `date +%%s; systemctl show` output, got %s"
-                                 % (_WHERE, type(nodes).__name__))
+        fail(_WHERE, "expects a dict of host: `date +%%s; systemctl show` output, got %s" % type(nodes).__name__)
     ray_id, vllm_id = ray_unit + ".service", vllm_unit + ".service"
     parsed, unreachable = {}, []
     for host in sorted(nodes):

@@ -5,17 +5,9 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
-from ansible_collections.sparkfleet.vllm.plugins.filter.systemd_env_lines import env_name, env_value
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import env_name, env_value, fail, number
 
 _WHERE = "sparkfleet_node_env"
-
-
-def _number(name, value, kind):
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise AnsibleFilterError("%s: %s must be a number, got %r" % (_WHERE, name, value))
-    return value
 
 
 def sparkfleet_node_env(fabric, overrides=None, ray_memory_monitor=None, ray_memory_usage_threshold=None,
@@ -24,9 +16,7 @@ def sparkfleet_node_env(fabric, overrides=None, ray_memory_monitor=None, ray_mem
     if fabric is None:
         fabric = {}
     if not isinstance(fabric, dict):
-        raise AnsibleFilterError(
-            "%s: input must be the sparkfleet_fabric fact (or its env dict), got %s"
-            % (_WHERE, type(fabric).__name__))
+        fail(_WHERE, "input must be the sparkfleet_fabric fact (or its env dict), got %s" % type(fabric).__name__)
     base = fabric.get("env") if isinstance(fabric.get("env"), dict) else fabric
     env = {}
     for key, value in base.items():
@@ -35,30 +25,26 @@ def sparkfleet_node_env(fabric, overrides=None, ray_memory_monitor=None, ray_mem
 
     if ray_memory_monitor is not None:
         if not isinstance(ray_memory_monitor, bool):
-            raise AnsibleFilterError("%s: ray_memory_monitor must be true or false, got %r"
-                                     % (_WHERE, ray_memory_monitor))
+            fail(_WHERE, "ray_memory_monitor must be true or false, got %r" % (ray_memory_monitor,))
         if ray_memory_monitor:
             env.pop("RAY_memory_monitor_refresh_ms", None)
         else:
             # Ray's monitor kills the engine on GB10 unified memory during CUDA graph capture.
             env["RAY_memory_monitor_refresh_ms"] = "0"
     if ray_memory_usage_threshold is not None:
-        value = _number("ray_memory_usage_threshold", ray_memory_usage_threshold, (int, float))
+        value = number(_WHERE, "ray_memory_usage_threshold", ray_memory_usage_threshold)
         if not 0 < value <= 1:
-            raise AnsibleFilterError("%s: ray_memory_usage_threshold must be in (0, 1], got %r; Ray's "
-                                     "default is 0.95" % (_WHERE, value))
+            fail(_WHERE, "ray_memory_usage_threshold must be in (0, 1], got %r; Ray's default is 0.95" % (value,))
         env["RAY_memory_usage_threshold"] = repr(float(value))
     if engine_ready_timeout_s is not None:
-        value = _number("engine_ready_timeout_s", engine_ready_timeout_s, int)
+        value = number(_WHERE, "engine_ready_timeout_s", engine_ready_timeout_s, int)
         if value < 1:
-            raise AnsibleFilterError("%s: engine_ready_timeout_s must be positive seconds, got %r"
-                                     % (_WHERE, value))
+            fail(_WHERE, "engine_ready_timeout_s must be positive seconds, got %r" % (value,))
         env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(value)
 
     if overrides is not None:
         if not isinstance(overrides, dict):
-            raise AnsibleFilterError("%s: overrides must be a dict of NAME: value, got %s"
-                                     % (_WHERE, type(overrides).__name__))
+            fail(_WHERE, "overrides must be a dict of NAME: value, got %s" % type(overrides).__name__)
         for key, value in overrides.items():
             name = env_name(key, _WHERE)
             if value is None:

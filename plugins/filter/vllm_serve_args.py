@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import difflib
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _validate as v
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import fail
 
 _WHERE = "vllm_serve_args"
 BACKENDS = ("ray", "mp", "uni", "external_launcher")
@@ -36,20 +35,16 @@ KEYS = {
 ORDER = [k for k in KEYS if k not in ("model", "api_key", "extra_args")]
 
 
-def _fail(msg):
-    raise AnsibleFilterError("%s: %s" % (_WHERE, msg))
-
-
 def _convert(key, value):
     """Return the list of argv words for one known key (without the flag), None for a false boolean."""
     if key == "distributed_executor_backend":
         if value not in BACKENDS:
-            _fail("distributed_executor_backend %r must be one of %s (use ray across nodes)"
-                  % (value, ", ".join(BACKENDS)))
+            fail(_WHERE, "distributed_executor_backend %r must be one of %s (use ray across nodes)"
+                 % (value, ", ".join(BACKENDS)))
         return [value]
     normal, problem = KEYS[key](value)
     if problem:
-        _fail("%s %s %s" % (key, "(hidden)" if key == "api_key" else repr(value), problem))
+        fail(_WHERE, "%s %s %s" % (key, "(hidden)" if key == "api_key" else repr(value), problem))
     if isinstance(normal, bool):
         return [] if normal else None
     if isinstance(normal, list):
@@ -62,17 +57,17 @@ def _convert(key, value):
 def vllm_serve_args(cfg):
     """Build the arguments after `vllm serve` from a dict; api_key is never put in argv."""
     if not isinstance(cfg, dict):
-        _fail("input must be a dict of vllm serve settings, got %s" % type(cfg).__name__)
+        fail(_WHERE, "input must be a dict of vllm serve settings, got %s" % type(cfg).__name__)
     unknown = sorted(str(k) for k in cfg if k not in KEYS)
     if unknown:
         hints = []
         for k in unknown:
             close = difflib.get_close_matches(k, list(KEYS), n=1)
             hints.append("%s (did you mean %s?)" % (k, close[0]) if close else k)
-        _fail("unknown key(s) %s; known keys: %s; put any other vllm flag in extra_args"
-              % (", ".join(hints), ", ".join(sorted(KEYS))))
+        fail(_WHERE, "unknown key(s) %s; known keys: %s; put any other vllm flag in extra_args"
+             % (", ".join(hints), ", ".join(sorted(KEYS))))
     if cfg.get("model") is None:
-        _fail("model is required (a Hugging Face id or a local path)")
+        fail(_WHERE, "model is required (a Hugging Face id or a local path)")
 
     argv = _convert("model", cfg["model"])
     for key in ORDER:
@@ -87,10 +82,10 @@ def vllm_serve_args(cfg):
 
     extra = cfg.get("extra_args")
     if extra is not None and not isinstance(extra, (dict, list)):
-        _fail("extra_args must be a list of argv words or a dict of flag: value, got %s" % type(extra).__name__)
+        fail(_WHERE, "extra_args must be a list of argv words or a dict of flag: value, got %s" % type(extra).__name__)
     words, problems = v.extra_args_argv(extra, v.pinned_flags(k for k in cfg if k in KEYS))
     if problems:
-        _fail("extra_args: " + "; ".join(problems))
+        fail(_WHERE, "extra_args: " + "; ".join(problems))
     return argv + words
 
 
