@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text
+
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 _REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _RAY_RE = re.compile(r"^\((?P<actor>[^()]*?)pid=(?P<pid>\d+)(?:, ip=(?P<ip>[0-9.]+))?\)\s*")
@@ -104,16 +106,26 @@ def parse(text):
     return result
 
 
-def judge(procs, nodes, allow_tcp_fallback=False):
+# What judge() tells the operator; {setting}s are named as the caller's setting_names say (module_utils/_settings).
+NO_INFO_LINES = ("no NCCL INFO lines in the log: cannot tell which transport NCCL chose (set {nccl_debug} for the "
+                 "engine; single-GPU serving uses no NCCL)")
+SOCKET_ON_RDMA = ("%s (%s): NCCL uses NET/Socket (TCP over %s) although the node has RDMA devices (%s): about a tenth "
+                  "of RoCE bandwidth.")
+SOCKET_FIX = (" Fix: give the Ray container the devices and an unlimited locked-memory limit ({container_rdma}), and "
+              "check NCCL_IB_DISABLE is unset and NCCL_IB_HCA names this node's devices")
+ALLOWED = " (allowed: {allow_tcp_fallback} is true)"
+
+
+def judge(procs, nodes, allow_tcp_fallback=False, names=None):
     """Compare each NCCL process's transport with its node's RDMA devices.
 
     nodes: {ip: {"name": inventory name, "rdma_devices": [paths]}}. Returns (problems, warnings): a problem for every
     node whose ranks use NET/Socket while it has RDMA devices (a warning instead with allow_tcp_fallback).
+    names: how the messages name the settings to change ({setting: name}; generic names otherwise).
     """
     problems, warnings = [], []
     if not procs:
-        warnings.append("no NCCL INFO lines in the log: cannot tell which transport NCCL chose (set NCCL_DEBUG=INFO "
-                        "for the engine, vllm_serve_nccl_debug; single-GPU serving uses no NCCL)")
+        warnings.append(render_text(NO_INFO_LINES, names))
         return problems, warnings
     seen = set()
     for proc in procs:
@@ -123,13 +135,10 @@ def judge(procs, nodes, allow_tcp_fallback=False):
         if proc["transport"] != SOCKET or not devices or name in seen:
             continue
         seen.add(name)
-        msg = ("%s (%s): NCCL uses NET/Socket (TCP over %s) although the node has RDMA devices (%s): about a tenth of "
-               "RoCE bandwidth. Fix: give the Ray container the devices and an unlimited locked-memory limit "
-               "(--device /dev/infiniband/uverbsN, --ulimit memlock=-1: ray_cluster_rdma: true does this when rdma_facts "
-               "finds them), and check NCCL_IB_DISABLE is unset and NCCL_IB_HCA names this node's devices"
-               % (name, proc["ip"] or proc["host"], proc["interface"] or "?", ", ".join(devices)))
+        msg = SOCKET_ON_RDMA % (name, proc["ip"] or proc["host"], proc["interface"] or "?", ", ".join(devices))
+        msg += render_text(SOCKET_FIX, names)
         if allow_tcp_fallback:
-            warnings.append(msg + " (allowed: sparkfleet_allow_tcp_fallback is true)")
+            warnings.append(msg + render_text(ALLOWED, names))
         else:
             problems.append(msg)
     return problems, warnings

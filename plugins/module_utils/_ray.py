@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text
+
 # The probe program prints exactly one line starting with this marker, followed by JSON.
 # A marker (rather than "the whole stdout is JSON") survives Ray's own chatter on stdout.
 PROBE_MARKER = "SPARKFLEET_RAY_CHECK "
@@ -434,26 +436,30 @@ def problems_of(comparison, nodes, expected, probes):
     return problems
 
 
-def hint_for(comparison, probes, error=None):
-    """One hint naming the fix for the first kind of problem found."""
+def hint_for(comparison, probes, error=None, names=None, address=None):
+    """One hint naming the fix for the first kind of problem found.
+
+    names: how the hint names the settings to change ({setting: name}, module_utils/_settings); address: the
+    head's GCS address the check used (host:port), shown in the command that starts a missing node.
+    """
     if error:
         return None
     if comparison["mismatched"]:
         m = comparison["mismatched"][0]
-        return ("start Ray on %s with --node-ip-address %s (sparkfleet_fabric_ip, the fabric address), "
-                "then restart the Ray workers so every "
-                "node registers its fabric IP" % (m["host"], m["expected_ip"]))
+        return ("start Ray on %s with --node-ip-address %s" % (m["host"], m["expected_ip"])
+                + render_text(" ({fabric_ip}), then restart the Ray workers so every node registers its fabric IP",
+                              names))
     if comparison["missing"]:
         m = comparison["missing"][0]
-        return ("start Ray on %s: ray start --address <head fabric ip>:6379 --node-ip-address %s"
-                % (m["host"], m["expected_ip"]))
+        gcs = address if address and address != "auto" else "<head fabric ip>:6379"
+        return ("start Ray on %s: ray start --address %s --node-ip-address %s" % (m["host"], gcs, m["expected_ip"])
+                + render_text(" ({ray_cluster})", names))
     if comparison["extra"]:
         return ("stop Ray on the unexpected node(s) or add them to the inventory with their fabric IP; "
                 "stale containers with a restart policy are a common source")
     if any(not p["ok"] for p in probes):
-        return ("every node must run ray start --node-ip-address <its fabric ip> (sparkfleet_fabric_ip)"
-                ", and the fabric IPs must reach each other on all ports "
-                "(no firewall, same MTU on both ends)")
+        return render_text("every node must run ray start --node-ip-address <its fabric ip> ({fabric_ip}), and the "
+                           "fabric IPs must reach each other on all ports (no firewall, same MTU on both ends)", names)
     return None
 
 

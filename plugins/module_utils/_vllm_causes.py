@@ -8,11 +8,11 @@ the text the module documentation shows. ``FAILURE_CLASSES``, ``PRIORITY``, ``HI
 are derived from ``CAUSES``; a unit test holds vllm_wait's DOCUMENTATION to ``doc_note()``.
 
 Hints name *settings* (``{gpu_memory_utilization}``), never a caller's variables: ``render_hint()`` fills
-them with the names the caller passes (vllm_wait's ``setting_names``, which the vllm_serve role sets to its
-variables) or with the generic ones in ``SETTINGS``.
+them with the names the caller passes (vllm_wait's ``setting_names``, which the roles set to their
+variables) or with the generic ones in ``_settings.SETTINGS``.
 
 To add a class: add a ``Cause`` (its place in ``CAUSES`` is the order patterns are tried on one line; its
-``priority`` decides between lines), name the settings its hint needs (adding any new one to ``SETTINGS``),
+``priority`` decides between lines), name the settings its hint needs (adding any new one as ``_settings.py`` says),
 add two captured logs under tests/unit/plugins/modules/fixtures/vllm_wait, and paste ``doc_note()`` into
 vllm_wait's notes.
 """
@@ -20,42 +20,13 @@ vllm_wait's notes.
 from __future__ import annotations
 
 import re
-import string
 
-# The settings a hint may tell the operator to change, each with the name shown when the caller gives none:
-# the vLLM flag, the environment variable or the action itself.
-SETTINGS = {
-    "api_key": "VLLM_API_KEY",
-    "engine_ready_timeout": "VLLM_ENGINE_READY_TIMEOUT_S",
-    "fabric_interface": "the fabric interface",
-    "fabric_ip": "the node's fabric IP",
-    "fabric_mtu": "9000",
-    "gpu_cleanup": "a GPU cleanup",
-    "gpu_memory_utilization": "--gpu-memory-utilization",
-    "image": "the server's image",
-    "images": "the server's and every Ray node's image",
-    "max_model_len": "--max-model-len",
-    "max_num_seqs": "--max-num-seqs N",
-    "model": "the served model",
-    "model_dir": "the model directory",
-    "model_sync": "from one good copy",
-    "model_sync_checksum": "sha256sum on both ends",
-    "model_sync_verify": "a size check of every file against model.safetensors.index.json",
-    "nccl_debug": "NCCL_DEBUG=INFO",
-    "pipeline_parallel_size": "--pipeline-parallel-size",
-    "port": "--port",
-    "ray_cluster": "ray start on every node",
-    "ray_head_address": "the head's fabric IP and Ray port, 6379 by default",
-    "ray_memory_monitor": "RAY_memory_monitor_refresh_ms=0 on every Ray node",
-    "ray_memory_usage_threshold": "RAY_memory_usage_threshold",
-    "ray_node_ip": "ray start --node-ip-address",
-    "served_model_name": "the name /v1/models lists",
-    "server": "unit / container",
-    "stale_units": "systemctl stop UNIT, docker rm -f NAME",
-    "stall_timeout": "raise stall_timeout when the startup is only slow",
-    "tensor_parallel_size": "--tensor-parallel-size",
-    "trust_remote_code": "--trust-remote-code",
-}
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import (  # noqa: F401 (re-exported)
+    SETTINGS,
+    fields,
+    render_text,
+    unknown_settings,
+)
 
 
 def _compiled(pattern):
@@ -84,7 +55,7 @@ class Cause(object):
         self.weak = _compiled(weak)
         self.hint = hint
         self.doc = doc
-        self.settings = tuple(field for _text, field, _spec, _conv in string.Formatter().parse(hint) if field)
+        self.settings = fields(hint)
 
     def __repr__(self):
         return "Cause(%r, %d)" % (self.name, self.priority)
@@ -343,22 +314,10 @@ LINE_CAUSES = tuple(c for c in CAUSES if c.strong is not None or c.weak is not N
 PRIORITY = dict((c.name, c.priority) for c in CAUSES)
 
 
-def unknown_settings(names):
-    """The keys of ``names`` that are not settings (sorted)."""
-    return sorted(k for k in (names or {}) if k not in SETTINGS)
-
-
 def render_hint(cls, names=None):
     """The hint of class ``cls`` with every setting named as ``names`` says, else by its generic name."""
     names = names or {}
-    return CAUSE[cls].hint.format(**dict((k, names.get(k) or SETTINGS[k]) for k in CAUSE[cls].settings))
-
-
-def render_text(text, names=None):
-    """Any hint text written with ``{setting}`` fields (the module's own hints), filled like ``render_hint``."""
-    names = names or {}
-    fields = [field for _text, field, _spec, _conv in string.Formatter().parse(text) if field]
-    return text.format(**dict((k, names.get(k) or SETTINGS[k]) for k in fields))
+    return render_text(CAUSE[cls].hint, names)
 
 
 # Every hint with the generic names: what a caller that passes no names sees.

@@ -50,6 +50,7 @@ notes:
   - Check mode is supported and behaves exactly like a normal run.
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.setting_names
 attributes:
   check_mode:
     support: full
@@ -122,6 +123,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._nccl import judge, parse, summary
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import setting_names_problem
 
 
 def main():
@@ -131,10 +133,14 @@ def main():
             nodes=dict(type="list", elements="dict", default=[]),
             rdma_devices=dict(type="dict", default={}),
             allow_tcp_fallback=dict(type="bool", default=False),
+            setting_names=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    problem = setting_names_problem(p["setting_names"])
+    if problem:
+        module.fail_json(msg=problem[0], hint=problem[1])
     nodes = {}
     for node in p["nodes"]:
         if not node.get("host") or not node.get("ip"):
@@ -151,7 +157,7 @@ def main():
         runner.fail(res, "cannot read the log of container %s" % p["container"],
                     hint="is vLLM running? `systemctl status sparkfleet-vllm`")
     procs = parse(res.stdout + "\n" + res.stderr)
-    problems, warnings = judge(procs, nodes, p["allow_tcp_fallback"])
+    problems, warnings = judge(procs, nodes, p["allow_tcp_fallback"], p["setting_names"])
     for w in warnings:
         module.warn(w)
     result = dict(changed=False, transports=summary(procs, nodes), processes=procs)

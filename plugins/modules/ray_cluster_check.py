@@ -113,6 +113,7 @@ seealso:
     link: https://docs.ray.io/en/latest/cluster/cli.html#ray-start
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.setting_names
 attributes:
   check_mode:
     support: full
@@ -238,10 +239,10 @@ problems:
   elements: str
   sample: ["spark-1 registered with Ray as 10.99.0.11, expected its fabric IP 10.99.1.11"]
 hint:
-  description: The fix for the first kind of problem found, naming the role variables to set.
+  description: The fix for the first kind of problem found, naming the settings to change as I(setting_names) says.
   returned: when a problem was found
   type: str
-  sample: "start Ray on spark-1 with --node-ip-address 10.99.1.11 (sparkfleet_fabric_ip, ...)"
+  sample: "start Ray on spark-1 with --node-ip-address 10.99.1.11 (sparkfleet_fabric_ip), then restart ..."
 error:
   description: Why the driver could not finish (no Ray, no cluster, deadline), or null.
   returned: always
@@ -267,6 +268,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._ray import (
     problems_of,
     summary_of,
 )
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text, setting_names_problem
 
 # Grace for `timeout` after the program's own watchdog, then SIGKILL after KILL_AFTER.
 GRACE = 15
@@ -306,8 +308,10 @@ def connect_hint(err, params, address):
         where = "container %s" % params["container"] if params["container"] else "this host"
         return "set python (or container) to an interpreter with Ray installed on %s" % where
     if err.get("phase") == "connect":
-        return ("start the Ray head with ray start --head --node-ip-address <fabric ip> --port 6379 "
-                "(ray_cluster role), or set address to the head's GCS (%s was tried)" % address)
+        port = address.rsplit(":", 1)[1] if ":" in address else "6379"
+        return ("start the Ray head with ray start --head --node-ip-address <fabric ip> --port %s" % port
+                + render_text(" ({ray_cluster})", params["setting_names"])
+                + ", or set address to the head's GCS (%s was tried)" % address)
     return "raise timeout, or look for the node named in the last probe"
 
 
@@ -327,10 +331,14 @@ def main():
             timeout=dict(type="float", default=20),
             reverse_from=dict(type="str", choices=["task", "none"], default="task"),
             fail_on_mismatch=dict(type="bool", default=True),
+            setting_names=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    problem = setting_names_problem(p["setting_names"])
+    if problem:
+        module.fail_json(msg=problem[0], hint=problem[1])
     if not (math.isfinite(p["timeout"]) and math.isfinite(p["object_size_mb"])) \
             or p["timeout"] <= 0 or p["object_size_mb"] <= 0:
         module.fail_json(msg="timeout and object_size_mb must be positive",
@@ -377,7 +385,7 @@ def main():
         problems.append(error)
     if doc.get("connected"):
         problems.extend(problems_of(comparison, nodes, expected, probes))
-        hint = hint or hint_for(comparison, probes)
+        hint = hint or hint_for(comparison, probes, names=p["setting_names"], address=address)
     ok = not problems
     if ok:
         summary = summary_of(nodes, expected, comparison, probes, p["object_size_mb"], p["probe"])

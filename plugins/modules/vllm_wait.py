@@ -149,20 +149,6 @@ options:
       - The key C(local) names ranks on the node that runs the API server, whose lines Ray prints without an IP.
     type: dict
     default: {}
-  setting_names:
-    description:
-      - 'How failure hints name the settings they tell to change, keyed by setting, for example
-        C({"gpu_memory_utilization": "vllm_serve_gpu_memory_utilization"}) so a hint names the caller''s variable.
-        A setting not given is named by its vLLM flag, environment variable or action (C(--gpu-memory-utilization)).'
-      - 'The settings: C(api_key), C(engine_ready_timeout), C(fabric_interface), C(fabric_ip), C(fabric_mtu),
-        C(gpu_cleanup), C(gpu_memory_utilization), C(image), C(images), C(max_model_len), C(max_num_seqs), C(model),
-        C(model_dir), C(model_sync), C(model_sync_checksum), C(model_sync_verify), C(nccl_debug),
-        C(pipeline_parallel_size), C(port), C(ray_cluster), C(ray_head_address), C(ray_memory_monitor),
-        C(ray_memory_usage_threshold), C(ray_node_ip), C(served_model_name), C(server), C(stale_units),
-        C(stall_timeout), C(tensor_parallel_size), C(trust_remote_code).'
-      - The C(vllm_serve) role passes its variables here.
-    type: dict
-    default: {}
 notes:
   - 'Failure classes, from the one that wins when several show in a log to the most generic: C(ray_oom_killed),
     C(cuda_oom), C(gpu_arch_unsupported) (the image has no kernels for this GPU), C(insufficient_memory),
@@ -187,6 +173,7 @@ author:
   - sparkfleet.vllm contributors (@sparkfleet)
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.setting_names
 attributes:
   check_mode:
     support: full
@@ -377,7 +364,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes import render_text, unknown_settings
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text, setting_names_problem
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
     PHASE_INDEX,
     VllmLogParser,
@@ -1054,16 +1041,9 @@ def main():
     if module.params["max_bytes"] < 65536:
         module.fail_json(msg="max_bytes must be at least 65536 (got %d)" % module.params["max_bytes"],
                          hint="Leave max_bytes at its default (8388608, 8 MiB) unless the log is larger per poll.")
-    names = module.params["setting_names"]
-    unknown = unknown_settings(names)
-    if unknown:
-        module.fail_json(msg="setting_names has unknown setting(s) %s" % ", ".join(unknown),
-                         hint="Name only the settings listed in the option's documentation (ansible-doc "
-                              "sparkfleet.vllm.vllm_wait), e.g. {gpu_memory_utilization: vllm_serve_gpu_memory_utilization}.")
-    bad = sorted(k for k, v in names.items() if not isinstance(v, str) or not v.strip())
-    if bad:
-        module.fail_json(msg="setting_names values must be non-empty strings (%s)" % ", ".join(bad),
-                         hint="Give the name a hint should show for each setting, e.g. a role variable.")
+    problem = setting_names_problem(module.params["setting_names"])
+    if problem:
+        module.fail_json(msg=problem[0], hint=problem[1])
     result = run(module)
     if result["failure"]:
         f = result["failure"]

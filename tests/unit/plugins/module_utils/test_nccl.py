@@ -60,7 +60,11 @@ def test_socket_on_an_rdma_node_fails_naming_node_and_fix():
 def test_tcp_fallback_allowed_is_a_warning():
     procs = _nccl.parse(_log("spark_ray_socket_worker.log"))
     problems, warnings = _nccl.judge(procs, SPARKS, allow_tcp_fallback=True)
-    assert problems == [] and len(warnings) == 2 and "sparkfleet_allow_tcp_fallback" in warnings[0]
+    assert problems == [] and len(warnings) == 2 and warnings[0].endswith(" (allowed: allow_tcp_fallback is true)")
+    names = {"allow_tcp_fallback": "sparkfleet_allow_tcp_fallback", "container_rdma": "ray_cluster_rdma: true"}
+    problems, warnings = _nccl.judge(procs, SPARKS, allow_tcp_fallback=True, names=names)
+    assert warnings[0].endswith(" (allowed: sparkfleet_allow_tcp_fallback is true)")
+    assert "(ray_cluster_rdma: true)" in warnings[0]
 
 
 def test_socket_without_rdma_devices_is_fine():

@@ -83,3 +83,21 @@ def test_socket_on_a_node_without_devices_passes(logs):
 def test_bad_input_names_it(logs, args, msg):
     result = logs("spark_ray_ib.log", **args)
     assert result["failed"] and msg in result["msg"]
+
+
+def test_hints_name_the_settings_as_the_caller_says(logs):
+    names = {"container_rdma": "ray_cluster_rdma: true", "allow_tcp_fallback": "sparkfleet_allow_tcp_fallback"}
+    result = logs("spark_ray_socket_worker.log", nodes=NODES, rdma_devices=RDMA, setting_names=names)
+    assert result["failed"] and "memory limit (ray_cluster_rdma: true)" in result["msg"]
+    result = logs("spark_ray_socket_worker.log", nodes=NODES, rdma_devices=RDMA, allow_tcp_fallback=True,
+                  setting_names=names)
+    assert result["warned"] and all(w.endswith("(allowed: sparkfleet_allow_tcp_fallback is true)")
+                                    for w in result["warned"])
+    plain = logs("spark_ray_socket_worker.log", nodes=NODES, rdma_devices=RDMA)
+    assert "--ulimit memlock=-1 on the container" in plain["msg"] and "ray_cluster_rdma" not in plain["msg"]
+
+
+def test_unknown_setting_names_are_refused_before_reading_the_log(logs):
+    result = logs("spark_ray_ib.log", nodes=NODES, rdma_devices=RDMA, setting_names={"rdma": "x"})
+    assert result["failed"] and result["msg"] == "setting_names has unknown setting(s) rdma"
+    assert logs.calls == []

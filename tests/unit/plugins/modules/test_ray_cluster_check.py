@@ -70,6 +70,10 @@ def run(run_module, **args):
     return run_module(ray_cluster_check, args)
 
 
+# How the roles name the settings (roles/sparkfleet/vars/main.yml sparkfleet_setting_names).
+ROLE_NAMES = {"fabric_ip": "sparkfleet_fabric_ip", "ray_cluster": "the ray_cluster role"}
+
+
 def test_healthy_cluster_passes_with_times_and_gpus(run_module, probe_cmd):
     probe_cmd(0, stdout_of("probe_ok_local.stdout"))
     res = run(run_module, python=VENV_PY, expected=LOCAL)
@@ -110,7 +114,7 @@ def test_unpinned_head_fails_naming_host_both_ips_and_fix(run_module, probe_cmd)
     doc = _ray.parse_probe_output(stdout_of("probe_fetch_timeout_local.stdout"))
     doc = relabel_doc(doc, {"127.0.0.1": ("10.99.0.11", "spark-1"), "127.0.0.2": ("10.99.1.12", "spark-2")})
     probe_cmd(0, as_stdout(doc))
-    res = run(run_module, python=VENV_PY, timeout=8,
+    res = run(run_module, python=VENV_PY, timeout=8, setting_names=ROLE_NAMES,
               expected=[{"host": "spark-1", "ip": "10.99.1.11"}, {"host": "spark-2", "ip": "10.99.1.12"}])
     assert res["failed"] is True and res["ok"] is False and res["changed"] is False
     assert res["mismatched"] == [{"host": "spark-1", "registered_ip": "10.99.0.11", "expected_ip": "10.99.1.11",
@@ -197,7 +201,7 @@ def test_real_pinned_two_node_cluster_passes(run_module, probe_cmd, fixture):
 def test_real_unpinned_head_trap_fails_with_both_ips_and_bounded_fetch(run_module, probe_cmd, fixture):
     # Captured: ray status shows 2 nodes, the pinned task runs, both object fetches time out.
     probe_cmd(0, stdout_of(fixture))
-    res = run(run_module, python=VENV_PY, expected=LAB, timeout=10)
+    res = run(run_module, python=VENV_PY, expected=LAB, timeout=10, setting_names=ROLE_NAMES)
     assert res["failed"] is True and res["ok"] is False and res["changed"] is False
     assert len([n for n in res["nodes"] if n["alive"]]) == 2
     assert [(m["host"], m["registered_ip"], m["expected_ip"]) for m in res["mismatched"]] == [
@@ -239,3 +243,25 @@ def test_without_an_address_the_connect_wait_is_timeout(run_module, probe_cmd):
     cfg = json.loads(probe_cmd.calls[0]["args"][6])
     assert cfg["address"] == "auto" and cfg["connect_timeout"] == 5
     assert int(probe_cmd.calls[0]["args"][3]) <= 5 + 15 + 15
+
+
+def test_hints_without_setting_names_name_generic_settings(run_module, probe_cmd):
+    doc = _ray.parse_probe_output(stdout_of("probe_fetch_timeout_local.stdout"))
+    doc = relabel_doc(doc, {"127.0.0.1": ("10.99.0.11", "spark-1"), "127.0.0.2": ("10.99.1.12", "spark-2")})
+    probe_cmd(0, as_stdout(doc))
+    res = run(run_module, python=VENV_PY, timeout=8,
+              expected=[{"host": "spark-1", "ip": "10.99.1.11"}, {"host": "spark-2", "ip": "10.99.1.12"}])
+    assert "--node-ip-address 10.99.1.11 (the node's fabric IP)" in res["hint"]
+    assert "sparkfleet" not in res["hint"]
+
+
+def test_connect_hint_names_the_port_tried_and_the_callers_setting(run_module, probe_cmd):
+    doc = _ray.parse_probe_output(stdout_of("probe_connect_refused_local.stdout"))
+    probe_cmd(2, stdout_of("probe_connect_refused_local.stdout"))
+    res = run(run_module, python=VENV_PY, address=doc["address"], expected=LOCAL, setting_names=ROLE_NAMES)
+    assert "ray start --head --node-ip-address <fabric ip> --port 6390 (the ray_cluster role)" in res["hint"]
+
+
+def test_unknown_setting_names_are_refused(run_module, probe_cmd):
+    res = run(run_module, python=VENV_PY, expected=LOCAL, setting_names={"fabric": "x"})
+    assert res["failed"] is True and res["msg"] == "setting_names has unknown setting(s) fabric"

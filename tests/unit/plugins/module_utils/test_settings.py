@@ -1,0 +1,118 @@
+"""module_utils._settings: the settings hints name, the role's names for them, and the shared option's docs."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+
+import pytest
+import yaml
+
+from ansible_collections.sparkfleet.vllm.plugins.doc_fragments.setting_names import ModuleDocFragment
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _settings
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import (
+    SETTINGS,
+    fields,
+    render_text,
+    setting_names_problem,
+    unknown_settings,
+)
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes import CAUSES
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+_ROLE_VAR = r"\b((?:vllm_serve|ray_cluster|model_sync|gpu_cleanup|sparkfleet|healthcheck|preflight)_[a-z0-9_]+)"
+HINT_MODULES = ("vllm_wait", "nccl_transport", "ray_cluster_check")
+
+
+def _read(*parts):
+    with open(os.path.join(ROOT, *parts)) as fh:
+        return fh.read()
+
+
+def test_render_text_names_each_setting_as_the_caller_says_else_generically():
+    assert render_text("set {fabric_ip} and {nccl_debug}") == "set the node's fabric IP and NCCL_DEBUG=INFO"
+    assert render_text("set {fabric_ip}", {"fabric_ip": "sparkfleet_fabric_ip"}) == "set sparkfleet_fabric_ip"
+    assert render_text("set {fabric_ip}", {"fabric_ip": ""}) == "set the node's fabric IP"
+    assert render_text("no field") == "no field"
+    assert fields("a {x} b {y}") == ("x", "y")
+    with pytest.raises(KeyError):
+        render_text("{not_a_setting}")
+
+
+def test_setting_names_problem():
+    assert setting_names_problem({}) is None and setting_names_problem(None) is None
+    assert setting_names_problem({"fabric_ip": "my_ip"}) is None
+    msg, hint = setting_names_problem({"fabric_ipp": "x", "aa": "y"})
+    assert msg == "setting_names has unknown setting(s) aa, fabric_ipp" and "documentation" in hint
+    msg, _hint = setting_names_problem({"port": " ", "fabric_ip": 3})
+    assert msg == "setting_names values must be non-empty strings (fabric_ip, port)"
+    assert unknown_settings({"port": 1, "zz": 2}) == ["zz"]
+
+
+def test_module_utils_names_no_role_variable():
+    for value in SETTINGS.values():
+        assert not re.search(_ROLE_VAR, value), value
+    for name in ("_settings.py", "_nccl.py", "_ray.py", "_vllm_causes.py", "_reach.py", "_ports.py"):
+        tree = ast.parse(_read("plugins", "module_utils", name))
+        docstrings = set(id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr))
+        # The string literals that reach a user (docstrings may say where the names come from).
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                # sparkfleet_ray_check is the probe's Ray namespace; a setting's own name (model_sync_verify) is no variable.
+                found = [v for v in re.findall(_ROLE_VAR, node.value) if v != "sparkfleet_ray_check" and v not in SETTINGS]
+                assert not found, "%s names role variable(s) %s in %r" % (name, found, node.value[:200])
+
+
+def test_the_shared_option_lists_exactly_the_settings():
+    doc = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)
+    listed = [d for d in doc["options"]["setting_names"]["description"] if d.startswith("The settings:")]
+    assert len(listed) == 1
+    assert sorted(re.findall(r"C\((\w+)\)", listed[0])) == sorted(SETTINGS)
+
+
+@pytest.mark.parametrize("module", HINT_MODULES)
+def test_hint_modules_take_setting_names(module):
+    src = _read("plugins", "modules", module + ".py")
+    assert "- sparkfleet.vllm.setting_names" in src
+    assert 'setting_names=dict(type="dict", default={})' in src
+    assert "setting_names_problem(" in src
+
+
+def test_every_setting_is_named_by_some_hint():
+    used = set(s for c in CAUSES for s in c.settings)
+    for folder in ("module_utils", "modules"):
+        for name in os.listdir(os.path.join(ROOT, "plugins", folder)):
+            if name.endswith(".py") and name != "_settings.py":
+                used.update(re.findall(r"\{(%s)\}" % "|".join(SETTINGS), _read("plugins", folder, name)))
+    assert sorted(set(SETTINGS) - used) == []
+
+
+def test_the_roles_name_every_setting_and_pass_their_names_to_every_hint_module():
+    names = yaml.safe_load(_read("roles", "sparkfleet", "vars", "main.yml"))["sparkfleet_setting_names"]
+    assert sorted(names) == sorted(SETTINGS), "roles/sparkfleet/vars/main.yml sparkfleet_setting_names"
+    assert setting_names_problem(names) is None
+    calls = 0
+    for role in os.listdir(os.path.join(ROOT, "roles")):
+        tasks = os.path.join(ROOT, "roles", role, "tasks")
+        for name in os.listdir(tasks) if os.path.isdir(tasks) else []:
+            for task in _tasks(yaml.safe_load(_read("roles", role, "tasks", name)) or []):
+                for module in HINT_MODULES:
+                    if "sparkfleet.vllm." + module in task:
+                        calls += 1
+                        args = task["sparkfleet.vllm." + module]
+                        assert args.get("setting_names") == "{{ sparkfleet_setting_names }}", (role, name, task["name"])
+    assert calls >= 7
+
+
+def _tasks(items):
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        yield item
+        for key in ("block", "rescue", "always"):
+            yield from _tasks(item.get(key) or [])
+
+
+def test_module_docstring_says_how_to_add_a_setting():
+    assert "sparkfleet_setting_names" in _settings.__doc__ and "doc_fragments/setting_names.py" in _settings.__doc__
