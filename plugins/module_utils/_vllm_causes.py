@@ -21,12 +21,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import (  # noqa: F401 (re-exported)
-    SETTINGS,
-    fields,
-    render_text,
-    unknown_settings,
-)
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import fields, render_text
 
 
 def _compiled(pattern):

@@ -13,13 +13,11 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes impor
     HINTS,
     LINE_CAUSES,
     PRIORITY,
-    SETTINGS,
     Cause,
     doc_note,
     render_hint,
-    render_text,
-    unknown_settings,
 )
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import SETTINGS, render_text, unknown_settings
 
 
 def test_one_entry_per_class_with_its_own_priority():

@@ -16,8 +16,8 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes impor
     FAILURE_CLASSES,
     HINTS,
     render_hint,
-    unknown_settings,
 )
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import unknown_settings
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
     CALLER_CLASSES,
     MAX_LINE_CHARS,
