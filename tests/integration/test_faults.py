@@ -274,9 +274,10 @@ def test_a_recreated_model_directory_on_a_worker_is_mounted_again(lab, serving, 
     assert seen.stdout.strip() == "0", seen  # the running container still holds the removed directory
     r = lab.site(tmp_path)
     probes = [e["res"] for e in r["events"] if e["host"] == worker and e["event"] == "runner_on_ok"
-              and str((e.get("res") or {}).get("stdout", "")).startswith("stale:")]
+              and (e.get("res") or {}).get("stale") is True]
     assert probes, "no stale mount reported for %s" % worker
-    observe(probes[0]["stdout"][:200])
+    assert probes[0]["state"] == "removed", probes[0]
+    observe("stale: " + probes[0]["msg"][:200])
     assert _active_since(lab, worker, "sparkfleet-ray") != before
     seen = lab.host_exec(worker, "docker", "exec", "sparkfleet-ray", "sh", "-c", "ls %s | grep -c safetensors" % model_dir)
     assert int(seen.stdout.strip() or 0) > 0, seen

@@ -1,0 +1,57 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Does a running container's bind mount still show the host's directory? (private to sparkfleet.vllm)
+
+docker binds a directory's inode when the container starts. A directory deleted and created again on the host
+(a re-download, a re-sync after ``rm -r``) is a new inode: the running container keeps the old one, empty or
+removed, and a process inside it finds nothing. The container must be restarted to see the new directory.
+
+``bind_state()`` decides from what the node says: the directory's inode on the host (``stat -c %i``), whether
+the container runs (``docker inspect -f {{.State.Running}}``) and what ``stat -c %i:%h`` prints for the same path
+inside the container (its inode and link count). Pure; the container_mount module runs the commands.
+"""
+
+from __future__ import annotations
+
+# The states, and whether the container must be restarted to see the host's directory.
+STALE = {
+    "absent": False,        # no such directory on the host: nothing to compare
+    "not_running": False,   # the container does not run: it binds the current directory when it starts
+    "same": False,          # the container sees the host's directory
+    "not_visible": True,    # the path is not there inside the running container
+    "removed": True,        # the container holds a directory deleted on the host since it started
+    "other_inode": True,    # the container's path is another directory than the host's
+}
+
+
+def parse_stat(text):
+    """``stat -c %i:%h`` output -> (inode, links), or None when it is not that."""
+    inode, sep, links = (text or "").strip().partition(":")
+    if not sep or not inode.isdigit() or not links.isdigit():
+        return None
+    return int(inode), int(links)
+
+
+def bind_state(path, container, host_inode, running, seen):
+    """(state, message) for ``path`` bound into ``container``.
+
+    host_inode: the inode of ``path`` on the host, None when it does not exist there. running: whether the
+    container runs. seen: ``(inode, links)`` of ``path`` inside the container, None when it cannot be read there.
+    message is empty unless the state is stale.
+    """
+    if host_inode is None:
+        return "absent", ""
+    if not running:
+        return "not_running", ""
+    if seen is None:
+        return "not_visible", "%s is not visible in the running container %s" % (path, container)
+    inode, links = seen
+    # A removed directory keeps its inode number, which the host may already have given to the new one: the
+    # link count decides first.
+    if links == 0:
+        return "removed", ("%s was removed after %s started (the container still holds the old directory)"
+                           % (path, container))
+    if inode == host_inode:
+        return "same", ""
+    return "other_inode", "%s is inode %d in the container %s, %d on the host" % (path, inode, container, host_inode)

@@ -1,0 +1,141 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: container_mount
+short_description: Tell whether a running container still sees a host directory it bind-mounts
+version_added: 0.2.0
+description:
+  - docker binds a directory's inode when a container starts. A directory deleted and created again on the host
+    (a re-download, a re-sync after C(rm -r)) is a new inode, and a running container keeps the old one, empty or
+    removed; a process inside it finds nothing there until the container is restarted.
+  - Compares the inode of O(path) on the host with what C(stat) says about the same path inside the running
+    O(container) (C(docker exec)), and reports RV(state) and whether the container is RV(stale), that is, must be
+    restarted to see the host's directory.
+  - Read-only; it never restarts anything and always reports C(changed=false). The C(ray_cluster) role restarts
+    Ray when the model directory's mount is stale.
+author:
+  - sparkfleet.vllm contributors (@sparkfleet)
+options:
+  path:
+    description:
+      - The host directory, bound at the same path inside the container.
+    type: path
+    required: true
+  container:
+    description:
+      - Name or ID of the container.
+    type: str
+    required: true
+notes:
+  - Needs C(docker) on the node (without it no container runs, and the state is C(not_running)) and C(stat)
+    inside the container.
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+"""
+
+EXAMPLES = r"""
+- name: Check that a running Ray container still sees this node's model directory
+  sparkfleet.vllm.container_mount:
+    path: /models
+    container: sparkfleet-ray
+  register: model_mount
+  changed_when: model_mount.stale
+  notify: Restart ray
+"""
+
+RETURN = r"""
+state:
+  description:
+    - C(absent) (no such directory on the host), C(not_running) (the container does not run, or there is no
+      docker), C(same) (the container sees the host's directory), C(not_visible) (the path cannot be read inside
+      the container), C(removed) (the container holds a directory removed on the host since it started) or
+      C(other_inode) (the container's path is another directory than the host's).
+  returned: always
+  type: str
+  sample: removed
+stale:
+  description: Whether the container must be restarted to see the host's directory (C(not_visible), C(removed), C(other_inode)).
+  returned: always
+  type: bool
+  sample: true
+msg:
+  description: One sentence naming the path, the container and what was found.
+  returned: always
+  type: str
+  sample: /models was removed after sparkfleet-ray started (the container still holds the old directory)
+host_inode:
+  description: The inode of O(path) on the host, null when it does not exist.
+  returned: always
+  type: int
+  sample: 1835010
+container_inode:
+  description: The inode of O(path) inside the container, null when it was not read.
+  returned: always
+  type: int
+  sample: 1835009
+container_links:
+  description: The link count of O(path) inside the container (0 when the directory was removed), null when not read.
+  returned: always
+  type: int
+  sample: 0
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import C_LOCALE
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._mounts import STALE, bind_state, parse_stat
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            container=dict(type="str", required=True),
+        ),
+        supports_check_mode=True,
+    )
+    path, container = module.params["path"], module.params["container"]
+    if not container.strip():
+        module.fail_json(msg="container must name a container, got an empty string")
+    try:
+        host_inode = os.stat(path).st_ino
+    except OSError:
+        host_inode = None
+    running, seen = False, None
+    docker = module.get_bin_path("docker")
+    if host_inode is not None and docker:
+        rc, out, _err = module.run_command([docker, "inspect", "-f", "{{.State.Running}}", container],
+                                           environ_update=C_LOCALE)
+        running = rc == 0 and out.strip() == "true"
+        if running:
+            rc, out, _err = module.run_command([docker, "exec", container, "stat", "-c", "%i:%h", "--", path],
+                                               environ_update=C_LOCALE)
+            seen = parse_stat(out) if rc == 0 else None
+    state, message = bind_state(path, container, host_inode, running, seen)
+    if not message:
+        message = {
+            "absent": "%s does not exist on this node" % path,
+            "not_running": "%s does not run: it binds the current %s when it starts" % (container, path),
+            "same": "%s sees this node's %s" % (container, path),
+        }[state]
+    module.exit_json(changed=False, state=state, stale=STALE[state], msg=message, host_inode=host_inode,
+                     container_inode=seen[0] if seen else None, container_links=seen[1] if seen else None)
+
+
+if __name__ == "__main__":
+    main()
