@@ -34,7 +34,7 @@ def node(monkeypatch, run_module, tmp_path):
                 return 1, "", "stat: cannot statx '%s': No such file or directory" % host
             fd = view if isinstance(view, int) else None
             target = "." if fd is not None else str(view)
-            p = subprocess.run(["stat", "-c", "%i:%h", "--", target], capture_output=True, text=True,
+            p = subprocess.run(["stat", "-c", "%i:%h", "--", target], capture_output=True, text=True, check=False,
                                pass_fds=(fd,) if fd is not None else (),
                                preexec_fn=(lambda: os.fchdir(fd)) if fd is not None else None)
             return p.returncode, p.stdout, p.stderr
