@@ -157,10 +157,11 @@ def unsafe_problem(text):
 
 
 def check_int(value, low=None, high=None, what="a whole number"):
-    """An integer (or a decimal string of one) within [low, high]."""
+    """An integer (or a decimal string of one, ASCII digits and blanks only) within [low, high]."""
     if isinstance(value, bool):
         return None, "must be %s, not a boolean" % what
-    if is_string(value) and re.match(r"^\s*[+-]?\d+\s*$", value):
+    # ASCII: Unicode's \s takes characters int() refuses (U+001F), its \d digits no one means here.
+    if is_string(value) and re.fullmatch(r"\s*[+-]?\d+\s*", value, re.ASCII):
         value = int(value)
     elif isinstance(value, float) and value.is_integer():
         value = int(value)

@@ -67,7 +67,7 @@ def test_port_domain(value):
         as_int = value
     elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
         as_int = int(value)
-    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value, re.ASCII):
         as_int = int(value)
     assert ok == (as_int is not None and 1 <= as_int <= 65535)
 
@@ -83,7 +83,7 @@ def test_positive_whole_number_domain(name, value):
     elif isinstance(value, float):
         expected = value.is_integer() and value >= 1
     elif isinstance(value, str):
-        expected = bool(re.fullmatch(r"\s*[+-]?\d+\s*", value)) and int(value) >= 1
+        expected = bool(re.fullmatch(r"\s*[+-]?\d+\s*", value, re.ASCII)) and int(value) >= 1
     else:
         expected = False
     assert ok == expected

@@ -35,6 +35,8 @@ def test_whole_number_reads_what_preflight_reads(value, expected):
     ("many", None, None, ["f: n must be a whole number, got 'many'"]),
     (1.5, None, None, ["n must be a whole number, got 1.5"]),
     (None, None, None, ["n must be a whole number, got None"]),
+    ("0\x1f", None, None, ["n must be a whole number, got '0\\x1f'"]),  # a blank to Unicode, not to int()
+    ("\u0663", None, None, ["n must be a whole number"]),  # ARABIC-INDIC DIGIT THREE
     (-1, 0, None, ["n must be at least 0, got -1"]),
     (9, 1, 8, ["n must be between 1 and 8, got 9"]),
 ])
