@@ -34,7 +34,7 @@ options:
     required: true
 notes:
   - Needs C(docker) on the node (without it no container runs, and the state is C(not_running)) and C(stat)
-    inside the container.
+    inside the container. Each docker call is bounded to 30 seconds; a daemon that does not answer fails the task.
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
 attributes:
@@ -97,8 +97,11 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import C_LOCALE
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._mounts import STALE, bind_state, parse_stat
+
+# Seconds each docker call may take (a hung daemon fails the task instead of hanging the run).
+TIMEOUT = 30
 
 
 def main():
@@ -117,15 +120,20 @@ def main():
     except OSError:
         host_inode = None
     running, seen = False, None
-    docker = module.get_bin_path("docker")
+    runner = Runner(module)
+    docker = runner.bin("docker", required=False)
     if host_inode is not None and docker:
-        rc, out, _err = module.run_command([docker, "inspect", "-f", "{{.State.Running}}", container],
-                                           environ_update=C_LOCALE)
-        running = rc == 0 and out.strip() == "true"
+        res = runner.run([docker, "inspect", "-f", "{{.State.Running}}", container], timeout=TIMEOUT, kill_after=5)
+        if res.timed_out:
+            runner.fail(res, "docker did not answer within %d s" % TIMEOUT, hint="check the docker daemon on this node")
+        running = res.ok and res.stdout.strip() == "true"
         if running:
-            rc, out, _err = module.run_command([docker, "exec", container, "stat", "-c", "%i:%h", "--", path],
-                                               environ_update=C_LOCALE)
-            seen = parse_stat(out) if rc == 0 else None
+            res = runner.run([docker, "exec", container, "stat", "-c", "%i:%h", "--", path], timeout=TIMEOUT,
+                             kill_after=5)
+            if res.timed_out:
+                runner.fail(res, "docker exec in %s did not answer within %d s" % (container, TIMEOUT),
+                            hint="check the docker daemon and the container on this node")
+            seen = parse_stat(res.stdout) if res.ok else None
     state, message = bind_state(path, container, host_inode, running, seen)
     if not message:
         message = {

@@ -21,10 +21,14 @@ def node(monkeypatch, run_module, tmp_path):
     host.mkdir()
     calls = []
 
-    def _run(view=None, running=True, docker=True, path=None, check_mode=False):
+    def _run(view=None, running=True, docker=True, path=None, check_mode=False, hung=False):
         def fake_run_command(self, cmd, **kwargs):
-            calls.append(cmd)
             assert kwargs.get("environ_update", {}).get("LC_ALL") == "C"
+            assert cmd[:4] == ["/usr/bin/timeout", "-k", "5", "30"]  # bounded
+            cmd = cmd[4:]
+            calls.append(cmd)
+            if hung:
+                return 124, "", ""
             if cmd[1] == "inspect":
                 assert cmd[2:] == ["-f", "{{.State.Running}}", CTR]
                 return (0, "true\n" if running else "false\n", "") if running is not None else \
@@ -41,7 +45,7 @@ def node(monkeypatch, run_module, tmp_path):
 
         monkeypatch.setattr(basic.AnsibleModule, "run_command", fake_run_command)
         monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
-                            lambda self, name, *a, **k: "/usr/bin/docker" if docker else None)
+                            lambda self, name, *a, **k: "/usr/bin/" + name if docker or name != "docker" else None)
         return run_module(container_mount, {"path": str(path or host), "container": CTR}, check_mode=check_mode)
 
     _run.host, _run.calls = host, calls
@@ -101,3 +105,9 @@ def test_no_directory_on_the_host_or_no_docker_runs_nothing(node, tmp_path):
 def test_empty_container_name_is_refused(run_module, tmp_path):
     res = run_module(container_mount, {"path": str(tmp_path), "container": " "})
     assert res["failed"] is True and "container must name a container" in res["msg"]
+
+
+def test_a_docker_that_does_not_answer_fails_naming_it(node):
+    res = node(view=node.host, hung=True)
+    assert res["failed"] is True and res["msg"].startswith("docker did not answer within 30 s")
+    assert "docker daemon" in res["hint"]
