@@ -14,6 +14,7 @@ profile run), which stands for the real GPU's work. Target (issue 8): <= 90 s. P
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -41,6 +42,7 @@ def main():
     # downloaded). Not timed: that is the "warm cache" of a cold deploy.
     b.sh(os.path.join(b.REPO, "lab", "stage.sh"))
     print("machine: %s" % b.machine(), flush=True)
+    started = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC")
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.out or scratch
         os.makedirs(tmp, exist_ok=True)
@@ -86,7 +88,7 @@ def main():
     net = times["total"] - load
     print("\nsite.yml %.1f s (wall %.1f s); stand-in load time %.1f s (%d shards x %.1f s + 3.5 s); "
           "deploy minus load %.1f s; target 90 s: %.2fx" % (times["total"], wall, load, shards, per_shard, net, net / 90))
-    print("BENCH-JSON " + json.dumps({"bench": "B6", "hosts": args.hosts, "label": args.label,
+    print("BENCH-JSON " + json.dumps({"bench": "B6", "hosts": args.hosts, "label": args.label, "date": started,
                                       "total_s": times["total"],
                                       "load_s": load, "net_s": round(net, 1), "phases": table,
                                       "slowest": [[r["host"], r["task"], r["seconds"]] for r in slow]}))

@@ -13,6 +13,7 @@ seconds per role and its slowest tasks, one column per label, and the total with
 from __future__ import annotations
 
 import argparse
+import datetime
 import glob
 import json
 import statistics
@@ -95,7 +96,8 @@ def main():
     # Module runs on the nodes (one ssh round trip each): the figure the machine's load does not move.
     print("%-28s %s" % ("node round trips (median)", " ".join("%14d" % calls(m) for m in medians)))
     print("BENCH-JSON " + json.dumps({
-        "bench": "B3", "labels": labels, "runs": [[round(x["total_seconds"], 1) for x in r] for r in all_runs],
+        "bench": "B3", "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), "labels": labels,
+        "runs": [[round(x["total_seconds"], 1) for x in r] for r in all_runs],
         "median_s": [round(statistics.median(x["total_seconds"] for x in r), 1) for r in all_runs],
         "changed": [max(x["changed"] for x in r) for r in all_runs], "tasks": [len(m["tasks"]) for m in medians],
         "round_trips": [calls(m) for m in medians],
