@@ -71,12 +71,13 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_handler_task_start(self, task):
         self._start(task, "handler")
 
-    def _result(self, result, *args, **kwargs):
+    def _result(self, result, *args, skipped=False, **kwargs):
         if self._current is not None:
             self._current["hosts"] += 1
             if result._result.get("changed"):
                 self._current["changed"] += 1
-            self._current["calls"] = self._current.get("calls", 0) + self._calls(result)
+            if not skipped:
+                self._current["calls"] = self._current.get("calls", 0) + self._calls(result)
 
     @staticmethod
     def _calls(result):
@@ -85,7 +86,7 @@ class CallbackModule(CallbackBase):
         if result._task.action.split(".")[-1] in CONTROLLER_ONLY:
             return 0
         res = result._result
-        if isinstance(res.get("results"), list):
+        if result._task.loop is not None and isinstance(res.get("results"), list):
             return sum(1 for item in res["results"] if isinstance(item, dict) and not item.get("skipped"))
         return 0 if res.get("skipped") else 1
 
@@ -95,7 +96,9 @@ class CallbackModule(CallbackBase):
 
     v2_runner_on_ok = _result
     v2_runner_on_failed = _result
-    v2_runner_on_skipped = _result
+
+    def v2_runner_on_skipped(self, result, *args, **kwargs):
+        self._result(result, skipped=True)
     v2_runner_on_unreachable = _result
 
     def v2_playbook_on_stats(self, stats):

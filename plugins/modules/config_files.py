@@ -105,8 +105,8 @@ changed_paths:
   type: list
   elements: str
   sample: [/etc/sparkfleet/ray.env]
-results:
-  description: One entry per path.
+files:
+  description: One entry per path, in the order given.
   returned: always
   type: list
   elements: dict
@@ -230,12 +230,13 @@ def main():
                          hint="every entry needs an absolute path and a mode such as \"0644\"; a file needs content, "
                               "a directory none")
     diff = {"before": {}, "after": {}}
-    results = []
+    done = []
     for entry in entries:
         step = _directory if entry["state"] == "directory" else _file
-        results.append(dict(path=entry["path"], state=entry["state"], changed=bool(step(module, entry, diff))))
-    changed_paths = [r["path"] for r in results if r["changed"]]
-    out = dict(changed=bool(changed_paths), changed_paths=changed_paths, results=results)
+        done.append(dict(path=entry["path"], state=entry["state"], changed=bool(step(module, entry, diff))))
+    changed_paths = [r["path"] for r in done if r["changed"]]
+    # not "results": callbacks read a result's "results" as the items of a loop
+    out = dict(changed=bool(changed_paths), changed_paths=changed_paths, files=done)
     if module._diff and changed_paths:
         out["diff"] = [dict(before_header=path, after_header=path, before=diff["before"].get(path, ""),
                             after=diff["after"].get(path, "")) for path in changed_paths

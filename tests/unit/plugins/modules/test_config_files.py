@@ -38,7 +38,7 @@ def test_writes_every_path_then_a_rerun_changes_nothing(run_module, tmp_path):
         0o750, 0o600, 0o644)
     again = run_module(config_files, {"files": entries(tmp_path)})
     assert again["changed"] is False and again["changed_paths"] == []
-    assert [x["changed"] for x in again["results"]] == [False, False, False]
+    assert [x["changed"] for x in again["files"]] == [False, False, False]
 
 
 def test_only_the_file_that_differs_is_rewritten_and_no_temporary_file_is_left(run_module, tmp_path):
