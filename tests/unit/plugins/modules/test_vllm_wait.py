@@ -6,7 +6,6 @@ import atexit
 import gzip
 import json
 import os
-import re
 import shutil
 import tempfile
 import threading
