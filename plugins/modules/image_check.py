@@ -75,6 +75,7 @@ notes:
   - Check mode is supported; the probe still runs (it is read-only) but the cache is not written.
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.setting_names
 attributes:
   check_mode:
     support: full
@@ -141,6 +142,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text, setting_names_problem
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import (
     LOADER_ADVICE, PROBE, ProbeError, image_id_key, judge, parse_probe, summary)
 
@@ -191,6 +193,11 @@ def _model_architectures(module, path, required):
     return [str(a) for a in archs]
 
 
+IMAGE_FIX = ("Set {image} to an image whose vLLM knows the model and every flag passed (Qwen3.5 needs vLLM >= 0.17.1 "
+             "with Ray >= 2.52, e.g. hellohal2064/vllm-qwen3.5-gb10 or nvcr.io/nvidia/vllm:26.03-py3 and newer), or "
+             "drop the flags it does not know. ")
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -202,10 +209,14 @@ def main():
             min_ray_version=dict(type="str"),
             cache_dir=dict(type="path", default="/var/lib/sparkfleet/image-checks"),
             timeout=dict(type="int", default=180),
+            setting_names=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    problem = setting_names_problem(p["setting_names"])
+    if problem:
+        module.fail_json(msg=problem[0], hint=problem[1])
     runner = Runner(module)
     docker = runner.bin("docker")
     image_id = _inspect(runner, docker, p["image"])
@@ -239,9 +250,7 @@ def main():
     if problems:
         module.fail_json(
             msg="image %s (%s) cannot serve this deployment: %s" % (p["image"], summary(facts), "; ".join(problems)),
-            hint="set sparkfleet_image to an image whose vLLM knows the model and every flag passed "
-                 "(Qwen3.5 needs vLLM >= 0.17.1 with Ray >= 2.52, e.g. hellohal2064/vllm-qwen3.5-gb10 or "
-                 "nvcr.io/nvidia/vllm:26.03-py3 and newer), or drop the flags it does not know. " + LOADER_ADVICE,
+            hint=render_text(IMAGE_FIX, p["setting_names"]) + LOADER_ADVICE,
             **result)
     module.exit_json(msg="image %s: %s" % (p["image"], summary(facts)), **result)
 

@@ -292,7 +292,7 @@ def main():
     p = module.params
     if not MIN_MTU_RANGE[0] <= p["min_mtu"] <= MIN_MTU_RANGE[1]:
         module.fail_json(msg="min_mtu must be between %d and %d, got %d" % (MIN_MTU_RANGE + (p["min_mtu"],)),
-                         hint="set min_mtu (sparkfleet_fabric_min_mtu) to the MTU the fabric should run, e.g. 9000")
+                         hint="set min_mtu to the MTU the fabric should run, e.g. 9000")
     ib_dir = os.path.join(p["sysfs_root"], "class", "infiniband")
     if not os.path.isdir(ib_dir):
         module.fail_json(

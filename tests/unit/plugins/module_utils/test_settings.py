@@ -22,7 +22,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes impor
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 _ROLE_VAR = r"\b((?:vllm_serve|ray_cluster|model_sync|gpu_cleanup|sparkfleet|healthcheck|preflight)_[a-z0-9_]+)"
-HINT_MODULES = ("vllm_wait", "nccl_transport", "ray_cluster_check")
+HINT_MODULES = ("vllm_wait", "nccl_transport", "ray_cluster_check", "image_check")
 
 
 def _read(*parts):

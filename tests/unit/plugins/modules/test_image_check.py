@@ -78,8 +78,17 @@ def test_too_old_image_fails_naming_image_versions_and_fix(run_module, docker, m
     assert "vLLM 0.10.2 is older than 0.17.1" in r["msg"]
     assert "['Qwen3_5MoeForConditionalGeneration'] are not in this vLLM's registry" in r["msg"]
     assert "does not accept --safetensors-load-strategy" in r["msg"]
-    assert "set sparkfleet_image" in r["hint"] and "vLLM >= 0.17.1" in r["hint"]
+    assert r["hint"].startswith("Set the server's image to an image whose vLLM") and "vLLM >= 0.17.1" in r["hint"]
     assert len(r["problems"]) == 3
+    # The roles pass their variable names: the hint names the one to change.
+    r = run_module(image_check, dict(docker.args(), setting_names={"image": "sparkfleet_image"}))
+    assert r["failed"] is True and r["hint"].startswith("Set sparkfleet_image to an image whose vLLM")
+
+
+def test_unknown_setting_name_is_refused_before_docker_runs(run_module, docker, tmp_path):
+    r = run_module(image_check, dict(docker.args(), setting_names={"imagee": "x"}))
+    assert r["failed"] is True and r["msg"] == "setting_names has unknown setting(s) imagee"
+    assert not (tmp_path / "docker.log").exists()  # docker never ran
 
 
 def test_check_mode_probes_but_writes_no_cache(run_module, docker):
