@@ -20,7 +20,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 log() { printf '[stage] %s\n' "$*" >&2; }
-tag=$(cat "$share/runtime-image.txt")
+case ${SPARKLAB_NAME:-sfl} in sfl) tagfile=$share/runtime-image.txt ;; *) tagfile=$share/runtime-image-$SPARKLAB_NAME.txt ;; esac
+[ -f "$tagfile" ] || tagfile=$share/runtime-image.txt
+tag=$(cat "$tagfile")
 tar=$share/sparklab-vllm-runtime-${tag##*:}.tar
 [ -f "$tar.done" ] || { log "no runtime image: run lab/runtime/build.sh"; exit 1; }
 model=$(sed -n 's/^sparkfleet_model_dir: *//p' "$here/../inventories/lab/group_vars/spark/model.yml" | tr -d '"')

@@ -11,7 +11,8 @@
 #   final the stand-in (lab/standin/sparklab_vllm) as the `vllm` command and the `vllm` Python package (the few
 #         APIs the image check asks: lab/standin/vllm), tarred to
 #         /var/tmp/sparklab/share/sparklab-vllm-runtime-<hash>.tar
-# The tag sparklab/vllm-runtime:<hash> goes to /var/tmp/sparklab/share/runtime-image.txt. Lab hosts load it with
+# The tag sparklab/vllm-runtime:<hash> goes to /var/tmp/sparklab/share/runtime-image.txt (runtime-image-<name>.txt
+# when SPARKLAB_NAME names a separate lab instance, so parallel checkouts keep their own stand-in). Lab hosts load it with
 #   docker import --change 'ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
 #     --change 'ENTRYPOINT ["vllm", "serve"]' /var/tmp/sparklab/share/sparklab-vllm-runtime-<hash>.tar \
 #     sparklab/vllm-runtime:<hash>
@@ -26,6 +27,8 @@ STANDIN=$REPO/lab/standin
 SL=${SPARKLAB_DIR:-/var/tmp/sparklab}
 CACHE=$SL/cache/runtime
 SHARE=$SL/share
+# The tag this checkout built, per lab instance (SPARKLAB_NAME): labs of other checkouts keep their own image.
+case ${SPARKLAB_NAME:-sfl} in sfl) TAG_FILE=$SHARE/runtime-image.txt ;; *) TAG_FILE=$SHARE/runtime-image-$SPARKLAB_NAME.txt ;; esac
 MIRROR=${SPARKLAB_MIRROR:-http://deb.debian.org/debian}
 TORCH_WHEEL=${SPARKLAB_TORCH_WHEEL:-$(find /opt/wheels -maxdepth 1 -name 'torch-2.13.0+cpu-cp311-*.whl' 2>/dev/null | sort | head -1)}
 BASE_PKGS=python3,python3-venv,iproute2,procps,ca-certificates,tini
@@ -52,7 +55,7 @@ exec 9>"$CACHE/.lock"; flock 9
 T0=$(date +%s)
 
 if [ -f "$TAR" ] && [ -f "$TAR.done" ]; then
-  echo "$TAG" >"$SHARE/runtime-image.txt.tmp" && mv "$SHARE/runtime-image.txt.tmp" "$SHARE/runtime-image.txt"
+  echo "$TAG" >"$TAG_FILE.tmp" && mv "$TAG_FILE.tmp" "$TAG_FILE"
   log "up to date: $TAR ($(du -m "$TAR" | cut -f1) MB)"; echo "$TAG"; exit 0
 fi
 
@@ -152,9 +155,13 @@ mv "$TAR.partial" "$TAR"
 touch "$TAR.done"
 rm -rf "$STAGE"
 # END-FINAL-RECIPE
-# Keep the three newest image tars: a playbook that read runtime-image.txt a minute ago can still import its tag.
+echo "$TAG" >"$TAG_FILE.tmp" && mv "$TAG_FILE.tmp" "$TAG_FILE"
+# Keep the three newest image tars and every tar a lab instance's tag file names (a playbook that read its tag file
+# a minute ago can still import its tag).
 find "$SHARE" -maxdepth 1 -name 'sparklab-vllm-runtime-*.tar' -printf '%T@ %p\n' | sort -rn | tail -n +4 |
-  cut -d' ' -f2 | while read -r old; do rm -f "$old" "$old.done"; done
-echo "$TAG" >"$SHARE/runtime-image.txt.tmp" && mv "$SHARE/runtime-image.txt.tmp" "$SHARE/runtime-image.txt"
+  cut -d' ' -f2 | while read -r old; do
+    grep -qsx "sparklab/vllm-runtime:$(basename "$old" .tar | sed 's/^sparklab-vllm-runtime-//')" "$SHARE"/runtime-image*.txt ||
+      rm -f "$old" "$old.done"
+  done
 log "built $TAG: $(du -m "$TAR" | cut -f1) MB in $(( $(date +%s) - T0 )) s"
 echo "$TAG"

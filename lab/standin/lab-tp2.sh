@@ -9,7 +9,9 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 LAB=$HERE/../labctl
 SHARE=/var/tmp/sparklab/share
-TAG=$(cat "$SHARE/runtime-image.txt")
+case ${SPARKLAB_NAME:-sfl} in sfl) TAGFILE=$SHARE/runtime-image.txt ;; *) TAGFILE=$SHARE/runtime-image-$SPARKLAB_NAME.txt ;; esac
+[ -f "$TAGFILE" ] || TAGFILE=$SHARE/runtime-image.txt
+TAG=$(cat "$TAGFILE")
 TAR=$SHARE/sparklab-vllm-runtime-${TAG#*:}.tar
 C=sfl-standin-ray
 MODEL=/models/sfl-standin-tiny

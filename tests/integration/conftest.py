@@ -34,7 +34,10 @@ API = "http://10.99.0.11:30000"
 MODEL = "sparklab/tiny-moe"
 # The lab inventory's API key (its password lookup, for every lab instance): read it, never write it.
 API_KEY_FILE = Path("/var/tmp/sparklab/lab/api-key")
+# The runtime image's tag as lab/runtime/build.sh wrote it for this lab instance (each instance keeps its own).
 RUNTIME_IMAGE_FILE = Path("/var/tmp/sparklab/share/runtime-image.txt")
+if LAB_NAME != "sfl" and Path("/var/tmp/sparklab/share/runtime-image-%s.txt" % LAB_NAME).exists():
+    RUNTIME_IMAGE_FILE = Path("/var/tmp/sparklab/share/runtime-image-%s.txt" % LAB_NAME)
 
 
 def _netns_inode(path):
