@@ -1,7 +1,7 @@
-"""sparkfleet deploy|status|stop|restart -i INVENTORY [-e VARS ...]: the collection's playbooks through ansible-runner.
+"""sparkfleet deploy|status|stop|restart|qualify -i INVENTORY [-e VARS ...]: the collection's playbooks through ansible-runner.
 
-The command runs the same playbooks as ansible-playbook (sparkfleet.vllm.site, .status, .stop, .restart), from the
-current directory (so its ansible.cfg applies), and shows their events live. It decides nothing about the cluster.
+The command runs the same playbooks as ansible-playbook (sparkfleet.vllm.site, .status, .stop, .restart,
+.qualify), from the current directory (so its ansible.cfg applies), and shows their events live. It decides nothing about the cluster.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sparkfleet_cli.view import (EXIT_ANSIBLE, EXIT_FAILED, EXIT_INTERRUPTED, EX
                                  RunView)
 
 PLAYBOOKS = {"deploy": "sparkfleet.vllm.site", "status": "sparkfleet.vllm.status",
-             "stop": "sparkfleet.vllm.stop", "restart": "sparkfleet.vllm.restart"}
+             "stop": "sparkfleet.vllm.stop", "restart": "sparkfleet.vllm.restart", "qualify": "sparkfleet.vllm.qualify"}
 
 EPILOG = """exit codes:
   %d  done (status: the cluster serves)
@@ -32,7 +32,8 @@ EPILOG = """exit codes:
 
 Every run keeps its events (events.jsonl) and ansible-runner's artifacts (stdout, job_events) in
 <reports>/runs/<time>-<action>/; deploy and restart also write report.json, report.txt and timeline.png under
-<reports>/<time>-<playbook>/ (the sparkfleet.vllm.report callback; <reports>/latest points at the newest).
+<reports>/<time>-<playbook>/ (the sparkfleet.vllm.report callback; <reports>/latest points at the newest); qualify
+adds qualify.txt, qualify.json and qualify.png (throughput and latency against concurrency) there.
 """ % (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_ANSIBLE, EXIT_INTERRUPTED)
 
 
@@ -46,6 +47,7 @@ def parser():
     p.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
                    help="key=value, YAML/JSON or @file, as for ansible-playbook (repeatable)")
     p.add_argument("-l", "--limit", help="limit to these hosts (as for ansible-playbook)")
+    p.add_argument("--skip-tags", help="skip these tags, comma-separated (qualify: fabric, nccl, disk, serving)")
     p.add_argument("--reports", default=os.environ.get("SPARKFLEET_REPORT_DIR") or "sparkfleet-reports",
                    help="where runs and reports go (default: ./sparkfleet-reports, or $SPARKFLEET_REPORT_DIR)")
     p.add_argument("--plain", action="store_true", help="plain lines instead of the live view (default when "
@@ -129,7 +131,7 @@ def main(argv=None):
             envvars["ANSIBLE_CALLBACKS_ENABLED"] = "sparkfleet.vllm.report"
     kwargs = dict(private_data_dir=run_dir, project_dir=os.getcwd(), playbook=PLAYBOOKS[args.action],
                   inventory=inventories, cmdline=cmdline or None, limit=args.limit, verbosity=args.verbose or None,
-                  envvars=envvars, quiet=True, event_handler=on_event)
+                  envvars=envvars, quiet=True, event_handler=on_event, skip_tags=args.skip_tags)
     started = time.time()
     if not plain:
         console.print("sparkfleet %s: %s -i %s" % (args.action, PLAYBOOKS[args.action], " -i ".join(args.inventory)))
@@ -170,6 +172,9 @@ def main(argv=None):
     if report:
         with open(os.path.join(report, "report.txt"), encoding="utf-8") as f:
             console.print(f.read().rstrip(), markup=False, highlight=False)
+        if os.path.exists(os.path.join(report, "qualify.txt")):
+            with open(os.path.join(report, "qualify.txt"), encoding="utf-8") as f:
+                console.print(f.read().rstrip(), markup=False, highlight=False)
         console.print("report: %s" % report, markup=False)
     if code == EXIT_ANSIBLE:
         tail = "".join(runner.stdout.readlines()[-15:]) if runner.stdout else ""

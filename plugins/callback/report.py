@@ -19,6 +19,9 @@ description:
     and C(timeline.png) (phases per node; needs matplotlib on the controller, else skipped with a note) into a new
     directory under O(dir), points C(latest) at it, and prints where.
   - C(playbooks/status.yml) prints the latest report's table.
+  - After C(qualify.yml) the report also holds its C(qualify) section (what C(sparkfleet.vllm.qualify) published with
+    C(set_stats) as C(sparkfleet_qualify)), written as C(qualify.txt), C(qualify.json) and C(qualify.png)
+    (throughput and latency against concurrency).
   - Enable it with C(callbacks_enabled = sparkfleet.vllm.report) in C(ansible.cfg); it works beside any stdout callback.
 requirements:
   - enabled in callbacks_enabled
@@ -35,10 +38,10 @@ options:
       - section: callback_sparkfleet_report
         key: dir
   playbooks:
-    description: File names of the playbooks that get a report (the deploy and the restart).
+    description: File names of the playbooks that get a report (the deploy, the restart and the qualification).
     type: list
     elements: str
-    default: [site.yml, restart.yml]
+    default: [site.yml, restart.yml, qualify.yml]
     env:
       - name: SPARKFLEET_REPORT_PLAYBOOKS
     ini:
@@ -51,7 +54,7 @@ import time
 
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _report
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _qualify, _report
 
 
 class CallbackModule(CallbackBase):
@@ -142,8 +145,13 @@ class CallbackModule(CallbackBase):
         base = base if os.path.isabs(base) else os.path.join(self._cwd, base)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock.started))
         run_dir = os.path.join(base, "%s-%s" % (stamp, os.path.splitext(self._playbook)[0]))
+        qualify = custom.get("sparkfleet_qualify")  # the qualify role's section (playbooks/qualify.yml)
+        if qualify:
+            report["qualify"] = qualify
         try:
             written = _report.write(report, run_dir)
+            if qualify:
+                written.update(("qualify_" + k, v) for k, v in _qualify.write(qualify, run_dir).items())
             link = os.path.join(base, "latest")
             if os.path.islink(link):
                 os.unlink(link)
@@ -152,8 +160,9 @@ class CallbackModule(CallbackBase):
         except OSError as e:
             self._display.warning("sparkfleet report: could not write %s: %s" % (run_dir, e))
             return
-        for line in _report.table(report):
+        for line in _report.table(report) + (_qualify.table(qualify) if qualify else []):
             self._display.display(line)
         self._display.display("sparkfleet report: %s" % run_dir, color="cyan")
-        if written.get("chart_missing"):
-            self._display.display("sparkfleet report: %s" % written["chart_missing"])
+        for key in ("chart_missing", "qualify_chart_missing"):
+            if written.get(key):
+                self._display.display("sparkfleet report: %s" % written[key])
