@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import re
 import socket
 import threading
@@ -79,7 +80,7 @@ def percentile(values, pct):
     if not values:
         return None
     ordered = sorted(values)
-    rank = max(int(round(pct / 100.0 * len(ordered) + 0.5)) - 1, 0)
+    rank = max(int(math.ceil(pct / 100.0 * len(ordered))) - 1, 0)
     return ordered[min(rank, len(ordered) - 1)]
 
 
@@ -118,6 +119,13 @@ class _Listener(object):
 
 def serve(bind, port, peer, timeout):
     """Serve one test to ``peer`` (latency or bandwidth, as the client's header asks); returns what was seen."""
+    try:
+        return _serve(bind, port, peer, timeout)
+    except (OSError, socket.timeout) as e:
+        raise BenchError("the connection from %s broke: %s" % (peer, e.strerror or e))
+
+
+def _serve(bind, port, peer, timeout):
     deadline = time.monotonic() + timeout
     listener = _Listener(bind, port, peer)
     try:
@@ -209,6 +217,14 @@ def connect(peer, port, bind, deadline):
 
 def latency(peer, port, bind, timeout, count=1000, size=64, warmup=20):
     """Round trips of ``size``-byte messages over one TCP connection: median and p99 round trip, one-way estimate."""
+    try:
+        return _latency(peer, port, bind, timeout, count, size, warmup)
+    except (OSError, socket.timeout) as e:
+        raise BenchError("the connection to %s:%d broke: %s (the peer's test ended, or it was not ours)"
+                         % (peer, port, e.strerror or e))
+
+
+def _latency(peer, port, bind, timeout, count, size, warmup):
     deadline = time.monotonic() + timeout
     sock = connect(peer, port, bind, deadline)
     try:
@@ -231,6 +247,14 @@ def latency(peer, port, bind, timeout, count=1000, size=64, warmup=20):
 
 def bandwidth(peer, port, bind, timeout, seconds=5.0, streams=1):
     """Bytes sent for ``seconds`` over ``streams`` connections, as the receiver counted them: Gbit/s."""
+    try:
+        return _bandwidth(peer, port, bind, timeout, seconds, streams)
+    except (OSError, socket.timeout) as e:
+        raise BenchError("the connection to %s:%d broke: %s (the peer's test ended, or it was not ours)"
+                         % (peer, port, e.strerror or e))
+
+
+def _bandwidth(peer, port, bind, timeout, seconds, streams):
     deadline = time.monotonic() + timeout
     control = connect(peer, port, bind, deadline)
     try:
@@ -297,7 +321,7 @@ def iperf3_refused(error):
 
 # ---------------------------------------------------------------------------------------------------- perftest
 _PERF_INFO_RE = re.compile(r"^\s*(?P<key>[A-Za-z][A-Za-z .#_-]*?)\s*:\s*(?P<value>\S.*?)\s*$")
-_PERF_COL_RE = re.compile(r"#bytes|#iterations|[\w%.]+(?: percentile)?\[[^\]]+\]|MsgRate\[[^\]]+\]")
+_PERF_COL_RE = re.compile(r"#bytes|#iterations|(?:BW )?[\w%.]+(?: percentile)?\[[^\]]+\]")
 
 
 def _perf_info(text):
@@ -335,10 +359,11 @@ def _perf_table(text, marker):
 
 
 def _perf_error(text):
-    for line in (text or "").splitlines():
-        low = line.lower()
-        if any(k in low for k in ("couldn't", "unable", "failed", "error", "did not detect", "no ib devices")):
-            return line.strip()
+    """perftest's own words about what went wrong (up to three lines), else its last line."""
+    keys = ("couldn't", "unable", "failed", "error", "did not detect", "no ib devices", "check if")
+    said = [ln.strip() for ln in (text or "").splitlines() if any(k in ln.lower() for k in keys)]
+    if said:
+        return "; ".join(said[:3])
     return (text or "").strip().splitlines()[-1] if (text or "").strip() else "no output"
 
 

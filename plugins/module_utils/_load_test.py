@@ -169,7 +169,8 @@ def _error_text(raw):
     body = text.split("\r\n\r\n", 1)[-1]
     try:
         obj = json.loads(body[body.find("{"):]) if "{" in body else {}
-        msg = (obj.get("error") or {}).get("message") if isinstance(obj.get("error"), dict) else obj.get("message")
+        err = obj.get("error")
+        msg = err.get("message") if isinstance(err, dict) else (err or obj.get("message"))
         return str(msg or body)[:300]
     except ValueError:
         return body.strip()[:300]
@@ -199,7 +200,8 @@ def summarize(concurrency, results, duration, skipped):
     ok = [r for r in results if r["ok"]]
     tokens = sum(r["tokens"] or 0 for r in ok)
     gaps = [g for r in ok for g in r["gaps"]]
-    tpots = [(r["latency"] - r["ttft"]) / (r["tokens"] - 1) for r in ok if (r["tokens"] or 0) > 1]
+    # time per output token after the first, for streams that came in pieces (one piece tells nothing about decode)
+    tpots = [(r["latency"] - r["ttft"]) / (r["tokens"] - 1) for r in ok if (r["tokens"] or 0) > 1 and r["pieces"] > 1]
     errors = sorted(set(r["error"] for r in results if not r["ok"] and r["error"]))
     return {
         "concurrency": concurrency,

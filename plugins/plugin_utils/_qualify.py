@@ -65,7 +65,10 @@ def _fabric_lines(nodes, context):
         return [_line("fabric", "fabric tests", "all pairs", verdict=NOT_RUN, note="skipped (--skip-tags fabric)")]
     mtus = {h: ((n or {}).get("fabric") or {}).get("mtu") for h, n in nodes.items()}
     no_rdma = _nodes_without(nodes, "rdma_char_devices")
-    for r in sorted(tests, key=lambda r: (r.get("transport", ""), r.get("test", ""), r.get("where", ""))):
+    rdma_low = any(r.get("transport") == "rdma" and r.get("test") == "bandwidth" and (r.get("gbps") or 0) <= 25
+                   for r in tests if not r.get("failed"))
+    order = {("tcp", "bandwidth"): 0, ("tcp", "latency"): 1, ("rdma", "bandwidth"): 2, ("rdma", "latency"): 3}
+    for r in sorted(tests, key=lambda r: order.get((r.get("transport"), r.get("test")), 9)):
         where = r.get("where") or "?"
         if r.get("failed"):
             lines.append(_line("fabric", _fabric_name(r), where, tool=r.get("tool"), verdict=FAILED,
@@ -78,7 +81,7 @@ def _fabric_lines(nodes, context):
                 verdict = BELOW
                 note = _rdma_bw_cause(value, r, mtus)
             lines.append(_line("fabric", "RDMA write bandwidth (one rail)", where, value, "Gb/s", r.get("tool"),
-                               "80-100 Gb/s per rail (about 190 for both rails of one cable)", NVIDIA_PERF, verdict,
+                               "80-100 Gb/s per rail", NVIDIA_PERF, verdict,
                                note))
         elif r.get("transport") == "rdma":
             value = r.get("latency_us")
@@ -92,17 +95,16 @@ def _fabric_lines(nodes, context):
             verdict, note = AS_EXPECTED, None
             if value < 25:
                 verdict = BELOW
-                note = _tcp_bw_cause(value, r, mtus, no_rdma)
+                note = _tcp_bw_cause(value, r, mtus, no_rdma, rdma_low)
             lines.append(_line("fabric", "TCP bandwidth (%d stream%s)" % (r.get("streams") or 1,
                                                                          "" if (r.get("streams") or 1) == 1 else "s"),
                                where, value, "Gb/s", r.get("tool"),
-                               "at least 25 Gb/s over a 200G rail (one iperf3 stream about 35 Gb/s)", COMMUNITY_RDMA,
+                               "25 Gb/s or more per 200G rail", COMMUNITY_RDMA,
                                verdict, note))
         else:
             lines.append(_line("fabric", "TCP latency (one way, half the median round trip)", where,
                                r.get("latency_us"), "us", r.get("tool"),
-                               "no published figure for two Sparks (RDMA's 1-2 us is the reference for serving)",
-                               COMMUNITY_RDMA, NO_REFERENCE))
+                               "none published (RDMA's is 1-2 us)", COMMUNITY_RDMA, NO_REFERENCE))
     rdma_run = any(r.get("transport") == "rdma" for r in tests)
     if not rdma_run:
         why = context.get("rdma_skip_reason") or "no RDMA test ran"
@@ -140,7 +142,7 @@ def _rdma_bw_cause(value, r, mtus):
     return "below NVIDIA's 80 Gb/s health threshold: check the link rate (ethtool), PCIe errors and the cable"
 
 
-def _tcp_bw_cause(value, r, mtus, no_rdma):
+def _tcp_bw_cause(value, r, mtus, no_rdma, rdma_low):
     causes = []
     if no_rdma:
         causes.append("%s ha%s no RDMA device: this fabric is not a ConnectX-7 RoCE link"
@@ -148,11 +150,14 @@ def _tcp_bw_cause(value, r, mtus, no_rdma):
     low = sorted(h for h, m in mtus.items() if m and m < 9000)
     if low:
         causes.append("MTU below 9000 on %s" % ", ".join(low))
-    if value <= 25 and not no_rdma:
-        causes.append("NVIDIA's degraded ConnectX-7 state caps TCP and RDMA at 8-25 Gb/s per rail")
+    if value <= 25 and rdma_low:
+        causes.append("the RDMA figures are low too: NVIDIA's degraded ConnectX-7 state caps TCP and RDMA at 8-25 Gb/s "
+                      "per rail")
     if r.get("tool") == "python":
         causes.append("the collection's Python test is CPU-bound per stream (install iperf3 on the nodes for a tool's "
                       "figure)")
+    if not rdma_low and not any(c.startswith("the RDMA") for c in causes):
+        causes.append("TCP through the kernel is CPU-bound; serving's all-reduce uses RDMA (see the RDMA lines)")
     return "; ".join(causes) or "a slow or shared link"
 
 
@@ -207,7 +212,7 @@ def _nccl_lines(nodes, context):
     sizes = first.get("results") or []
     top = sizes[-1] if sizes else {}
     world = first.get("world")
-    expected = "about 20-24 GB/s bus bandwidth at large messages"
+    expected = "20-24 GB/s at large messages"
     if backend == "nccl":
         value = top.get("busbw_gbs")
         transports = {h: (r or {}).get("transport") for h, r in runs.items()}
@@ -238,7 +243,7 @@ def _nccl_lines(nodes, context):
                            source="DOMAIN.md section 9", verdict=NOT_MEASURABLE, note=why))
         lines.append(_line("nccl", "gloo all-reduce bus bandwidth, CPU over TCP (%s)" % _size(top.get("bytes")),
                            "%d nodes via %s" % (world or 0, first.get("socket_ifname") or "?"), top.get("busbw_gbs"),
-                           "GB/s", "torch.distributed (gloo)", "none: gloo on the CPU is not what serving uses",
+                           "GB/s", "torch.distributed (gloo)", "none (CPU gloo is not serving's path)",
                            "", NO_REFERENCE, "a CPU all-reduce over TCP sockets, not comparable with NCCL's figures"))
     return lines
 
@@ -313,7 +318,7 @@ def _serving_lines(serving, context):
     model = context.get("model") or "?"
     known = model in REFERENCE_MODELS or os.path.basename(str(model)) in [m.split("/")[-1] for m in REFERENCE_MODELS]
     tool = serving.get("tool")
-    no_ref = "no published figure for %s on two Sparks" % model if not known else "no published figure at this load"
+    no_ref = "none published for this model" if not known else "none published at this load"
     lines = []
     levels = serving.get("levels") or []
     for level in levels:
@@ -350,7 +355,7 @@ def _serving_lines(serving, context):
     knee = capacity(levels)
     if knee:
         lines.append(_line("serving", "users served before latency doubles", knee["metric"], knee["users"], "users",
-                           tool, "recorded (no published figure)", "", NO_REFERENCE, knee["note"]))
+                           tool, "none published", "", NO_REFERENCE, knee["note"]))
     return lines
 
 
@@ -469,6 +474,7 @@ def chart(section, path):
     left.set_xlabel("concurrent users")
     left.set_ylabel("output tokens/s")
     left.set_title("throughput", fontsize=10)
+    left.set_ylim(bottom=0)
     for key, label, colour in (("ttft_ms", "time to first token (median)", "#1f77b4"),
                                ("itl_ms", "inter-token latency (median)", "#ff7f0e"),
                                ("e2el_ms", "request latency (median)", "#7f7f7f")):
@@ -478,7 +484,9 @@ def chart(section, path):
             right.plot([c for c, _v in pts], [v for _c, v in pts], marker="o", color=colour, label=label)
     right.set_xlabel("concurrent users")
     right.set_ylabel("ms")
-    right.set_title("latency", fontsize=10)
+    right.set_title("latency" + ("" if any(lv.get("itl_ms") for lv in levels) else
+                                     " (no inter-token latency: each completion came in one piece)"), fontsize=10)
+    right.set_ylim(bottom=0)
     if right.get_legend_handles_labels()[0]:
         right.legend(fontsize=8)
     for ax in (left, right):
