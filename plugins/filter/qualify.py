@@ -50,10 +50,11 @@ def qualify_plan(nodes, caps, port=29650, streams=4):
                                "%s (apt install perftest on the nodes)" % ", ".join(no_tool))
                 continue
             for dev_a, dev_b in zip(ca.get("hca") or [], cb.get("hca") or []):
-                rdma = dict(pair, where="%s -> %s (%s)" % (a["host"], b["host"], dev_a), client_device=dev_a,
-                            server_device=dev_b, client_gid=(ca.get("gids") or {}).get(dev_a),
-                            server_gid=(cb.get("gids") or {}).get(dev_b), client_in=ca.get("perftest"),
-                            server_in=cb.get("perftest"))
+                rdma = dict(pair)
+                rdma.update({"where": "%s -> %s (%s)" % (a["host"], b["host"], dev_a), "client_device": dev_a,
+                             "server_device": dev_b, "client_gid": (ca.get("gids") or {}).get(dev_a),
+                             "server_gid": (cb.get("gids") or {}).get(dev_b), "client_in": ca.get("perftest"),
+                             "server_in": cb.get("perftest")})
                 add(transport="rdma", test="bandwidth", tool="perftest", streams=1, **rdma)
                 add(transport="rdma", test="latency", tool="perftest", streams=1, **rdma)
     unique = []

@@ -118,4 +118,3 @@ def parse(text):
             out["results"].append({"bytes": got["bytes"], "seconds": got["seconds"], "algbw_gbs": round(alg, 4),
                                    "busbw_gbs": round(alg * bus_factor(out["world"] or 0), 4)})
     return out
-

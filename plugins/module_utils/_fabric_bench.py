@@ -135,7 +135,7 @@ def _serve(bind, port, peer, timeout):
             test = header.get("test")
             if test == "latency":
                 size, count = int(header["size"]), int(header["count"])
-                for _ in range(count):
+                for _i in range(count):
                     msg = _recv_exact(control, size, deadline)
                     control.settimeout(_remaining(deadline))
                     control.sendall(msg)
@@ -144,7 +144,7 @@ def _serve(bind, port, peer, timeout):
                 streams = int(header["streams"])
                 counts = []
                 threads = []
-                for _ in range(streams):
+                for _i in range(streams):
                     conn = listener.accept(deadline)
                     slot = {"bytes": 0, "first": None, "last": None, "error": None}
                     counts.append(slot)
@@ -260,7 +260,7 @@ def _bandwidth(peer, port, bind, timeout, seconds, streams):
     try:
         _send_json(control, {"test": "bandwidth", "streams": streams}, deadline)
         errors = []
-        socks = [connect(peer, port, bind, deadline) for _ in range(streams)]
+        socks = [connect(peer, port, bind, deadline) for _i in range(streams)]
         stop_at = time.monotonic() + seconds
         if stop_at > deadline - 2:
             raise BenchError("the time limit is shorter than the test (%.0f s): raise the timeout" % seconds)

@@ -104,7 +104,7 @@ async def _request(url, headers, body, timeout):
             line = await asyncio.wait_for(reader.readline(), timeout)
             if line in (b"\r\n", b"\n", b""):
                 break
-            k, _, v = line.decode("latin-1").partition(":")
+            k, _sep, v = line.decode("latin-1").partition(":")
             hdrs[k.strip().lower()] = v.strip()
         if code != 200:
             text = await asyncio.wait_for(reader.read(2000), timeout)
@@ -190,7 +190,7 @@ async def _level(url, headers, model, concurrency, requests, input_words, output
             left = max(stop_at - time.perf_counter(), 1.0)
             results.append(await _request(url, headers, body, min(timeout, left)))
 
-    await asyncio.gather(*[user() for _ in range(concurrency)])
+    await asyncio.gather(*[user() for _i in range(concurrency)])
     return results, time.perf_counter() - started, len(queue)
 
 

@@ -11,10 +11,10 @@ module: allreduce_bench
 short_description: Measure an all-reduce across the cluster's nodes in the serving image (one rank per node)
 version_added: 0.3.0
 description:
-  - Runs one rank of a torch.distributed all-reduce inside the running container O(container) (the serving image with
+  - "Runs one rank of a torch.distributed all-reduce inside the running container O(container) (the serving image with
     the node's fabric environment: C(NCCL_SOCKET_IFNAME), C(NCCL_IB_HCA), C(GLOO_SOCKET_IFNAME), its RDMA devices and
     locked-memory limit). One task runs it on every node at the same time; the rank is the node's place in O(nodes)
-    and the first node holds the rendezvous on O(port) of its fabric address.
+    and the first node holds the rendezvous on O(port) of its fabric address."
   - "O(backend=auto): NCCL on a CUDA GPU (what vLLM's tensor parallelism uses), else gloo on the CPU (e.g. an image
     with a CPU-only torch): then the figures are a gloo all-reduce over TCP and say so (C(backend))."
   - Reports, per message size, the time per operation, the algorithm bandwidth and the bus bandwidth as nccl-tests
@@ -212,8 +212,10 @@ def main():
         why = got["error"] or (
             "no answer from the other ranks within %d s (a node did not start its rank, or the rendezvous port %d on "
             "%s is blocked)" % (p["timeout"], p["port"], ips[0]) if res.timed_out else None)
-        runner.fail(res, "the %s all-reduce (rank %d of %d) failed%s" % (backend, rank, len(ips),
-                                                                        ": " + why if why else ""), **out)
+        what = "the %s all-reduce (rank %d of %d) failed%s" % (backend, rank, len(ips), ": " + why if why else "")
+        runner.fail(res, what, hint="every node runs its rank at the same time: a rank that waits alone points at a "
+                                    "node that failed before it (see its line), or at a firewall on the rendezvous "
+                                    "port %d of %s" % (p["port"], ips[0]), **out)
     if got["correct"] is False:
         module.fail_json(msg="the %s all-reduce returned a wrong sum on rank %d: the fabric corrupts data" %
                          (backend, rank), **out)

@@ -11,8 +11,8 @@ module: disk_bench
 short_description: Measure the cold sequential read of a model directory
 version_added: 0.3.0
 description:
-  - Reads the files of O(path) (largest first: the weights) sequentially with O(threads) readers in O(block)-byte
-    reads, until every file is read, O(max_bytes) are read or O(seconds) have passed, and reports GB/s (10^9 bytes/s).
+  - "Reads the files of O(path) (largest first: the weights) sequentially with O(threads) readers in O(block)-byte
+    reads, until every file is read, O(max_bytes) are read or O(seconds) have passed, and reports GB/s (10^9 bytes/s)."
   - "Cold: before reading, each file's pages are dropped from the page cache (C(posix_fadvise DONTNEED) on that file
     only; never the machine's whole cache), and the pages read are dropped again as the reading goes, so the run
     neither measures the cache nor leaves the model in memory (on unified-memory GB10 the page cache takes from the GPU's
@@ -232,7 +232,7 @@ def main():
         module.fail_json(msg="reading %s failed: %s" % (p["path"], "; ".join(errors[:3])))
     module.exit_json(changed=False, gbps=round(got / seconds / 1e9, 3) if seconds > 0 else None, bytes_read=got,
                      seconds=round(seconds, 3), files_read=nfiles, files_total=len(files),
-                     bytes_total=sum(s for _p, s in files), stopped_by=stopped, cold=p["drop_cache"],
+                     bytes_total=sum(f[1] for f in files), stopped_by=stopped, cold=p["drop_cache"],
                      threads=p["threads"], errors=errors[:5])
 
 

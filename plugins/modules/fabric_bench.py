@@ -249,7 +249,7 @@ def _iperf3(module, runner):
     seconds = max(int(round(p["seconds"])), 1)
     argv = _wrap(runner, module, [iperf3, "-c", p["peer"], "-B", p["bind"], "-p", str(p["port"]), "-t", str(seconds),
                                   "-P", str(p["streams"]), "-J"])
-    res = _until(module, runner, argv, lambda text: fb.iperf3_refused(text))
+    res = _until(module, runner, argv, fb.iperf3_refused)
     try:
         got = fb.parse_iperf3(res.stdout)
     except fb.BenchError as e:
@@ -287,8 +287,8 @@ def _perftest(module, runner):
         module.fail_json(msg="%s: %s" % (where, e), tool=name, **res.details())
     out = {"tool": name, "result": got, "path_mtu": got.get("path_mtu")}
     if p["role"] == "client":
-        out["gbps" if p["test"] == "bandwidth" else "latency_us"] = got["gbps" if p["test"] == "bandwidth"
-                                                                       else "latency_us"]
+        key = "gbps" if p["test"] == "bandwidth" else "latency_us"
+        out[key] = got[key]
     return out
 
 

@@ -11,14 +11,14 @@ module: qualify_facts
 short_description: Find which measuring tools a node and its serving containers have
 version_added: 0.3.0
 description:
-  - Looks for the tools a qualification run prefers, on the node and inside the running container O(container) (the
+  - "Looks for the tools a qualification run prefers, on the node and inside the running container O(container) (the
     serving image with the node's fabric environment): C(iperf3), perftest's C(ib_write_bw) and C(ib_write_lat),
-    C(ibv_devinfo), nccl-tests' C(all_reduce_perf) and C(mpirun).
+    C(ibv_devinfo), nccl-tests' C(all_reduce_perf) and C(mpirun)."
   - Asks the container's Python for torch, whether it sees a CUDA GPU and its NCCL version (what decides between an
     NCCL and a gloo all-reduce).
   - With O(bench_container), asks that container (the vLLM API server) whether its C(vllm) has C(bench serve).
-  - Reads the RoCE ports with C(ibv_devinfo) where it exists (node first, else container): state, active and
-    maximum MTU per RDMA device.
+  - "Reads the RoCE ports with C(ibv_devinfo) where it exists (node first, else container): state, active and
+    maximum MTU per RDMA device."
   - Changes nothing.
 author:
   - sparkfleet.vllm contributors (@sparkfleet)

@@ -19,10 +19,10 @@ description:
     C(--ignore-eos)) run inside the API server's container O(container); O(tool=client): the collection's own asyncio
     client (Python's standard library, on this node); O(tool=auto): C(vllm) when O(container) is given and its vLLM has
     C(bench serve), else C(client)."
-  - The API key goes in an C(Authorization) header (the client) or C(OPENAI_API_KEY) in the container's environment
-    (C(vllm bench serve)); it never reaches a command line or the result.
-  - Bounded: each level stops sending after O(level_seconds) and each request after O(timeout); a level where no
-    request succeeds ends the test. Changes nothing.
+  - "The API key goes in an C(Authorization) header (the client) or C(OPENAI_API_KEY) in the container's environment
+    (C(vllm bench serve)); it never reaches a command line or the result."
+  - "Bounded: each level stops sending after O(level_seconds) and each request after O(timeout); a level where no
+    request succeeds ends the test. Changes nothing."
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
 options:
@@ -166,13 +166,13 @@ def main():
             concurrency=dict(type="list", elements="int", default=[1, 4, 16, 64]),
             rounds=dict(type="int", default=2),
             min_requests=dict(type="int", default=8),
-            input_tokens=dict(type="int", default=128),
-            output_tokens=dict(type="int", default=64),
+            input_tokens=dict(type="int", default=128, no_log=False),
+            output_tokens=dict(type="int", default=64, no_log=False),
             level_seconds=dict(type="int", default=120),
             timeout=dict(type="int", default=120),
             tool=dict(type="str", default="auto", choices=["auto", "vllm", "client"]),
             container=dict(type="str"),
-            tokenizer=dict(type="str"),
+            tokenizer=dict(type="str", no_log=False),
         ),
         supports_check_mode=True,
     )

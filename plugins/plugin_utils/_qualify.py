@@ -96,10 +96,9 @@ def _fabric_lines(nodes, context):
             if value < 25:
                 verdict = BELOW
                 note = _tcp_bw_cause(value, r, mtus, no_rdma, rdma_low)
-            lines.append(_line("fabric", "TCP bandwidth (%d stream%s)" % (r.get("streams") or 1,
-                                                                         "" if (r.get("streams") or 1) == 1 else "s"),
-                               where, value, "Gb/s", r.get("tool"),
-                               "25 Gb/s or more per 200G rail", COMMUNITY_RDMA,
+            streams = r.get("streams") or 1
+            lines.append(_line("fabric", "TCP bandwidth (%d stream%s)" % (streams, "" if streams == 1 else "s"), where,
+                               value, "Gb/s", r.get("tool"), "25 Gb/s or more per 200G rail", COMMUNITY_RDMA,
                                verdict, note))
         else:
             lines.append(_line("fabric", "TCP latency (one way, half the median round trip)", where,
@@ -227,7 +226,7 @@ def _nccl_lines(nodes, context):
             t = transports[host]
             ok = t == "IB"
             lines.append(_line("nccl", "NCCL transport", host, "NET/%s" % t if t else None, "", "NCCL_DEBUG=INFO",
-                               "NET/IB on every node", "DOMAIN.md section 9; " + NVIDIA_NCCL.split(" (")[0],
+                               "NET/IB on every node", "DOMAIN.md section 9; " + NVIDIA_NCCL.split(" (", maxsplit=1)[0],
                                AS_EXPECTED if ok else BELOW if t else NO_REFERENCE,
                                None if ok else (
                                    "NCCL fell back to TCP: the Ray container lacks /dev/infiniband or an unlimited "
@@ -316,7 +315,7 @@ def _serving_lines(serving, context):
         return [_line("serving", "load test", context.get("endpoint") or "API", verdict=FAILED,
                       note=serving.get("msg"))]
     model = context.get("model") or "?"
-    known = model in REFERENCE_MODELS or os.path.basename(str(model)) in [m.split("/")[-1] for m in REFERENCE_MODELS]
+    known = model in REFERENCE_MODELS or os.path.basename(str(model)) in [m.rsplit("/", maxsplit=1)[-1] for m in REFERENCE_MODELS]
     tool = serving.get("tool")
     no_ref = "none published for this model" if not known else "none published at this load"
     lines = []
@@ -484,8 +483,9 @@ def chart(section, path):
             right.plot([c for c, _v in pts], [v for _c, v in pts], marker="o", color=colour, label=label)
     right.set_xlabel("concurrent users")
     right.set_ylabel("ms")
-    right.set_title("latency" + ("" if any(lv.get("itl_ms") for lv in levels) else
-                                     " (no inter-token latency: each completion came in one piece)"), fontsize=10)
+    no_itl = not any(lv.get("itl_ms") for lv in levels)
+    right.set_title("latency" + (" (no inter-token latency: each completion came in one piece)" if no_itl else ""),
+                    fontsize=10)
     right.set_ylim(bottom=0)
     if right.get_legend_handles_labels()[0]:
         right.legend(fontsize=8)

@@ -94,11 +94,14 @@ def spark_run(rdma_gbps=(92.6, 97.3), tcp=36.0, busbw=22.5, transports=("IB", "I
             got = {"latency_us": 1.6, "tool": "ib_write_lat", "path_mtu": path_mtu}
         results["spark-1"].append(fabric_result("spark-1", item, **got))
         results["spark-2"].append(fabric_result("spark-2", item, tool=got["tool"]))
-    ar = lambda rank, t: {"backend": "nccl", "rank": rank, "world": 2, "transport": t, "torch": "2.9.0+cu130",  # noqa
-                          "results": [{"bytes": 1 << 20, "seconds": 1e-4, "algbw_gbs": 10.5, "busbw_gbs": 10.5},
-                                      {"bytes": 1 << 30, "seconds": 0.05, "algbw_gbs": busbw, "busbw_gbs": busbw}]}
-    dk = lambda g: {"gbps": g, "bytes_read": 32 << 30, "bytes_total": 119 << 30, "threads": 4,  # noqa
-                    "stopped_by": "max_bytes"}
+    def ar(rank, transport):
+        return {"backend": "nccl", "rank": rank, "world": 2, "transport": transport, "torch": "2.9.0+cu130",
+                "results": [{"bytes": 1 << 20, "seconds": 1e-4, "algbw_gbs": 10.5, "busbw_gbs": 10.5},
+                            {"bytes": 1 << 30, "seconds": 0.05, "algbw_gbs": busbw, "busbw_gbs": busbw}]}
+
+    def dk(gbps):
+        return {"gbps": gbps, "bytes_read": 32 << 30, "bytes_total": 119 << 30, "threads": 4, "stopped_by": "max_bytes"}
+
     nodes = {"spark-1": node(results["spark-1"], mtu=mtu, allreduce=ar(0, transports[0]), disk=dk(disk[0])),
              "spark-2": node(results["spark-2"], mtu=mtu, allreduce=ar(1, transports[1]), disk=dk(disk[1]))}
     serving = {"tool": "vllm bench serve", "levels": [
@@ -171,9 +174,9 @@ def test_a_lab_run_measures_tcp_gloo_disk_and_the_api_and_says_what_it_cannot():
                          fabric_result("spark-2", items[1], tool="python")], hca=["rocep1s0f1"],
                         allreduce={"backend": "gloo", "world": 2, "results": [{"bytes": 16 << 20, "busbw_gbs": 0.6}]},
                         disk={"gbps": 1.3, "bytes_read": 256 << 20, "bytes_total": 256 << 20, "threads": 4})}
-    serving = {"tool": "client", "levels": [{"concurrency": 1, "ok": 8, "requests": 8, "output_tok_s": 7098.0,
-                                             "ttft_ms": {"p50": 9.0}, "itl_ms": None,
-                                             "itl_note": "the server sent each completion in one piece"}]}
+    level = {"concurrency": 1, "ok": 8, "requests": 8, "output_tok_s": 7098.0, "ttft_ms": {"p50": 9.0}, "itl_ms": None,
+             "itl_note": "the server sent each completion in one piece"}
+    serving = {"tool": "client", "levels": [level]}
     section = qualify_report(nodes, serving=serving, context={"head": "spark-1", "model": "sparklab/tiny-moe",
                                                                "rdma_skip_reason": plan["rdma_skip_reason"]})
     not_here = [ln for ln in section["lines"] if ln["verdict"] == "not measurable here"]

@@ -38,8 +38,7 @@ def test_stops_at_max_bytes(run_module, model):
 def test_stops_at_the_time_limit():
     ticks = iter(range(1000))
     files = [(__file__, os.path.getsize(__file__))]
-    got, _secs, _n, stopped, _errors = disk_bench.read_files(files, 1 << 40, 0.5, 1, 64, True,
-                                                              clock=lambda: next(ticks))
+    got, _secs, _n, stopped, _errors = disk_bench.read_files(files, 1 << 40, 0.5, 1, 64, True, clock=ticks.__next__)
     assert stopped == "seconds" and got == 64
 
 

@@ -25,6 +25,12 @@ def read(name):
         return f.read()
 
 
+def capture(name):
+    """A captured HTTP answer, byte for byte (kept as JSON: the repository's files end lines with LF only)."""
+    with open(os.path.join(FIXTURES, name + ".json"), encoding="utf-8") as f:
+        return json.load(f)["raw"].encode("utf-8")
+
+
 class Server(object):
     """A loopback HTTP server answering every request with ``respond(conn, request_bytes)``."""
 
@@ -43,7 +49,7 @@ class Server(object):
     def _loop(self):
         while True:
             try:
-                conn, _ = self.sock.accept()
+                conn = self.sock.accept()[0]
             except OSError:
                 return
             threading.Thread(target=self._one, args=(conn,), daemon=True).start()
@@ -78,7 +84,7 @@ class Server(object):
 def token_stream(conn, head, body):
     """A vLLM-like stream: one chunk per token, 5 ms apart, usage at the end."""
     if "Bearer %s" % KEY not in head:
-        conn.sendall(read("standin_401.http"))
+        conn.sendall(capture("standin_401"))
         return
     conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
     n = body["max_tokens"]
@@ -130,7 +136,7 @@ def test_token_stream_gives_ttft_itl_and_throughput_per_level(run_module, server
 
 
 def test_the_stand_in_sends_a_completion_in_one_piece_no_itl(run_module, server):
-    srv = server(lambda conn, head, body: conn.sendall(read("standin_stream.http")))
+    srv = server(lambda conn, head, body: conn.sendall(capture("standin_stream")))
     result = run_module(serving_bench, dict(url=srv.url, model="sparklab/tiny-moe", concurrency=[1], tool="client"))
     level = result["levels"][0]
     assert level["ok"] == 8 and level["output_tokens"] == 64  # usage says 8 per completion
