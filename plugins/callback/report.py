@@ -20,7 +20,7 @@ description:
     directory under O(dir), points C(latest) at it, and prints where.
   - C(playbooks/status.yml) prints the latest report's table.
   - After C(qualify.yml) the report also holds its C(qualify) section (what C(sparkfleet.vllm.qualify) published with
-    C(set_stats) as C(sparkfleet_qualify)), written as C(qualify.txt), C(qualify.json) and C(qualify.png)
+    C(set_stats) as C(sparkfleet.qualify)), written as C(qualify.txt), C(qualify.json) and C(qualify.png)
     (throughput and latency against concurrency).
   - Enable it with C(callbacks_enabled = sparkfleet.vllm.report) in C(ansible.cfg); it works beside any stdout callback.
 requirements:
@@ -145,7 +145,7 @@ class CallbackModule(CallbackBase):
         base = base if os.path.isabs(base) else os.path.join(self._cwd, base)
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock.started))
         run_dir = os.path.join(base, "%s-%s" % (stamp, os.path.splitext(self._playbook)[0]))
-        qualify = custom.get("sparkfleet_qualify")  # the qualify role's section (playbooks/qualify.yml)
+        qualify = (custom.get("sparkfleet") or {}).get("qualify")  # the qualify role's section (playbooks/qualify.yml)
         if qualify:
             report["qualify"] = qualify
         try:

@@ -189,7 +189,7 @@ def read_files(files, max_bytes, seconds, threads, block, drop_cache, clock=time
             finally:
                 os.close(fd)
 
-    workers = [threading.Thread(target=worker) for _ in range(max(1, min(threads, len(files) or 1)))]
+    workers = [threading.Thread(target=worker) for _i in range(max(1, min(threads, len(files) or 1)))]
     for w in workers:
         w.daemon = True
         w.start()

@@ -35,9 +35,9 @@ PLAYBOOK = """
     - name: Publish
       ansible.builtin.set_stats:
         data:
-          sparkfleet_qualify: "{{ section }}"
+          sparkfleet:
+            qualify: "{{ section }}"
         per_host: false
-        aggregate: false
 """
 
 

@@ -94,6 +94,7 @@ def spark_run(rdma_gbps=(92.6, 97.3), tcp=36.0, busbw=22.5, transports=("IB", "I
             got = {"latency_us": 1.6, "tool": "ib_write_lat", "path_mtu": path_mtu}
         results["spark-1"].append(fabric_result("spark-1", item, **got))
         results["spark-2"].append(fabric_result("spark-2", item, tool=got["tool"]))
+
     def ar(rank, transport):
         return {"backend": "nccl", "rank": rank, "world": 2, "transport": transport, "torch": "2.9.0+cu130",
                 "results": [{"bytes": 1 << 20, "seconds": 1e-4, "algbw_gbs": 10.5, "busbw_gbs": 10.5},
@@ -177,8 +178,8 @@ def test_a_lab_run_measures_tcp_gloo_disk_and_the_api_and_says_what_it_cannot():
     level = {"concurrency": 1, "ok": 8, "requests": 8, "output_tok_s": 7098.0, "ttft_ms": {"p50": 9.0}, "itl_ms": None,
              "itl_note": "the server sent each completion in one piece"}
     serving = {"tool": "client", "levels": [level]}
-    section = qualify_report(nodes, serving=serving, context={"head": "spark-1", "model": "sparklab/tiny-moe",
-                                                               "rdma_skip_reason": plan["rdma_skip_reason"]})
+    context = {"head": "spark-1", "model": "sparklab/tiny-moe", "rdma_skip_reason": plan["rdma_skip_reason"]}
+    section = qualify_report(nodes, serving=serving, context=context)
     not_here = [ln for ln in section["lines"] if ln["verdict"] == "not measurable here"]
     assert {ln["figure"].split(" (")[0] for ln in not_here} >= {
         "RDMA write bandwidth", "RDMA write latency", "RoCE path MTU in use", "NCCL all-reduce bus bandwidth",
