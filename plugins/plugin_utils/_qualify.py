@@ -155,7 +155,7 @@ def _tcp_bw_cause(value, r, mtus, no_rdma, rdma_low):
     if r.get("tool") == "python":
         causes.append("the collection's Python test is CPU-bound per stream (install iperf3 on the nodes for a tool's "
                       "figure)")
-    if not rdma_low and not any(c.startswith("the RDMA") for c in causes):
+    if not rdma_low and r.get("tool") != "python":
         causes.append("TCP through the kernel is CPU-bound; serving's all-reduce uses RDMA (see the RDMA lines)")
     return "; ".join(causes) or "a slow or shared link"
 
