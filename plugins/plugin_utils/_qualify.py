@@ -61,8 +61,9 @@ def _fabric_lines(nodes, context):
     if len(nodes) < 2:
         return [_line("fabric", "fabric tests", "one node", verdict=NOT_MEASURABLE,
                       note="a single node has no fabric peer to measure")]
-    if not any((n or {}).get("fabric_tests") is not None for n in nodes.values()):
-        return [_line("fabric", "fabric tests", "all pairs", verdict=NOT_RUN, note="skipped (--skip-tags fabric)")]
+    ran = any((n or {}).get("fabric_tests") is not None for n in nodes.values())
+    if not ran:
+        lines.append(_line("fabric", "fabric tests", "all pairs", verdict=NOT_RUN, note="skipped (--skip-tags fabric)"))
     mtus = {h: ((n or {}).get("fabric") or {}).get("mtu") for h, n in nodes.items()}
     no_rdma = _nodes_without(nodes, "rdma_char_devices")
     rdma_low = any(r.get("transport") == "rdma" and r.get("test") == "bandwidth" and (r.get("gbps") or 0) <= 25
@@ -105,7 +106,7 @@ def _fabric_lines(nodes, context):
                                r.get("latency_us"), "us", r.get("tool"),
                                "none published (RDMA's is 1-2 us)", COMMUNITY_RDMA, NO_REFERENCE))
     rdma_run = any(r.get("transport") == "rdma" for r in tests)
-    if not rdma_run:
+    if ran and not rdma_run:
         why = context.get("rdma_skip_reason") or "no RDMA test ran"
         for figure in ("RDMA write bandwidth (one rail)", "RDMA write latency (one way)"):
             lines.append(_line("fabric", figure, "all pairs", expected="80-100 Gb/s per rail" if "bandwidth" in figure

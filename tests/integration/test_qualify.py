@@ -113,3 +113,15 @@ def test_qualify_reports_every_figure_and_changes_nothing(lab, serving, tmp_path
     key = lab.api_key()
     assert key not in p.stdout and key not in open(log[len("events: "):]).read()
     assert not any(key in f.read_text(errors="replace") for f in latest.iterdir() if f.suffix in (".json", ".txt"))
+
+
+def test_every_step_can_be_skipped_and_says_so(lab, serving, tmp_path):
+    p = sparkfleet(lab, tmp_path / "reports", "qualify", "-i", str(lab.inventory),
+                   "--skip-tags", "fabric,nccl,disk,serving")
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    section = json.loads((tmp_path / "reports" / "latest" / "report.json").read_text())["qualify"]
+    not_run = {ln["group"] for ln in section["lines"] if ln["verdict"] == "not run"}
+    assert not_run == {"fabric", "nccl", "disk", "serving"}, section["lines"]
+    assert all("--skip-tags" in ln["note"] for ln in section["lines"] if ln["verdict"] == "not run")
+    # What needs no measurement is still reported: each node's MTU.
+    assert [ln["value"] for ln in section["lines"] if ln["figure"] == "MTU of the fabric interface"] == [9000, 9000]
