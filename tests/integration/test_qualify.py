@@ -38,8 +38,16 @@ def leftovers(lab, host):
     return [p for p in ports + procs + inside.stdout.split("\n") if p.strip()]
 
 
+def temp_files(lab, host):
+    """The names in /tmp and /var/tmp on the host and in /tmp of its Ray container (Ray's own /tmp/ray aside)."""
+    host_side = lab.sh(host, "ls -A /tmp /var/tmp").stdout
+    inside = lab.sh(host, "docker exec sparkfleet-ray ls -A /tmp").stdout
+    return sorted(set(host_side.split()) | set("container:" + n for n in inside.split() if n != "ray"))
+
+
 def test_qualify_reports_every_figure_and_changes_nothing(lab, serving, tmp_path):
     before = {h: lab.services(h) for h in lab.hosts}
+    files = {h: temp_files(lab, h) for h in lab.hosts}
     answers = []
     stop = threading.Event()
 
@@ -69,6 +77,7 @@ def test_qualify_reports_every_figure_and_changes_nothing(lab, serving, tmp_path
     assert sum(stats["changed"].values()) == 0 and not stats.get("failures"), stats
     for host in lab.hosts:
         assert leftovers(lab, host) == [], host
+        assert sorted(set(temp_files(lab, host)) - set(files[host])) == [], host   # no file left behind
 
     # The report: report.json's qualify section, its table and chart, through the report callback.
     latest = tmp_path / "reports" / "latest"

