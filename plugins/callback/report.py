@@ -18,6 +18,16 @@ description:
   - At the end of a playbook named in O(playbooks) it writes C(report.json), C(report.txt) (the table it also prints)
     and C(timeline.png) (phases per node; needs matplotlib on the controller, else skipped with a note) into a new
     directory under O(dir), points C(latest) at it, and prints where.
+  - The table has a row per phase, vLLM's startup sub-phases (from C(vllm_wait)'s C(phase_times)) under the serving
+    phase when the server started in this run, and NCCL's transport per node; the chart draws the same. A phase in
+    which every task was skipped on a host is not a row.
+  - For AWX and other ansible-runner callers the report's directory and chart path are known from the start. The
+    callback puts the directory in the environment variable C(SPARKFLEET_REPORT_RUN_DIR) of the run, and the first
+    play of every playbook (C(playbooks/inventory_check.yml)) publishes it with C(set_stats) as
+    C(sparkfleet.report.dir) and C(sparkfleet.report.chart), so they are in the job's artifacts. After the run the
+    callback prints the chart's path (or why there is none) as the last summary line.
+  - An empty run (no host matched, or the inventory check failed) still writes the report with its failure; there
+    is then no chart.
   - C(playbooks/status.yml) prints the latest report's table.
   - After C(qualify.yml) the report also holds its C(qualify) section (what C(sparkfleet.vllm.qualify) published with
     C(set_stats) as C(sparkfleet.qualify)), written as C(qualify.txt), C(qualify.json) and C(qualify.png)
@@ -56,6 +66,9 @@ from ansible.plugins.callback import CallbackBase
 
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _qualify, _report
 
+# Where this run's report goes, for the first play's set_stats (see the description).
+RUN_DIR_ENV = "SPARKFLEET_REPORT_RUN_DIR"
+
 
 class CallbackModule(CallbackBase):
     """Time the phases per node and write the deploy report."""
@@ -71,6 +84,7 @@ class CallbackModule(CallbackBase):
         self._captured = {}
         self._failure = None
         self._playbook = None
+        self._run_dir = None
         self._play_tags = ()
         self._play_name = None
         self._cwd = os.getcwd()
@@ -79,9 +93,24 @@ class CallbackModule(CallbackBase):
         role = task._role.get_name() if getattr(task, "_role", None) else None
         return _report.phase_of(self._play_tags, role, self._play_name, task.action)
 
+    def _wanted(self):
+        return self._playbook in (self.get_option("playbooks") or [])
+
     def v2_playbook_on_start(self, playbook):
         self._playbook = os.path.basename(playbook._file_name)
         self._clock = _report.PhaseClock()
+        self._captured = {}
+        self._failure = None
+        os.environ.pop(RUN_DIR_ENV, None)
+        if not self._wanted():
+            self._run_dir = None
+            return
+        base = self.get_option("dir")
+        base = base if os.path.isabs(base) else os.path.join(self._cwd, base)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock.started))
+        self._run_dir = os.path.join(base, "%s-%s" % (stamp, os.path.splitext(self._playbook)[0]))
+        # Read by the first play's set_stats (the workers that template it are forked from this process).
+        os.environ[RUN_DIR_ENV] = self._run_dir
 
     def v2_playbook_on_play_start(self, play):
         self._play_tags = tuple(play.tags or ())
@@ -100,13 +129,17 @@ class CallbackModule(CallbackBase):
         got = _report.capture(task.action, result._result)
         if got:
             self._captured[got[0]] = got[1]
+            if got[0] == "vllm_wait":
+                start = _report.vllm_start(got[1], result._host.get_name(), phase, self._clock.offset())
+                if start:
+                    self._captured["vllm_start"] = start
         return task
 
     def v2_runner_on_ok(self, result):
         self._result(result, "ok")
 
     def v2_runner_on_skipped(self, result):
-        self._result(result, "ok")
+        self._result(result, "skipped")
 
     def v2_runner_on_unreachable(self, result):
         self._note_failure(result, "unreachable")
@@ -135,16 +168,14 @@ class CallbackModule(CallbackBase):
         }
 
     def v2_playbook_on_stats(self, stats):
-        wanted = self.get_option("playbooks") or []
-        if self._playbook not in wanted:
+        if not self._wanted() or not self._run_dir:
             return
+        os.environ.pop(RUN_DIR_ENV, None)
         host_stats = {h: stats.summarize(h) for h in sorted(stats.processed)}
         custom = (stats.custom or {}).get("_run") or {}
         report = _report.build(self._playbook, self._clock, self._captured, custom, host_stats, self._failure)
-        base = self.get_option("dir")
-        base = base if os.path.isabs(base) else os.path.join(self._cwd, base)
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock.started))
-        run_dir = os.path.join(base, "%s-%s" % (stamp, os.path.splitext(self._playbook)[0]))
+        run_dir = self._run_dir
+        base = os.path.dirname(run_dir)
         qualify = (custom.get("sparkfleet") or {}).get("qualify")  # the qualify role's section (playbooks/qualify.yml)
         if qualify:
             report["qualify"] = qualify
@@ -163,6 +194,9 @@ class CallbackModule(CallbackBase):
         for line in _report.table(report) + (_qualify.table(qualify) if qualify else []):
             self._display.display(line)
         self._display.display("sparkfleet report: %s" % run_dir, color="cyan")
-        for key in ("chart_missing", "qualify_chart_missing"):
-            if written.get(key):
-                self._display.display("sparkfleet report: %s" % written[key])
+        if written.get("chart"):
+            self._display.display("sparkfleet report: chart %s" % written["chart"], color="cyan")
+        else:
+            self._display.display("sparkfleet report: no chart (%s)" % written.get("chart_missing"))
+        if written.get("qualify_chart_missing"):
+            self._display.display("sparkfleet report: %s" % written["qualify_chart_missing"])

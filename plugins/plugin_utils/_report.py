@@ -4,7 +4,11 @@
 """The deploy report (controller side): phases per node from task timings, results from module returns.
 
 Pure functions shared by the ``sparkfleet.vllm.report`` callback (which feeds them) and its tests. The chart
-needs matplotlib; without it the JSON report and the table are still written.
+needs matplotlib (its object API only: no pyplot, no global backend inside Ansible); without it the JSON report and
+the table are still written.
+
+To add a section: capture the module's fields (``CAPTURED``), derive the report's key in ``FIELDS`` and add a
+function to ``SECTIONS`` that turns the report into table lines (``[]`` when it has nothing to say).
 """
 
 from __future__ import annotations
@@ -22,33 +26,48 @@ CAPTURED = {
     "nccl_transport": ("transports",),
 }
 
-
 # Tasks that only pull in other tasks: not timed themselves (the tasks they include are).
 INCLUDES = ("include_role", "import_role", "include_tasks", "import_tasks")
+# Phases that are not part of the deployment: the controller's own check of the inventory (playbooks/inventory_check.yml).
+UNTIMED = ("inventory_check",)
+# The phase whose vllm_wait saw the server start in this run (its startup phases are drawn inside it).
+SERVE_PHASE = "vllm_serve"
 
 
 class PhaseClock(object):
     """Per host, the phases it went through in order: when the first task started, when the last result came, and
-    whether one failed. A phase entered again later (the lock taken at the start, released at the end) is a new span."""
+    whether one failed. A phase entered again later (the lock taken at the start, released at the end) is a new span.
+    A span in which every task was skipped did nothing and is left out of the report."""
 
     def __init__(self, now=time.time):
         self.now = now
         self.started = now()
-        self.spans = {}  # host -> [dict(phase, start, end, status, tasks)]
+        self.spans = {}  # host -> [dict(phase, start, end, status, tasks, ran)]
+
+    def offset(self):
+        """Seconds since the run started."""
+        return round(self.now() - self.started, 2)
 
     def start(self, host, phase):
+        if phase in UNTIMED:
+            return None
         spans = self.spans.setdefault(host, [])
         if spans and spans[-1]["phase"] == phase:
             return spans[-1]
-        spans.append({"phase": phase, "start": self.now(), "end": None, "status": "ok", "tasks": 0})
+        spans.append({"phase": phase, "start": self.now(), "end": None, "status": "ok", "tasks": 0, "ran": 0})
         return spans[-1]
 
     def result(self, host, phase, status):
+        """status: ok, skipped, failed or unreachable."""
+        if phase in UNTIMED:
+            return
         span = next((s for s in reversed(self.spans.get(host, [])) if s["phase"] == phase), None)
         if span is None:
             span = self.start(host, phase)
         span["end"] = self.now()
         span["tasks"] += 1
+        if status != "skipped":
+            span["ran"] += 1
         if status in ("failed", "unreachable") and span["status"] == "ok":
             span["status"] = status
 
@@ -58,11 +77,14 @@ class PhaseClock(object):
         for host in sorted(self.spans):
             rows = []
             for span in self.spans[host]:
+                if span["status"] == "ok" and span["tasks"] and not span["ran"]:
+                    continue   # every task skipped: the phase did not happen on this host
                 end = span["end"] if span["end"] is not None else span["start"]
                 rows.append({"phase": span["phase"], "start_s": round(span["start"] - self.started, 2),
                              "end_s": round(end - self.started, 2), "seconds": round(end - span["start"], 2),
                              "status": span["status"]})
-            out[host] = rows
+            if rows:
+                out[host] = rows
         return out
 
 
@@ -90,38 +112,106 @@ def capture(action, result):
     return short, {k: result[k] for k in fields if k in result}
 
 
+def vllm_start(fields, host, phase, at_s):
+    """What the callback keeps of a vllm_wait result seen in the serving phase: the server (re)started in this run,
+    and its startup phases end about when this result came (``at_s``, seconds since the run started)."""
+    if phase != SERVE_PHASE or not fields.get("ready"):
+        return None
+    return {"host": host, "at_s": at_s, "phase_times": fields.get("phase_times") or {}}
+
+
+# --------------------------------------------------------------------------------------------- the report dict
+
+def _versions(stats, captured):
+    checks = captured.get("image_check") or {}
+    ray = captured.get("ray_cluster_check") or {}
+    wait = captured.get("vllm_wait") or {}
+    found = stats.get("versions") or {}
+    return {
+        "vllm": found.get("vllm") or checks.get("vllm_version") or wait.get("vllm_version"),
+        "ray": found.get("ray") or checks.get("ray_version") or ray.get("ray_version"),
+        "image": found.get("image") or checks.get("image"),
+    }
+
+
+def _transfer(stats, captured):
+    sync = captured.get("model_sync") or {}
+    return {k: sync.get(k) for k in ("files_transferred", "bytes_transferred", "transfer_seconds", "mb_per_s")} \
+        if sync else None
+
+
+def _ray(stats, captured):
+    ray = captured.get("ray_cluster_check") or {}
+    return {"ok": ray.get("ok"), "summary": ray.get("summary")} if ray else None
+
+
+def _nccl(stats, captured):
+    return stats.get("nccl_transports") or (captured.get("nccl_transport") or {}).get("transports")
+
+
+def _phase_times(stats, captured):
+    return stats.get("vllm_phase_times") or (captured.get("vllm_wait") or {}).get("phase_times")
+
+
+def _vllm_startup(stats, captured):
+    """vLLM's startup sub-phases, each with its seconds (zero-length ones left out), and where they sit in this run:
+    laid end to end, ending when the serving phase's wait saw the server ready; ``this_run`` false when the server
+    started before this run (no wait saw it start), then they have no place on this run's timeline."""
+    started = captured.get("vllm_start") or {}
+    times = _phase_times(stats, captured) or started.get("phase_times") or {}
+    rows = []
+    for name, seconds in times.items():
+        try:
+            seconds = float(seconds)
+        except (TypeError, ValueError):
+            continue
+        if seconds > 0:
+            rows.append({"phase": name, "seconds": round(seconds, 2)})
+    if not rows:
+        return None
+    out = {"host": started.get("host"), "this_run": bool(started), "phases": rows}
+    if started:
+        end = float(started["at_s"])
+        for row in reversed(rows):
+            row["end_s"] = round(end, 2)
+            row["start_s"] = round(max(end - row["seconds"], 0.0), 2)
+            end = row["start_s"]
+    return out
+
+
+# Report keys derived from the captured module results and the set_stats results, in the order they are written.
+FIELDS = [
+    ("endpoint", lambda stats, captured: stats.get("endpoint")),
+    ("model", lambda stats, captured: stats.get("model")),
+    ("tokens_per_s", lambda stats, captured: stats.get("tokens_per_s")),
+    ("versions", _versions),
+    ("transfer", _transfer),
+    ("ray", _ray),
+    ("nccl_transports", _nccl),
+    ("vllm_phase_times", _phase_times),
+    ("vllm_startup", _vllm_startup),
+]
+
+
 def build(playbook, clock, captured, custom_stats, host_stats, failure, now=time.time):
     """The report dict (JSON-ready)."""
     ended = now()
     stats = (custom_stats or {}).get("sparkfleet") or {}
-    sync = captured.get("model_sync") or {}
-    checks = captured.get("image_check") or {}
-    ray = captured.get("ray_cluster_check") or {}
-    wait = captured.get("vllm_wait") or {}
+    captured = captured or {}
     failed = bool(failure) or any(s.get("failures") or s.get("unreachable") for s in (host_stats or {}).values())
-    return {
+    report = {
         "playbook": playbook,
         "status": "failed" if failed else "successful",
         "started": _iso(clock.started),
         "ended": _iso(ended),
         "seconds": round(ended - clock.started, 1),
         "phases": clock.phases(),
-        "endpoint": stats.get("endpoint"),
-        "model": stats.get("model"),
-        "tokens_per_s": stats.get("tokens_per_s"),
-        "versions": {
-            "vllm": (stats.get("versions") or {}).get("vllm") or checks.get("vllm_version") or wait.get("vllm_version"),
-            "ray": (stats.get("versions") or {}).get("ray") or checks.get("ray_version") or ray.get("ray_version"),
-            "image": (stats.get("versions") or {}).get("image") or checks.get("image"),
-        },
-        "transfer": {k: sync.get(k) for k in ("files_transferred", "bytes_transferred", "transfer_seconds", "mb_per_s")}
-        if sync else None,
-        "ray": {"ok": ray.get("ok"), "summary": ray.get("summary")} if ray else None,
-        "nccl_transports": stats.get("nccl_transports") or (captured.get("nccl_transport") or {}).get("transports"),
-        "vllm_phase_times": stats.get("vllm_phase_times") or wait.get("phase_times"),
-        "failure": failure,
-        "host_stats": host_stats,
     }
+    for key, derive in FIELDS:
+        report[key] = derive(stats, captured)
+    report["failure"] = failure
+    report["host_stats"] = host_stats
+    return report
 
 
 def _iso(ts):
@@ -156,52 +246,112 @@ def _order(phases):
     return order
 
 
-def table(report):
-    """The report as plain text lines (what the callback prints and status.yml shows)."""
+def _hosts(report):
+    """The table's and the chart's columns: every host that ran a phase, then any other the results name."""
+    hosts = sorted(report.get("phases") or {})
+    return hosts + sorted(h for h in (report.get("nccl_transports") or {}) if h not in hosts)
+
+
+# ------------------------------------------------------------------------------------------------ the table
+
+def _phase_table(report):
     phases = report.get("phases") or {}
-    order = _order(phases)
-    keyed = {h: _keyed(rows) for h, rows in phases.items()}
-    hosts = sorted(phases)
-    width = max([len("phase")] + [len(p) for p in order])
+    hosts = _hosts(report)
+    if not hosts:
+        return ["  no phase ran on any node"]
+    keyed = {h: _keyed(phases.get(h, [])) for h in hosts}
+    startup = report.get("vllm_startup") or {}
+    sub = startup.get("phases") if startup.get("this_run") else []
+    labels = list(_order(phases)) + ["NCCL transport"] + ["  %s" % r["phase"] for r in sub or []]
+    width = max(len(label) for label in labels + ["phase"])
     cols = [max(len(h), 9) for h in hosts]
-    head = (report.get("playbook"), report.get("status"), _fmt_s(report.get("seconds")), report.get("started"))
-    lines = ["sparkfleet report: %s %s in %s (%s)" % head]
-    lines.append("  " + "phase".ljust(width) + "".join("  " + h.rjust(c) for h, c in zip(hosts, cols)))
-    for phase in order:
+
+    def line(label, cells):
+        return ("  " + label.ljust(width) + "".join("  " + c.rjust(w) for c, w in zip(cells, cols))).rstrip()
+
+    lines = [line("phase", hosts)]
+    for phase in _order(phases):
         cells = []
-        for host, col in zip(hosts, cols):
+        for host in hosts:
             row = keyed[host].get(phase)
-            cell = "" if row is None else _fmt_s(row["seconds"]) + ("" if row["status"] == "ok" else " FAILED")
-            cells.append("  " + cell.rjust(col))
-        lines.append(("  " + phase.ljust(width) + "".join(cells)).rstrip())
+            cells.append("" if row is None else _fmt_s(row["seconds"]) + ("" if row["status"] == "ok" else " FAILED"))
+        lines.append(line(phase, cells))
+        if phase == SERVE_PHASE and sub:
+            for row in sub:
+                lines.append(line("  %s" % row["phase"],
+                                  [_fmt_s(row["seconds"]) if h == startup.get("host") else "" for h in hosts]))
+    nccl = report.get("nccl_transports") or {}
+    if nccl:
+        lines.append(line("NCCL transport", [str(nccl.get(h) or "") for h in hosts]))
+    return lines
+
+
+def _startup_section(report):
+    startup = report.get("vllm_startup") or {}
+    if not startup or startup.get("this_run"):
+        return []
+    steps = ", ".join("%s %s" % (r["phase"], _fmt_s(r["seconds"])) for r in startup["phases"])
+    return ["  vLLM startup (the running server, started before this run): %s" % steps]
+
+
+def _transfer_section(report):
     transfer = report.get("transfer") or {}
     if transfer.get("bytes_transferred") == 0:
-        lines.append("  transfer: nothing to send (every worker has the model, verified)")
-    elif transfer.get("bytes_transferred") is not None:
+        return ["  transfer: nothing to send (every worker has the model, verified)"]
+    if transfer.get("bytes_transferred") is not None:
         moved = (transfer["bytes_transferred"] / 1e6, _fmt_s(transfer.get("transfer_seconds")),
                  transfer.get("mb_per_s") or 0.0)
-        lines.append("  transfer: %.1f MB in %s (%.1f MB/s)" % moved)
-    if report.get("ray"):
-        lines.append("  ray: %s" % report["ray"].get("summary"))
+        return ["  transfer: %.1f MB in %s (%.1f MB/s)" % moved]
+    return []
+
+
+def _ray_section(report):
+    return ["  ray: %s" % report["ray"].get("summary")] if report.get("ray") else []
+
+
+def _versions_section(report):
     versions = report.get("versions") or {}
-    if any(versions.values()):
-        found = tuple(versions.get(k) or "?" for k in ("vllm", "ray", "image"))
-        lines.append("  versions: vLLM %s, Ray %s, image %s" % found)
-    if report.get("endpoint"):
-        tps = report.get("tokens_per_s")
-        rate = "%s tokens/s" % tps if tps is not None else "tokens/s not measured"
-        lines.append("  serving: %s at %s, %s" % (report.get("model"), report["endpoint"], rate))
+    if not any(versions.values()):
+        return []
+    return ["  versions: vLLM %s, Ray %s, image %s" % tuple(versions.get(k) or "?" for k in ("vllm", "ray", "image"))]
+
+
+def _serving_section(report):
+    if not report.get("endpoint"):
+        return []
+    tps = report.get("tokens_per_s")
+    rate = "%s tokens/s" % tps if tps is not None else "tokens/s not measured"
+    return ["  serving: %s at %s, %s" % (report.get("model"), report["endpoint"], rate)]
+
+
+def _failure_section(report):
     failure = report.get("failure")
-    if failure:
-        what = (failure.get("task"), failure.get("host"), failure.get("class") or "error", failure.get("msg"))
-        lines.append("  failed: %s on %s (%s): %s" % what)
-        if failure.get("hint"):
-            lines.append("  hint: %s" % failure["hint"])
+    if not failure:
+        return []
+    what = (failure.get("task"), failure.get("host"), failure.get("class") or "error", failure.get("msg"))
+    lines = ["  failed: %s on %s (%s): %s" % what]
+    if failure.get("hint"):
+        lines.append("  hint: %s" % failure["hint"])
+    return lines
+
+
+# The table after its title line, section by section (each a function of the report dict returning lines).
+SECTIONS = [_phase_table, _startup_section, _transfer_section, _ray_section, _versions_section, _serving_section,
+            _failure_section]
+
+
+def table(report):
+    """The report as plain text lines (what the callback prints and status.yml shows)."""
+    head = (report.get("playbook"), report.get("status"), _fmt_s(report.get("seconds")), report.get("started"))
+    lines = ["sparkfleet report: %s %s in %s (%s)" % head]
+    for section in SECTIONS:
+        lines.extend(section(report))
     return lines
 
 
 def write(report, directory, chart=True):
-    """Write report.json, report.txt and (with matplotlib) timeline.png into directory; return what was written."""
+    """Write report.json, report.txt and (with matplotlib) timeline.png into directory; return what was written:
+    json, table, and chart (its path) or chart_missing (why there is none)."""
     os.makedirs(directory, exist_ok=True)
     written = {}
     path = os.path.join(directory, "report.json")
@@ -215,26 +365,40 @@ def write(report, directory, chart=True):
     written["table"] = path
     if chart:
         try:
-            written["chart"] = timeline(report, os.path.join(directory, "timeline.png"))
+            drawn = timeline(report, os.path.join(directory, "timeline.png"))
         except ImportError:
             written["chart_missing"] = "matplotlib is not installed on the controller: no timeline chart"
+        else:
+            if drawn:
+                written["chart"] = drawn
+            else:
+                written["chart_missing"] = "no phase ran on any node: no timeline chart"
     return written
 
+
+# ------------------------------------------------------------------------------------------------ the chart
 
 # Fixed colours per known phase so charts of different runs compare at a glance.
 COLOURS = {"preflight": "#8c8c8c", "runtime_image": "#9467bd", "gpu_cleanup": "#d62728", "model_sync": "#1f77b4",
            "ray_cluster": "#ff7f0e", "vllm_serve": "#2ca02c", "healthcheck": "#17becf"}
+# vLLM's startup sub-phases, in shades of the serving phase's green.
+STARTUP_COLOURS = ["#c7e9c0", "#a1d99b", "#74c476", "#41ab5d", "#238b45", "#006d2c", "#00441b", "#e5f5e0"]
 
 
 def timeline(report, path):
-    """A Gantt chart of phases per node (PNG). Raises ImportError without matplotlib."""
-    import matplotlib  # pylint: disable=import-outside-toplevel
-    matplotlib.use("Agg")
-    from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
+    """A Gantt chart of phases per node (PNG), with vLLM's startup sub-phases in a row under the head and NCCL's
+    transport beside each node's name. Returns the path, or None when no phase ran (nothing to draw).
+    Raises ImportError without matplotlib."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=import-outside-toplevel
+    from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
     from matplotlib.patches import Patch  # pylint: disable=import-outside-toplevel
 
     phases = report.get("phases") or {}
-    hosts = sorted(phases)
+    if not phases:
+        return None
+    nccl = report.get("nccl_transports") or {}
+    startup = report.get("vllm_startup") or {}
+    sub = startup.get("phases") if startup.get("this_run") else []
     order = []
     for key in _order(phases):
         base = key.split(" (")[0]
@@ -242,17 +406,33 @@ def timeline(report, path):
             order.append(base)
     spare = iter(["#bcbd22", "#e377c2", "#7f7f7f", "#8c564b", "#aec7e8", "#ffbb78"] * 4)
     colours = {p: COLOURS.get(p) or next(spare) for p in order}
-    fig, ax = pyplot.subplots(figsize=(11, 1.6 + 0.7 * max(1, len(hosts))))
-    for y, host in enumerate(reversed(hosts)):
-        for row in phases[host]:
+    sub_colours = {r["phase"]: STARTUP_COLOURS[i % len(STARTUP_COLOURS)] for i, r in enumerate(sub or [])}
+    # Rows from the top: each host, and under the head the vLLM startup row.
+    rows = []
+    for host in sorted(phases):
+        label = host + ("\nNCCL %s" % nccl[host] if nccl.get(host) else "")
+        rows.append(("host", host, label))
+        if sub and host == startup.get("host"):
+            rows.append(("startup", host, "%s\nvLLM startup" % host))
+    total = max(report.get("seconds") or 1, 1)
+    fig = Figure(figsize=(11, 1.6 + 0.7 * len(rows)))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for y, (kind, host, _label) in enumerate(reversed(rows)):
+        bars = phases[host] if kind == "host" else sub
+        for row in bars:
             width = max(row["end_s"] - row["start_s"], 0.05)
-            ax.broken_barh([(row["start_s"], width)], (y - 0.35, 0.7), facecolors=colours[row["phase"]],
-                           edgecolor="black" if row["status"] == "ok" else "red",
-                           hatch=None if row["status"] == "ok" else "xx", linewidth=0.6)
-            if width >= 0.045 * max(report.get("seconds") or 1, 1):
-                ax.text(row["start_s"] + width / 2, y, _fmt_s(row["seconds"]), ha="center", va="center", fontsize=8)
-    ax.set_yticks(range(len(hosts)))
-    ax.set_yticklabels(list(reversed(hosts)))
+            colour = colours[row["phase"]] if kind == "host" else sub_colours[row["phase"]]
+            ok = row.get("status", "ok") == "ok"
+            ax.broken_barh([(row["start_s"], width)], (y - 0.35, 0.7), facecolors=colour,
+                           edgecolor="black" if ok else "red", hatch=None if ok else "xx", linewidth=0.6)
+            if width >= 0.045 * total:
+                text = _fmt_s(row["seconds"]) if kind == "host" else "%s\n%s" % (row["phase"], _fmt_s(row["seconds"]))
+                dark = kind != "host" and STARTUP_COLOURS.index(colour) in (4, 5, 6)
+                ax.text(row["start_s"] + width / 2, y, text, ha="center", va="center",
+                        fontsize=7 if kind != "host" else 8, color="white" if dark else "black")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([label for _k, _h, label in reversed(rows)], fontsize=8)
     ax.set_xlabel("seconds since the run started (%s)" % report.get("started"))
     title = "%s: %s in %s" % (report.get("playbook"), report.get("status"), _fmt_s(report.get("seconds")))
     if report.get("model"):
@@ -264,9 +444,11 @@ def timeline(report, path):
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", linestyle=":", alpha=0.6)
     height = fig.get_size_inches()[1]
-    fig.legend(handles=[Patch(facecolor=colours[p], edgecolor="black", label=p) for p in order],
-               loc="lower center", ncol=min(len(order), 8), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.45 / height, 1, 1))
+    handles = [Patch(facecolor=colours[p], edgecolor="black", label=p) for p in order]
+    handles += [Patch(facecolor=sub_colours[r["phase"]], edgecolor="black", label="vLLM " + r["phase"]) for r in sub or []]
+    per_row = 6
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), per_row), fontsize=8, frameon=False)
+    legend_rows = (len(handles) + per_row - 1) // per_row
+    fig.tight_layout(rect=(0, (0.25 + 0.22 * legend_rows) / height, 1, 1))
     fig.savefig(path, dpi=110)
-    pyplot.close(fig)
     return path

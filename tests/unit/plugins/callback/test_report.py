@@ -104,7 +104,8 @@ def test_status_prints_the_latest_report_table(deploy_run):
     # status.yml's first play reads the table from the same directory (its other plays need the cluster).
     (tmp / "status_only.yml").write_text("- name: Status\n  ansible.builtin.import_playbook: %s\n"
                                          % os.path.join(ROOT, "playbooks", "status.yml"))
-    (tmp / "head.yml").write_text("spark_head:\n  hosts:\n    n1: {ansible_connection: local, ansible_python_interpreter: %s}\n"
+    (tmp / "head.yml").write_text("spark:\n  children:\n    spark_head:\n      hosts:\n"
+                                  "        n1: {ansible_connection: local, ansible_python_interpreter: %s}\n"
                                   % sys.executable)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), SPARKFLEET_REPORT_DIR=str(tmp / "reports"),
@@ -179,3 +180,176 @@ def test_table_and_chart_from_a_report(tmp_path):
     assert any("119000.0 MB in 3m10s (626.3 MB/s)" in ln for ln in lines)
     written = _report.write(report, str(tmp_path / "r"))
     assert os.path.getsize(written["chart"]) > 10000
+
+
+# --- issue 19: empty runs, skipped phases, NCCL and vLLM's startup, the object API, the chart in the artifacts ----
+
+VLLM_LOG = os.path.join(ROOT, "tests", "unit", "plugins", "modules", "fixtures", "vllm_wait", "ok_v1_010_ray.log.gz")
+
+# site.yml's shape: the inventory check first, a phase whose every task is skipped (site.yml's "wait for the image
+# when no Ray play did"), the serving phase's vllm_wait reading a real vLLM log, the healthcheck's set_stats.
+SERVE_PLAYBOOK = """
+- name: Check the inventory
+  ansible.builtin.import_playbook: %(root)s/playbooks/inventory_check.yml
+
+- name: Preflight
+  hosts: spark
+  gather_facts: false
+  tags: [preflight, always]
+  tasks:
+    - name: Check
+      ansible.builtin.command: sleep 0.2
+      changed_when: false
+
+- name: Wait for the image transfer when no Ray play did
+  hosts: spark
+  gather_facts: false
+  tags: [runtime_image, always]
+  tasks:
+    - name: Nothing to wait for
+      ansible.builtin.command: sleep 5
+      changed_when: false
+      when: false
+
+- name: Serve
+  hosts: spark_head
+  gather_facts: false
+  tags: [vllm_serve]
+  tasks:
+    - name: Wait for vLLM
+      sparkfleet.vllm.vllm_wait:
+        log_file: %(log)s
+        timeout: 0
+
+- name: Health check
+  hosts: spark_head
+  gather_facts: false
+  tags: [healthcheck]
+  tasks:
+    - name: Publish
+      ansible.builtin.set_stats:
+        data:
+          sparkfleet:
+            nccl_transports: {n1: IB, n2: Socket}
+        per_host: false
+        aggregate: true
+"""
+
+
+def _spark_inventory(tmp_path):
+    host = "{ansible_connection: local, ansible_python_interpreter: %s}" % sys.executable
+    (tmp_path / "hosts.yml").write_text(
+        "spark:\n  children:\n    spark_head:\n      hosts:\n        n1: %s\n"
+        "    spark_workers:\n      hosts:\n        n2: %s\n" % (host, host))
+
+
+@pytest.fixture(scope="module")
+def serve_run(tmp_path_factory):
+    import gzip
+    import ansible_runner
+    tmp = tmp_path_factory.mktemp("serve")
+    log = tmp / "vllm.log"
+    with gzip.open(VLLM_LOG, "rb") as f:
+        log.write_bytes(f.read())
+    _spark_inventory(tmp)
+    (tmp / "project").mkdir()
+    (tmp / "pdd").mkdir()
+    (tmp / "project" / "site.yml").write_text(SERVE_PLAYBOOK % {"root": ROOT, "log": log})
+    env = {"ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "SPARKFLEET_REPORT_DIR": str(tmp / "reports"),
+           "ANSIBLE_CALLBACKS_ENABLED": "sparkfleet.vllm.report", "ANSIBLE_NOCOLOR": "1"}
+    old_path = os.environ.get("PATH", "")
+    os.environ["PATH"] = BIN + os.pathsep + old_path
+    try:
+        runner = ansible_runner.run(private_data_dir=str(tmp / "pdd"), project_dir=str(tmp / "project"),
+                                    playbook="site.yml", inventory=str(tmp / "hosts.yml"), envvars=env, quiet=True)
+    finally:
+        os.environ["PATH"] = old_path
+    stdout = runner.stdout.read()
+    assert runner.status == "successful", stdout[-4000:]
+    stats = [e for e in runner.events if e["event"] == "playbook_on_stats"][0]["event_data"]
+    report_dir = os.path.realpath(tmp / "reports" / "latest")
+    return report_dir, json.loads(open(os.path.join(report_dir, "report.json")).read()), stdout, stats
+
+
+def test_a_phase_whose_every_task_skipped_is_no_row_and_the_inventory_check_is_not_a_phase(serve_run):
+    _dir, report, stdout, _stats = serve_run
+    assert [r["phase"] for r in report["phases"]["n1"]] == ["preflight", "vllm_serve", "healthcheck"]
+    assert [r["phase"] for r in report["phases"]["n2"]] == ["preflight"]
+    assert "localhost" not in report["phases"]
+    table = stdout.split("sparkfleet report: site.yml successful", 1)[1]
+    assert "runtime_image" not in table and "inventory_check" not in table, table
+
+
+def test_nccl_transport_per_node_and_vllm_startup_phases_in_the_table(serve_run):
+    _dir, report, stdout, _stats = serve_run
+    assert report["nccl_transports"] == {"n1": "IB", "n2": "Socket"}
+    startup = report["vllm_startup"]
+    assert startup["this_run"] and startup["host"] == "n1"
+    names = [r["phase"] for r in startup["phases"]]
+    # vLLM's order, zero-length phases (ready: 0) left out, laid end to end inside the serving phase
+    assert names == ["starting", "engine_init", "placement", "loading_weights", "profiling", "cuda_graphs",
+                     "api_starting"], names
+    assert all(a["end_s"] == b["start_s"] for a, b in zip(startup["phases"], startup["phases"][1:]))
+    lines = stdout.split("sparkfleet report: site.yml successful", 1)[1].splitlines()
+    assert any(ln.split() == ["NCCL", "transport", "IB", "Socket"] for ln in lines), lines
+    serve = next(i for i, ln in enumerate(lines) if ln.split()[:1] == ["vllm_serve"])
+    assert lines[serve + 1].split()[:3] == ["starting", "8.0", "s"], lines
+    assert lines[serve + 4].split()[:2] == ["loading_weights", "12m27s"], lines
+
+
+def test_the_chart_path_is_in_the_artifacts_and_printed(serve_run):
+    report_dir, _report_json, stdout, stats = serve_run
+    published = stats["artifact_data"]["sparkfleet"]["report"]
+    assert os.path.realpath(published["dir"]) == report_dir
+    assert published["chart"] == os.path.join(published["dir"], "timeline.png")
+    assert os.path.getsize(published["chart"]) > 10000
+    assert "sparkfleet report: chart %s" % published["chart"] in stdout
+    # set_stats aggregates: the healthcheck's results sit beside the report's path.
+    assert stats["artifact_data"]["sparkfleet"]["nccl_transports"] == {"n1": "IB", "n2": "Socket"}
+
+
+def test_an_empty_run_fails_and_still_writes_its_report(tmp_path):
+    """`site.yml -i /nonexistent`: non-zero, the report names the failure, no matplotlib warning, no chart."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update({"ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "SPARKFLEET_REPORT_DIR": str(tmp_path / "r"),
+                "ANSIBLE_NOCOLOR": "1"})
+    p = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "nonexistent"),
+                        os.path.join(ROOT, "site.yml")], cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                       timeout=180, check=False)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out[-3000:]
+    assert "number sections" not in out and "Traceback" not in out, out[-3000:]
+    report = json.loads((tmp_path / "r" / "latest" / "report.json").read_text())
+    assert report["status"] == "failed" and report["phases"] == {}
+    assert "no group spark" in report["failure"]["msg"]
+    assert not (tmp_path / "r" / "latest" / "timeline.png").exists()
+    assert "sparkfleet report: no chart (no phase ran on any node" in out
+
+
+def test_the_chart_uses_matplotlib_object_api_only(tmp_path):
+    """No pyplot (global state, a GUI backend chosen at import) inside Ansible's process."""
+    code = (
+        "import sys, json\n"
+        "from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _report\n"
+        "r = {'playbook': 'site.yml', 'status': 'successful', 'seconds': 10, 'started': 'x',\n"
+        "     'phases': {'a': [{'phase': 'preflight', 'start_s': 0, 'end_s': 4, 'seconds': 4, 'status': 'ok'}]}}\n"
+        "print(_report.timeline(r, sys.argv[1]))\n"
+        "print('pyplot' if 'matplotlib.pyplot' in sys.modules else 'no pyplot')\n")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "t.png")], capture_output=True, text=True,
+                       timeout=120, check=False, cwd=ROOT, env=dict(os.environ, MPLBACKEND="TkAgg",
+                                                                   PYTHONPATH=os.path.join(ROOT, "collections")))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [str(tmp_path / "t.png"), "no", "pyplot"], p.stdout
+    assert os.path.getsize(tmp_path / "t.png") > 5000
+
+
+def test_sections_are_extensible(monkeypatch):
+    monkeypatch.setattr(_report, "SECTIONS", _report.SECTIONS + [lambda r: ["  qualify: %s" % r.get("extra")]])
+    monkeypatch.setattr(_report, "FIELDS", _report.FIELDS + [("extra", lambda stats, captured: stats.get("x"))])
+
+    class Clock(object):
+        def __call__(self):
+            return 5.0
+    report = _report.build("site.yml", _report.PhaseClock(now=Clock()), {}, {"sparkfleet": {"x": 7}}, {}, None,
+                           now=Clock())
+    assert _report.table(report)[-1] == "  qualify: 7"

@@ -1,0 +1,84 @@
+"""Issue 19.1: an inventory without a spark group and exactly one spark_head stops every playbook at once, non-zero,
+naming what is missing (plays that match no host are otherwise skipped and the run ends "successful").
+
+The check is the first play of every playbook (playbooks/inventory_check.yml, on the controller); these runs contact
+no node.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+
+
+def _play(inventory, playbook, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", SPARKFLEET_REPORT_DIR=str(tmp_path / "r"))
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / playbook)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=180, env=env, check=False)
+    return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
+
+
+def _inventory(tmp_path, layout):
+    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump(layout(host)))
+    return path
+
+
+def test_every_playbook_starts_with_the_inventory_check():
+    playbooks = sorted(p for p in (REPO / "playbooks").glob("*.yml") if p.name != "inventory_check.yml")
+    assert len(playbooks) >= 12
+    for path in playbooks:
+        plays = yaml.safe_load(path.read_text())
+        assert plays[0].get("ansible.builtin.import_playbook") == "inventory_check.yml", \
+            "%s: its first play must be `ansible.builtin.import_playbook: inventory_check.yml`" % path.name
+    top = yaml.safe_load((REPO / "site.yml").read_text())
+    assert top[0]["ansible.builtin.import_playbook"] == "playbooks/site.yml"
+    check = yaml.safe_load((REPO / "playbooks" / "inventory_check.yml").read_text())
+    assert check[0]["hosts"] == "localhost" and "always" in check[0]["tags"]
+
+
+@pytest.mark.parametrize("playbook", ["site.yml", "playbooks/status.yml"])
+def test_an_inventory_that_does_not_exist_fails(tmp_path, playbook):
+    rc, out = _play(tmp_path / "nonexistent", playbook, tmp_path)
+    assert rc != 0, out[-2000:]
+    assert "inventory: group 'spark' is missing" in out and "inventory: group 'spark_head' is missing" in out
+    assert "it holds no host at all" in out and "Inventory given: %s" % (tmp_path / "nonexistent") in out
+    assert "skipping: no hosts matched" not in out.split("inventory_check")[0]
+
+
+@pytest.mark.parametrize("name, layout, playbook, message", [
+    ("no head group", lambda h: {"spark": {"hosts": {"a": h, "b": h}}}, "playbooks/stop.yml",
+     "inventory: group 'spark_head' is missing; put the node that runs the Ray head and the API in it"),
+    ("two heads", lambda h: {"spark": {"children": {"spark_head": {"hosts": {"a": h, "b": h}}}}}, "playbooks/restart.yml",
+     "inventory: group 'spark_head' must hold exactly one host, it holds 2 (a, b)"),
+    ("no spark group", lambda h: {"spark_head": {"hosts": {"a": h}}, "spark_workers": {"hosts": {"b": h}}},
+     "playbooks/gpu_cleanup.yml", "inventory: group 'spark' is missing"),
+    ("empty spark group", lambda h: {"all": {"hosts": {"a": h}, "children": {"spark": {"hosts": {}}, "spark_head": {
+        "hosts": {"a": h}}}}}, "playbooks/vllm_serve.yml", "inventory: group 'spark' holds no host"),
+])
+def test_missing_groups_are_named(tmp_path, name, layout, playbook, message):
+    rc, out = _play(_inventory(tmp_path, layout), playbook, tmp_path)
+    assert rc != 0, (name, out[-2000:])
+    assert message in out, (name, out[-2000:])
+
+
+def test_a_good_inventory_passes_the_check_once(tmp_path):
+    """The check's tasks run once per run, however many playbooks import it."""
+    (tmp_path / "twice.yml").write_text(
+        "- name: A\n  ansible.builtin.import_playbook: %s\n- name: B\n  ansible.builtin.import_playbook: %s\n"
+        % (REPO / "playbooks" / "inventory_check.yml", REPO / "playbooks" / "inventory_check.yml"))
+    inv = _inventory(tmp_path, lambda h: {"spark": {"children": {"spark_head": {"hosts": {"a": h}},
+                                                                 "spark_workers": {"hosts": {"b": h}}}}})
+    rc, out = _play(inv, tmp_path / "twice.yml", tmp_path)
+    assert rc == 0, out[-2000:]
+    assert "localhost : ok=2 changed=0 unreachable=0 failed=0 skipped=4" in out, out[-2000:]
