@@ -1,59 +1,144 @@
-"""sparkfleet deploy|status|stop|restart|qualify -i INVENTORY [-e VARS ...]: the collection's playbooks through ansible-runner.
+"""sparkfleet ACTION -i INVENTORY [options]: the sparkfleet.vllm collection's playbooks through ansible-runner.
 
-The command runs the same playbooks as ansible-playbook (sparkfleet.vllm.site, .status, .stop, .restart,
-.qualify), from the current directory (so its ansible.cfg applies), and shows their events live. It decides nothing about the cluster.
+The command runs the same playbooks as ansible-playbook (sparkfleet.vllm.site, .status, .stop, .restart), from the
+current directory (so its ansible.cfg applies), and shows their events live. It decides nothing about the cluster.
+
+To add a subcommand, add one Action to ACTIONS (its playbook, a one-line help and a description); every subcommand
+gets the common options, its own --help, the live view, the event log and the exit codes.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import getpass
 import json
 import os
+import re
 import shlex
 import shutil
+import stat
 import sys
+import tempfile
 import threading
 import time
 
 from sparkfleet_cli import __version__
-from sparkfleet_cli.view import (EXIT_ANSIBLE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE,
-                                 RunView)
+from sparkfleet_cli.view import (EXIT_ANSIBLE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVENTORY, EXIT_OK,
+                                 EXIT_UNREACHABLE, EXIT_USAGE, RunView)
 
-PLAYBOOKS = {"deploy": "sparkfleet.vllm.site", "status": "sparkfleet.vllm.status",
-             "stop": "sparkfleet.vllm.stop", "restart": "sparkfleet.vllm.restart", "qualify": "sparkfleet.vllm.qualify"}
+Action = collections.namedtuple("Action", "playbook help description")
+
+ACTIONS = {
+    "deploy": Action("sparkfleet.vllm.site", "bare Sparks to a serving vLLM cluster (site.yml; idempotent)",
+                     "Runs sparkfleet.vllm.site: preflight, image, GPU cleanup, model sync, Ray, vLLM, health check. "
+                     "A second run changes nothing. Writes the deploy report (report.json, report.txt, timeline.png)."),
+    "status": Action("sparkfleet.vllm.status", "read-only report of every node; non-zero when something is down",
+                     "Runs sparkfleet.vllm.status: every node's units and the API; changes nothing. Prints the latest "
+                     "deploy report's table too."),
+    "restart": Action("sparkfleet.vllm.restart", "restart vLLM only (Ray keeps running) and wait until it serves",
+                      "Runs sparkfleet.vllm.restart and writes a report like deploy's."),
+    "stop": Action("sparkfleet.vllm.stop", "stop and disable vLLM and Ray on every node (the model stays)",
+                   "Runs sparkfleet.vllm.stop."),
+    "qualify": Action("sparkfleet.vllm.qualify", "measure the fabric, all-reduce, disks and the API against two Sparks",
+                      "Runs sparkfleet.vllm.qualify and writes its report (qualify.txt, qualify.json, qualify.png: "
+                      "throughput and latency against concurrency) beside the deploy report's files."),
+}
+# Kept for callers of 0.2.0 (the action -> playbook map).
+PLAYBOOKS = {name: action.playbook for name, action in ACTIONS.items()}
 
 EPILOG = """exit codes:
   %d  done (status: the cluster serves)
   %d  a task failed on a node (status: something is down); the failure class and hint are printed
   %d  bad command line
   %d  a node could not be reached over ssh
-  %d  Ansible stopped before any task ran or failed (playbook or inventory error, collection not installed)
+  %d  Ansible stopped before any task ran or failed (playbook error, bad extra vars or vault password,
+     collection not installed)
+  %d  the inventory has no spark group or not exactly one spark_head (or does not exist)
   %d  interrupted
 
 Every run keeps its events (events.jsonl) and ansible-runner's artifacts (stdout, job_events) in
 <reports>/runs/<time>-<action>/; deploy and restart also write report.json, report.txt and timeline.png under
 <reports>/<time>-<playbook>/ (the sparkfleet.vllm.report callback; <reports>/latest points at the newest); qualify
 adds qualify.txt, qualify.json and qualify.png (throughput and latency against concurrency) there.
-""" % (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_ANSIBLE, EXIT_INTERRUPTED)
+Errors go to stderr, without colour unless it is a terminal (NO_COLOR turns colour off everywhere).
+""" % (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_ANSIBLE, EXIT_INVENTORY, EXIT_INTERRUPTED)
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# The vault password reaches ansible-playbook through a named pipe this process feeds and a script that reads it:
+# never a file holding it, never the environment (ansible-runner writes the command's environment to its artifacts).
 
 
-def parser():
-    p = argparse.ArgumentParser(prog="sparkfleet", description=__doc__.splitlines()[0], epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version="sparkfleet %s" % __version__)
-    p.add_argument("action", choices=sorted(PLAYBOOKS), help="what to run (the playbook of the same name)")
+class UsageError(Exception):
+    """A bad command line found after parsing (a path that cannot be used): exit 2 with the message."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        raise UsageError("%s: error: %s" % (self.prog, message))
+
+
+def _common(p):
     p.add_argument("-i", "--inventory", required=True, action="append",
                    help="inventory file or directory (repeatable), as for ansible-playbook")
     p.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
                    help="key=value, YAML/JSON or @file, as for ansible-playbook (repeatable)")
-    p.add_argument("-l", "--limit", help="limit to these hosts (as for ansible-playbook)")
-    p.add_argument("--skip-tags", help="skip these tags, comma-separated (qualify: fabric, nccl, disk, serving)")
-    p.add_argument("--reports", default=os.environ.get("SPARKFLEET_REPORT_DIR") or "sparkfleet-reports",
+    p.add_argument("-l", "--limit", metavar="HOSTS", help="limit to these hosts (as for ansible-playbook)")
+    p.add_argument("--skip-tags", metavar="TAGS", help="skip these tags, comma-separated (qualify: fabric, nccl, "
+                                                       "disk, serving)")
+    vault = p.add_mutually_exclusive_group()
+    vault.add_argument("--vault-password-file", metavar="FILE", action="append", default=[],
+                       help="vault password file (repeatable), as for ansible-playbook")
+    vault.add_argument("-J", "--ask-vault-pass", action="store_true", help="ask for the vault password")
+    p.add_argument("--reports", metavar="DIR", default=os.environ.get("SPARKFLEET_REPORT_DIR") or "sparkfleet-reports",
                    help="where runs and reports go (default: ./sparkfleet-reports, or $SPARKFLEET_REPORT_DIR)")
     p.add_argument("--plain", action="store_true", help="plain lines instead of the live view (default when "
                                                          "stdout is not a terminal)")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="passed to ansible-playbook")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="passed to ansible-playbook (-vvv: more)")
+
+
+def parser():
+    p = _Parser(prog="sparkfleet", description=__doc__.splitlines()[0], epilog=EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version="sparkfleet %s" % __version__)
+    sub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    sub.required = True
+    for name, action in ACTIONS.items():
+        sp = sub.add_parser(name, help=action.help, description="%s\n\n%s" % (action.help, action.description),
+                            epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        _common(sp)
     return p
+
+
+def _check_args(args):
+    """Paths and values argparse cannot judge: refused here with the option named, before anything runs."""
+    for i in args.inventory:
+        if not i.strip():
+            raise UsageError("sparkfleet: error: -i/--inventory is empty")
+    for e in args.extra_vars:
+        if not e.strip():
+            raise UsageError("sparkfleet: error: -e/--extra-vars is empty")
+        if e.startswith("@") and not os.path.isfile(e[1:]):
+            raise UsageError("sparkfleet: error: -e %s: no such file" % e)
+    for f in args.vault_password_file:
+        if not os.path.isfile(f):
+            raise UsageError("sparkfleet: error: --vault-password-file %s: no such file" % f)
+    if args.limit is not None and not args.limit.strip():
+        raise UsageError("sparkfleet: error: -l/--limit is empty")
+    if not args.reports.strip():
+        raise UsageError("sparkfleet: error: --reports is empty")
+    if "\0" in "".join(args.inventory + args.extra_vars + [args.limit or "", args.reports]):
+        raise UsageError("sparkfleet: error: an argument holds a NUL byte")
+    base = os.path.abspath(args.reports)
+    try:
+        os.makedirs(os.path.join(base, "runs"), exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=os.path.join(base, "runs"), prefix=".probe-")
+        probe.close()
+    except OSError as e:
+        raise UsageError("sparkfleet: error: --reports %s cannot hold the run's files: %s" % (
+            args.reports, e.strerror or e)) from None
+    return base
 
 
 def _run_dir(base, action):
@@ -76,11 +161,67 @@ def _report_written(base, since):
     return None
 
 
+class VaultPipe(object):
+    """An executable vault password file (it holds no secret) that reads the password from a named pipe (0600) this
+    process writes to each time a reader opens it, until close()."""
+
+    def __init__(self, run_dir, password):
+        self.fifo = os.path.join(run_dir, "vault-password.fifo")
+        os.mkfifo(self.fifo, stat.S_IRUSR | stat.S_IWUSR)
+        self.script = os.path.join(run_dir, "vault-password-client")
+        with open(self.script, "w", encoding="utf-8") as f:
+            f.write("#!/bin/sh\nexec cat %s\n" % shlex.quote(self.fifo))
+        os.chmod(self.script, stat.S_IRWXU)
+        self._password = (password + "\n").encode("utf-8")
+        self._closed = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self._closed:
+            try:
+                fd = os.open(self.fifo, os.O_WRONLY)   # blocks until a reader opens it; never creates a file
+            except OSError:
+                return
+            try:
+                if not self._closed:
+                    os.write(fd, self._password)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+    def close(self):
+        self._closed = True
+        try:
+            # Release a writer blocked in open(); what it writes goes nowhere.
+            fd = os.open(self.fifo, os.O_RDONLY | os.O_NONBLOCK)
+            os.close(fd)
+        except OSError:
+            pass
+        for path in (self.fifo, self.script):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
 def main(argv=None):
     try:
         args = parser().parse_args(argv)
-    except SystemExit as e:
+        base = _check_args(args)
+    except UsageError as e:
+        sys.stderr.write("%s\n" % e)
+        return EXIT_USAGE
+    except SystemExit as e:   # --help and --version exit 0 through argparse
         return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
+    try:
+        return _run(args, base)
+    except KeyboardInterrupt:
+        sys.stderr.write("sparkfleet: interrupted\n")
+        return EXIT_INTERRUPTED
+
+
+def _run(args, base):
     try:
         import ansible_runner  # pylint: disable=import-outside-toplevel
     except ImportError:
@@ -89,14 +230,27 @@ def main(argv=None):
     from rich.console import Console  # pylint: disable=import-outside-toplevel
     from rich.live import Live  # pylint: disable=import-outside-toplevel
 
+    action = ACTIONS[args.action]
     console = Console(soft_wrap=True)
+    err = Console(soft_wrap=True, stderr=True)   # no colour unless stderr is a terminal (rich decides; NO_COLOR too)
     # Installed in a virtualenv or by pipx and run by its path: ansible-playbook sits next to our interpreter.
     here = os.path.dirname(sys.executable)
     if not shutil.which("ansible-playbook") and os.path.exists(os.path.join(here, "ansible-playbook")):
         os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
     plain = args.plain or not console.is_terminal
-    base = os.path.abspath(args.reports)
     run_dir = _run_dir(base, args.action)
+    vault = None
+    cmdline = ["-e %s" % shlex.quote(e) for e in args.extra_vars]
+    cmdline += ["--vault-password-file %s" % shlex.quote(os.path.abspath(f)) for f in args.vault_password_file]
+    if args.ask_vault_pass:
+        try:
+            password = getpass.getpass("Vault password: ", stream=sys.stderr)
+        except EOFError:
+            err.print("sparkfleet: --ask-vault-pass needs a terminal to ask on (or use --vault-password-file)",
+                      markup=False, highlight=False)
+            return EXIT_USAGE
+        vault = VaultPipe(run_dir, password)
+        cmdline.append("--vault-password-file %s" % shlex.quote(vault.script))
     view = RunView(args.action)
     events_path = os.path.join(run_dir, "events.jsonl")
     events = open(events_path, "a", encoding="utf-8")
@@ -118,8 +272,9 @@ def main(argv=None):
         return True
 
     inventories = [os.path.abspath(i) if os.path.exists(i) else i for i in args.inventory]
-    cmdline = " ".join("-e %s" % shlex.quote(e) for e in args.extra_vars)
     envvars = {"SPARKFLEET_REPORT_DIR": base}
+    if not console.is_terminal or os.environ.get("NO_COLOR"):
+        envvars["ANSIBLE_NOCOLOR"] = "1"
     callbacks = os.environ.get("ANSIBLE_CALLBACKS_ENABLED")
     if callbacks is not None and "sparkfleet.vllm.report" not in callbacks:
         envvars["ANSIBLE_CALLBACKS_ENABLED"] = callbacks + ",sparkfleet.vllm.report"
@@ -129,12 +284,14 @@ def main(argv=None):
         cfg = os.path.join(os.getcwd(), "ansible.cfg")
         if not (os.path.exists(cfg) and "sparkfleet.vllm.report" in open(cfg, encoding="utf-8").read()):
             envvars["ANSIBLE_CALLBACKS_ENABLED"] = "sparkfleet.vllm.report"
-    kwargs = dict(private_data_dir=run_dir, project_dir=os.getcwd(), playbook=PLAYBOOKS[args.action],
-                  inventory=inventories, cmdline=cmdline or None, limit=args.limit, verbosity=args.verbose or None,
-                  envvars=envvars, quiet=True, event_handler=on_event, skip_tags=args.skip_tags)
+    kwargs = dict(private_data_dir=run_dir, project_dir=os.getcwd(), playbook=action.playbook,
+                  inventory=inventories, cmdline=" ".join(cmdline) or None, limit=args.limit,
+                  verbosity=args.verbose or None, envvars=envvars, quiet=True, event_handler=on_event,
+                  skip_tags=args.skip_tags)
     started = time.time()
     if not plain:
-        console.print("sparkfleet %s: %s -i %s" % (args.action, PLAYBOOKS[args.action], " -i ".join(args.inventory)))
+        console.print("sparkfleet %s: %s -i %s" % (args.action, action.playbook, " -i ".join(args.inventory)),
+                      markup=False, highlight=False)
     try:
         if plain:
             thread, runner = ansible_runner.run_async(**kwargs)
@@ -149,16 +306,19 @@ def main(argv=None):
                 with lock:
                     live.update(view.render())
     except KeyboardInterrupt:
-        console.print("sparkfleet: interrupted; events so far in %s" % events_path)
+        err.print("sparkfleet: interrupted; events so far in %s" % events_path, markup=False, highlight=False)
         return EXIT_INTERRUPTED
     finally:
         events.close()
+        if vault is not None:
+            vault.close()
     status = runner.status
     code = view.exit_code(status)
     if plain:
         flush_plain()
+    out = err if code else console
     for line in view.summary_lines(status):
-        console.print(line, markup=False, highlight=False, style="red" if code else None)
+        out.print(line, markup=False, highlight=False, style="red" if code else None)
     report = _report_written(base, started)
     if args.action == "status":
         # status.yml shows the latest deploy report's table first; the live view shows no task output, so here it is.
@@ -168,18 +328,18 @@ def main(argv=None):
                 console.print("last deploy (%s):\n%s" % (os.path.realpath(os.path.dirname(latest)), f.read().rstrip()),
                               markup=False, highlight=False)
         else:
-            console.print("no deploy report under %s" % base, markup=False)
+            console.print("no deploy report under %s" % base, markup=False, highlight=False)
     if report:
         with open(os.path.join(report, "report.txt"), encoding="utf-8") as f:
             console.print(f.read().rstrip(), markup=False, highlight=False)
         if os.path.exists(os.path.join(report, "qualify.txt")):
             with open(os.path.join(report, "qualify.txt"), encoding="utf-8") as f:
                 console.print(f.read().rstrip(), markup=False, highlight=False)
-        console.print("report: %s" % report, markup=False)
+        console.print("report: %s" % report, markup=False, highlight=False)
     if code == EXIT_ANSIBLE:
         tail = "".join(runner.stdout.readlines()[-15:]) if runner.stdout else ""
-        console.print(tail.rstrip(), markup=False, highlight=False)
-    console.print("events: %s" % events_path, markup=False)
+        err.print(_ANSI.sub("", tail).rstrip(), markup=False, highlight=False)
+    console.print("events: %s" % events_path, markup=False, highlight=False)
     return code
 
 

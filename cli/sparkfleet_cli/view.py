@@ -14,7 +14,11 @@ EXIT_FAILED = 1          # a task failed on a node (the failure class and hint a
 EXIT_USAGE = 2           # bad command line (argparse)
 EXIT_UNREACHABLE = 3     # a node could not be reached over ssh
 EXIT_ANSIBLE = 4         # Ansible stopped before any task failed: playbook or inventory error, collection not found
+EXIT_INVENTORY = 5       # the inventory has no spark group or not exactly one spark_head (playbooks/inventory_check.yml)
 EXIT_INTERRUPTED = 130   # interrupted (Ctrl-C) or canceled
+
+# The first play of every playbook checks the inventory's groups on the controller; its failure has its own exit code.
+INVENTORY_CHECK_PLAY = "Check the inventory has a spark group and exactly one spark_head"
 
 
 # Tasks that only pull in a role's tasks: the tasks they include name the phase.
@@ -54,6 +58,8 @@ class RunView(object):
     def handle(self, event):
         kind = event.get("event")
         data = event.get("event_data") or {}
+        if data.get("play") == INVENTORY_CHECK_PLAY and kind != "runner_on_failed":
+            return   # the controller's own check, not a node
         host = data.get("host")
         action = _short(data.get("resolved_action") or data.get("task_action"))
         phase = self._phase(data, action)
@@ -129,6 +135,10 @@ class RunView(object):
         failure = res.get("failure") if isinstance(res.get("failure"), dict) else {}
         if status == "unreachable":
             klass, hint = "unreachable", "check ssh to %s: address, user, key, ProxyJump through the head" % host
+        elif data.get("play") == INVENTORY_CHECK_PLAY or "inventory_check.yml" in str(data.get("task_path") or ""):
+            klass, hint = "inventory", ("give -i the inventory of your Sparks: groups spark (every node), spark_head "
+                                        "(one node) and spark_workers; inventories/sample/hosts.yml is an example")
+            phase = "inventory_check"
         else:
             klass = failure.get("class") or "%s_failed" % (phase or "task")
             hint = failure.get("hint") or res.get("hint")
@@ -147,6 +157,8 @@ class RunView(object):
             return EXIT_OK
         if self.unreachable:
             return EXIT_UNREACHABLE
+        if self.failure is not None and self.failure["class"] == "inventory":
+            return EXIT_INVENTORY
         if self.failure is not None:
             return EXIT_FAILED
         return EXIT_ANSIBLE
@@ -167,7 +179,8 @@ class RunView(object):
         if self.stats:
             per = ["%s ok=%d changed=%d failed=%d unreachable=%d" % (
                 h, self.stats["ok"].get(h, 0), self.stats["changed"].get(h, 0), self.stats["failures"].get(h, 0),
-                self.stats["dark"].get(h, 0)) for h in sorted(set().union(*[set(v) for v in self.stats.values()]))]
+                self.stats["dark"].get(h, 0)) for h in sorted(set().union(*[set(v) for v in self.stats.values()]))
+                if h in self.hosts]
             lines.extend("  " + p for p in per)
         return lines
 

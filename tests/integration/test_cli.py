@@ -49,5 +49,5 @@ def test_status_unreachable_head_exits_3_with_a_hint(lab, tmp_path):
     head.write_text(head.read_text().replace("ansible_host: 10.99.0.11", "ansible_host: 10.99.0.99"))
     p = sparkfleet(lab, tmp_path, "status", "-i", str(inv))
     assert p.returncode == 3, p.stdout[-3000:]
-    assert "FAILED: unreachable on spark-1" in p.stdout
-    assert "hint: check ssh to spark-1" in p.stdout
+    assert "FAILED: unreachable on spark-1" in p.stderr   # errors go to stderr (issue 19.6)
+    assert "hint: check ssh to spark-1" in p.stderr
