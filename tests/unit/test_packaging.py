@@ -27,9 +27,9 @@ VLLM_LOG = os.path.join(ROOT, "tests", "unit", "plugins", "modules", "fixtures",
 
 # What a user runs, and the metadata ansible-galaxy adds. Anything else at the top of the tarball is a leak.
 SHIPPED_TOP = {"MANIFEST.json", "FILES.json", "README.md", "LICENSE", "CHANGELOG.rst",
-               "meta", "plugins", "roles", "playbooks", "docs", "changelogs", "extensions"}
+               "meta", "plugins", "roles", "playbooks", "docs", "changelogs", "extensions", "inventories"}
 # Source trees that must ship whole (every tracked file in them).
-SHIPPED_TREES = ("plugins/", "roles/", "playbooks/", "meta/", "extensions/")
+SHIPPED_TREES = ("plugins/", "roles/", "playbooks/", "meta/", "extensions/", "inventories/sample/")
 
 
 def _tool(name):
@@ -124,12 +124,64 @@ def test_tarball_ships_only_what_a_user_runs(members):
     assert top <= SHIPPED_TOP, "unexpected in the tarball: %s" % sorted(top - SHIPPED_TOP)
     leaks = [m for m in members
              if any(part.startswith(".") for part in m.split("/"))     # .ansible/ (a 2nd copy), .git, caches
-             or m.split("/", 1)[0] in ("inventories", "tests", "lab", "collections", "ansible.cfg", "site.yml",
-                                       "cli", "pyproject.toml", "sparkfleet-reports")
+             or m.split("/", 1)[0] in ("tests", "lab", "collections", "ansible.cfg", "site.yml",
+                                       "cli", "pyproject.toml", "sparkfleet-reports", "sparkfleet-logs", "dist")
+             or m.startswith(("inventories/lab", "inventories/sparks"))
              or "__pycache__" in m]
     assert not leaks, leaks[:20]
     # The issue's tarball had 2,090 entries (1,773 sysfs fixture files); the collection itself is ~150.
     assert len(members) < 400, len(members)
+
+
+def test_what_runs_leave_in_the_working_tree_stays_out_of_git_and_the_artifact(work, user_env):
+    """Issue 19.3: reports, fetched journals (sparkfleet-logs/ after a failed deploy) and built tarballs (dist/) in the
+    working tree are ignored by git and left out of the next build."""
+    seeded = ("sparkfleet-logs/20261201T000000Z-ray_oom_killed/spark-2/vllm.journal",
+              "sparkfleet-reports/20261201T000000Z-site/report.json", "sparkfleet-reports/runs/x-deploy/events.jsonl",
+              "dist/sparkfleet-vllm-0.0.1.tar.gz")
+    out = subprocess.run(["git", "-C", ROOT, "check-ignore", "--no-index"] + list(seeded), capture_output=True,
+                         text=True, check=False)
+    if out.returncode == 128:
+        pytest.skip("not a git checkout")
+    assert out.stdout.split() == list(seeded), "not ignored by git: %s" % sorted(set(seeded) - set(out.stdout.split()))
+    src = work / "seeded-src"
+    for path in _tracked(["."]):
+        if os.path.isfile(os.path.join(ROOT, path)) and not path.startswith("tests/"):
+            os.makedirs(src / os.path.dirname(path), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, path), src / path)
+    for path in seeded:
+        os.makedirs(src / os.path.dirname(path), exist_ok=True)
+        (src / path).write_text("seeded\n", encoding="utf-8")
+    dist = work / "seeded-dist"
+    _run([_tool("ansible-galaxy"), "collection", "build", str(src), "--output-path", str(dist)], str(work), user_env)
+    with tarfile.open(dist / TARBALL) as tar:
+        names = tar.getnames()
+    assert not [n for n in names if n.split("/", 1)[0] in ("sparkfleet-logs", "sparkfleet-reports", "dist")], names
+    assert "inventories/sample/hosts.yml" in names
+
+
+def test_the_sample_inventory_ships_with_documentation_addresses_only(members, tarball):
+    """Issue 19.3: an example inventory under the collection (kubespray's inventory/sample convention) with the three
+    groups, that passes the inventory check, and names no real address."""
+    import ipaddress
+    sample = [m for m in members if m.startswith("inventories/sample/") and m.endswith(".yml")]
+    assert "inventories/sample/hosts.yml" in sample and "inventories/sample/group_vars/spark/main.yml" in sample
+    docs = [ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")]
+    with tarfile.open(tarball) as tar:
+        for name in sample:
+            text = tar.extractfile(name).read().decode("utf-8")
+            for found in re.findall(r"\b\d{1,3}(?:\.\d{1,3}){3}(?:/\d{1,2})?\b", text):
+                net = ipaddress.ip_network(found, strict=False)
+                assert any(net.subnet_of(d) for d in docs), "%s: %s is not a documentation address" % (name, found)
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._inventory import inventory_errors
+    inv = json.loads(subprocess.run([_tool("ansible-inventory"), "-i", os.path.join(ROOT, "inventories", "sample"),
+                                     "--list"], capture_output=True, text=True, check=True).stdout)
+    hostvars = inv["_meta"]["hostvars"]
+    groups = {g: sorted(set(inv.get(g, {}).get("hosts", [])) | {h for c in inv.get(g, {}).get("children", [])
+                                                             for h in inv.get(c, {}).get("hosts", [])})
+              for g in ("spark", "spark_head", "spark_workers")}
+    assert groups == {"spark": ["spark-1", "spark-2"], "spark_head": ["spark-1"], "spark_workers": ["spark-2"]}
+    assert inventory_errors(hostvars, groups) == []
 
 
 def test_tarball_holds_every_tracked_file_of_the_collection(members):
