@@ -1,0 +1,110 @@
+"""access_check: docker as root and the keys' forced commands, with the commands' real outputs (lab captures)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import types
+
+import pytest
+
+from ansible.module_utils import basic
+
+from ansible_collections.sparkfleet.vllm.plugins.modules import access_check
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "access_check")
+
+
+def fixture(name):
+    with open(os.path.join(FIXTURES, name)) as f:
+        return f.read()
+
+
+@pytest.fixture
+def node(monkeypatch, run_module, tmp_path):
+    """A node whose commands answer from fixtures: docker, sshd -T and the forced command tried as the key's user."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    os.chmod(home, 0o755)
+    calls = []
+    answers = {"docker": (0, "28.2.2\n", ""), "sshd": (0, fixture("sshd_T_default.txt"), ""),
+               "runuser": (1, "", fixture("sudo_docker_load_ok.txt").rsplit("rc=", 1)[0])}
+
+    def fake_run_command(self, cmd, **kwargs):
+        assert os.path.basename(cmd[0]) == "timeout" and cmd[1] == "30", cmd   # every command is bounded
+        cmd = cmd[2:]
+        calls.append(cmd)
+        return answers[os.path.basename(cmd[0])]
+
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/" + name)
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", fake_run_command)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    entry = types.SimpleNamespace(pw_name="aurora", pw_uid=os.getuid(), pw_gid=os.getgid(), pw_dir=str(home),
+                                  pw_shell="/bin/bash")
+    monkeypatch.setattr(pwd, "getpwnam", lambda name: entry if name == "aurora" else (_ for _ in ()).throw(KeyError))
+
+    def run(keys=None, check_mode=False, **extra):
+        args = dict(keys=keys if keys is not None else [
+            {"name": "runtime_image's image key", "user": "aurora", "source": "192.168.200.12",
+             "command": "sudo -n docker load"},
+            {"name": "model_sync's sync key", "user": "aurora", "source": "192.168.200.12",
+             "interpreter": "/bin/sh", "agent_forwarding": True}])
+        args.update(extra)
+        return run_module(access_check, args, check_mode=check_mode)
+
+    return types.SimpleNamespace(run=run, answers=answers, calls=calls, entry=entry, home=home)
+
+
+def test_everything_in_order_passes_and_tries_the_command_with_empty_input(node):
+    result = node.run()
+    assert not result.get("failed"), result
+    assert result["docker_version"] == "28.2.2" and result["problems"] == []
+    tried = [c for c in node.calls if c[0].endswith("runuser")]
+    assert tried == [["/usr/bin/runuser", "-u", "aurora", "--", "/bin/sh", "-c", "sudo -n docker load </dev/null"]]
+    assert ["/usr/bin/sshd", "-T", "-C", "user=aurora,host=192.168.200.12,addr=192.168.200.12"] in node.calls
+
+
+def test_same_in_check_mode(node):
+    assert node.run(check_mode=True)["problems"] == []
+
+
+def test_sudo_that_asks_for_a_password_is_named_with_the_sudoers_line(node):
+    node.answers["runuser"] = (1, "", "sudo: a password is required\n")
+    result = node.run()
+    assert result["failed"]
+    assert result["problems"] == [
+        "runtime_image's image key's command `sudo -n docker load` cannot run as aurora: sudo: a password is required; "
+        "allow it once: echo 'aurora ALL=(root) NOPASSWD: /usr/bin/docker load' | sudo tee "
+        "/etc/sudoers.d/sparkfleet-aurora && sudo chmod 440 /etc/sudoers.d/sparkfleet-aurora"]
+
+
+def test_every_problem_at_once(node):
+    node.answers["docker"] = (1, "", fixture("sudo_docker_load_no_daemon.txt").rsplit("rc=", 1)[0])
+    node.answers["sshd"] = (0, fixture("sshd_T_restricted.txt"), "")
+    node.entry.pw_shell = "/usr/sbin/nologin"
+    os.chmod(node.home, 0o777)
+    result = node.run()
+    text = "\n".join(result["problems"])
+    assert "docker does not answer as root" in text and "systemctl enable --now docker" in text
+    assert "login shell is /usr/sbin/nologin" in text and "sudo chmod go-w %s" % node.home in text
+    assert "ForceCommand /usr/bin/false" in text and "AllowUsers" in text and "agent forwarding" in text
+    # The command cannot run through a nologin shell: it is not tried (the shell is the problem named).
+    assert not [c for c in node.calls if c[0].endswith("runuser")]
+
+
+def test_unknown_user_and_missing_interpreter(node):
+    result = node.run(keys=[{"name": "k", "user": "nobody-here", "source": "10.0.0.1"},
+                            {"name": "k2", "user": "aurora", "source": "10.0.0.1", "interpreter": "/nonexistent/python3"}])
+    assert any("nobody-here, which has no account" in p for p in result["problems"])
+    assert any("needs /nonexistent/python3" in p for p in result["problems"])
+
+
+def test_refuses_to_run_unprivileged(node, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    result = node.run()
+    assert result["failed"] and "runs as root (become: true)" in result["msg"]
+
+
+def test_bad_timeout_is_refused(node):
+    result = node.run(timeout=0)
+    assert result["failed"] and result["msg"] == "timeout must be at least 1 second, got 0"

@@ -1,0 +1,53 @@
+"""roles/preflight/tasks/access.yml checks the keys model_sync and runtime_image will authorize, for the users and the
+load command those roles will use: its fallbacks must give what the roles' own defaults give (issue 16.4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _tasks(path):
+    return yaml.safe_load((REPO / path).read_text())
+
+
+def _render(expr, **variables):
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    return env.from_string(expr).render(**variables).strip()
+
+
+def _access_vars():
+    task = next(t for t in _tasks("roles/preflight/tasks/access.yml") if "sparkfleet.vllm.access_check" in t)
+    return task["vars"], task["sparkfleet.vllm.access_check"]
+
+
+@pytest.mark.parametrize("user", ["aurora", "root", "spark"])
+def test_the_users_and_the_load_command_are_the_roles_own(user):
+    variables, _args = _access_vars()
+    model_sync = yaml.safe_load((REPO / "roles/model_sync/defaults/main.yml").read_text())
+    runtime = yaml.safe_load((REPO / "roles/runtime_image/defaults/main.yml").read_text())
+    sync_user = _render(variables["_preflight_access_sync_user"], ansible_user=user)
+    assert sync_user == _render(model_sync["model_sync_user"], ansible_user=user)
+    image_user = _render(variables["_preflight_access_image_user"], ansible_user=user)
+    assert image_user == _render(runtime["runtime_image_sync_user"], ansible_user=user)
+    image_key = next(k for k in variables["_preflight_access_keys"] if k["name"] == "runtime_image's image key")
+    mine = _render(image_key["command"], _preflight_access_image_user=image_user)
+    theirs = _render(runtime["runtime_image_load_command"], runtime_image_sync_user=image_user)
+    assert mine == theirs, (mine, theirs)
+    sync_key = next(k for k in variables["_preflight_access_keys"] if k["name"] == "model_sync's sync key")
+    # model_sync's forced command runs this interpreter (roles/model_sync/tasks/main.yml).
+    assert 'command="%s' % sync_key["interpreter"] in (REPO / "roles/model_sync/tasks/main.yml").read_text()
+
+
+def test_preflight_checks_access_before_it_touches_a_node_otherwise():
+    tasks = _tasks("roles/preflight/tasks/main.yml")
+    names = [t.get("ansible.builtin.include_tasks") for t in tasks]
+    first_contact = next(i for i, t in enumerate(tasks) if set(t) & {
+        "sparkfleet.vllm.fabric_reach", "ansible.builtin.ping", "ansible.builtin.include_role",
+        "sparkfleet.vllm.port_holders"} and "validate.yml" not in str(t))
+    assert names.index("access.yml") < first_contact
