@@ -90,11 +90,17 @@ def awx_job_dir(lab, base, survey_answers, credential_inputs):
     return pdd, home
 
 
+def deploy_playbook(lab):
+    """The playbook AWX's `sparkfleet deploy` job template runs (a path in the project)."""
+    with open(lab.repo / ASSETS, encoding="utf-8") as f:
+        return next(jt["playbook"] for jt in json.load(f)["job_templates"] if jt["name"] == "sparkfleet deploy")
+
+
 def run_job(lab, pdd):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env["PATH"] = "%s:%s" % (lab.repo / ".venv" / "bin", env.get("PATH", "/usr/bin:/bin"))
     p = subprocess.run([str(lab.repo / "lab" / "labctl"), "ctl", "--", str(lab.repo / ".venv" / "bin" / "python"),
-                        "-c", RUNNER, str(pdd), "site.yml"], capture_output=True, text=True, timeout=900, env=env,
+                        "-c", RUNNER, str(pdd), deploy_playbook(lab)], capture_output=True, text=True, timeout=900, env=env,
                        cwd=str(pdd))
     assert p.returncode == 0, "ansible-runner crashed:\n%s\n%s" % (p.stdout[-3000:], p.stderr[-3000:])
     return json.loads(p.stdout.strip().splitlines()[-1])

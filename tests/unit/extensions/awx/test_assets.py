@@ -27,13 +27,17 @@ ASSETS_PATH = os.path.join(ROOT, "extensions", "awx", "sparkfleet-vllm.json")
 # awx/main/constants.py SURVEY_TYPE_MAPPING
 SURVEY_TYPE_MAPPING = {"text": str, "textarea": str, "password": str, "multiplechoice": str, "multiselect": str,
                        "integer": int, "float": (float, int)}
-# awxkit EXPORTABLE_RESOURCES: the top-level keys `awx import` reads.
-EXPORTABLE = {"users", "organizations", "teams", "credential_types", "credentials", "notification_templates",
-              "projects", "inventory", "inventory_sources", "job_templates", "workflow_job_templates",
-              "execution_environments", "applications", "schedules"}
-# awxkit NATURAL_KEY per type (besides "type").
-NATURAL_KEYS = {"organization": ("name",), "credential_type": ("name", "kind"), "project": ("organization", "name"),
-                "job_template": ("organization", "name"), "execution_environment": ("name",)}
+# awxkit's own rules (pinned in requirements.txt): the top-level keys `awx import` reads and each type's natural key.
+from awxkit.api import pages as awx_pages  # noqa: E402
+from awxkit.api.pages.api import EXPORTABLE_RESOURCES  # noqa: E402
+
+EXPORTABLE = set(EXPORTABLE_RESOURCES)
+NATURAL_KEYS = {t: tuple(getattr(awx_pages, c).NATURAL_KEY) for t, c in (
+    ("organization", "Organization"), ("credential_type", "CredentialType"), ("project", "Project"),
+    ("job_template", "JobTemplate"), ("execution_environment", "ExecutionEnvironment"), ("inventory", "Inventory"),
+    ("inventory_source", "InventorySource"))}
+# Natural-key fields an object without such a field of its own leaves out (awxkit's get_natural_key skips them).
+DERIVED = {("inventory_source", "organization")}
 
 
 def survey_spec_errors(new_spec, old_spec=None):
@@ -183,9 +187,10 @@ def test_only_exportable_resources_each_with_its_natural_key(assets):
     for resource, items in assets.items():
         for item in items:
             key = item["natural_key"]
-            assert set(key) == set(NATURAL_KEYS[key["type"]]) | {"type"}, (resource, key)
+            fields = [f for f in NATURAL_KEYS[key["type"]] if (key["type"], f) not in DERIVED]
+            assert set(key) == set(fields) | {"type"}, (resource, key)
             # A job template's organization is its project's (AWX derives it); the others carry the field.
-            for field in NATURAL_KEYS[key["type"]]:
+            for field in fields:
                 expected = item["project"]["organization"] if (key["type"], field) == ("job_template", "organization") \
                     else item[field]
                 assert key[field] == expected, (resource, field)
@@ -206,10 +211,13 @@ def test_the_four_job_templates_run_the_repository_playbooks(assets):
     assert set(jts) == {"sparkfleet deploy", "sparkfleet status", "sparkfleet stop", "sparkfleet restart"}
     for name, jt in jts.items():
         assert os.path.isfile(os.path.join(ROOT, jt["playbook"])), (name, jt["playbook"])
+        # AWX adds --become only from the template's become_enabled (no play sets become).
+        assert jt["become_enabled"] is True, name
         # Inventory and credentials (Machine + the secrets type) are chosen at launch; runs never overlap
         # (the deploy lock would refuse the second one anyway).
         assert jt["ask_inventory_on_launch"] and jt["ask_credential_on_launch"] and not jt["allow_simultaneous"]
-    assert jts["sparkfleet deploy"]["playbook"] == "site.yml"
+    # The root site.yml imports it with the FQCN form, which AWX's playbook scan does not recognise.
+    assert jts["sparkfleet deploy"]["playbook"] == "playbooks/site.yml"
 
 
 @pytest.mark.parametrize("name", ["sparkfleet deploy", "sparkfleet status", "sparkfleet restart"])
@@ -347,3 +355,109 @@ def test_injected_values_as_awx_renders_them(assets):
     rendered = render_injected_extra_vars(ct, {"api_key": "k3y", "hf_token": "", "ray_token": ""})
     # Blank Ray token: the role generates one on the head once and keeps it there (no controller state).
     assert rendered == {"vllm_serve_api_key": "k3y", "model_sync_hf_token": "", "ray_cluster_auth_token": ""}
+
+
+# --- issue 19.2: the import procedure (extensions/awx/sparkfleet_awx.py) -----------------------------------------
+
+SCRIPT = os.path.join(ROOT, "extensions", "awx", "sparkfleet_awx.py")
+VALUES = {"SPARKFLEET_SCM_URL": "https://git.example.com/ops/sparkfleet.vllm.git",
+          "SPARKFLEET_EE_IMAGE": "registry.example.com/sparkfleet-vllm-ee:0.2.0"}
+
+
+def _script(args, env=None, cwd=ROOT):
+    import subprocess
+    import sys
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SPARKFLEET_")}
+    base.update(env or {})
+    return subprocess.run([sys.executable, SCRIPT] + args, capture_output=True, text=True, env=base, cwd=cwd,
+                          timeout=60, check=False)
+
+
+def _module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sparkfleet_awx", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_script_uses_awxkits_rules_when_awxkit_is_there():
+    exportable, natural_keys, from_awxkit = _module().awxkit_rules()
+    assert from_awxkit and set(exportable) == EXPORTABLE and natural_keys == NATURAL_KEYS
+
+
+def test_dry_run_of_the_export_passes_with_the_two_values(assets):
+    awx = _module()
+    assert awx.problems(awx.render(assets, *VALUES.values()), ROOT) == []
+    p = _script(["--check", ROOT], VALUES)
+    assert p.returncode == 0, p.stderr
+    assert "dry run ok (awxkit's rules)" in p.stdout
+    for name in ("sparkfleet deploy", "sparkfleet status", "sparkfleet restart", "sparkfleet stop",
+                 "sparkfleet sample", "sparkfleet.vllm"):
+        assert ": %s" % name in p.stdout, p.stdout
+
+
+def test_every_job_template_runs_a_playbook_awx_lists_for_the_project(assets):
+    listed = _module().project_playbooks(ROOT)
+    assert {jt["playbook"] for jt in assets["job_templates"]} <= set(listed)
+    # AWX's scan does not see the FQCN import in the root site.yml (its regex wants a bare import_playbook:).
+    assert "site.yml" not in listed and "playbooks/site.yml" in listed
+    assert not [p for p in listed if p.startswith(("roles/", ".", "collections/"))]
+
+
+def test_the_two_values_must_be_set_before_anything_happens(assets):
+    p = _script(["--import"])
+    assert p.returncode == 2 and not p.stdout
+    assert "set SPARKFLEET_SCM_URL" in p.stderr and "set SPARKFLEET_EE_IMAGE" in p.stderr
+    # The raw file cannot be imported by mistake: the placeholders are named by the dry run.
+    awx = _module()
+    said = "\n".join(awx.problems(assets, ROOT))
+    assert "scm_url is not set" in said and "image is not set" in said
+
+
+def test_the_dry_run_names_what_awx_would_refuse(assets):
+    awx = _module()
+    broken = awx.render(assets, *VALUES.values())
+    broken["job_templates"][1]["playbook"] = "playbooks/nothere.yml"
+    broken["job_templates"][2]["become_enabled"] = False
+    broken["job_templates"][3]["execution_environment"] = {"name": "other-ee", "type": "execution_environment"}
+    broken["workflows"] = []
+    said = "\n".join(awx.problems(broken, ROOT))
+    assert "playbook 'playbooks/nothere.yml' is not one AWX lists" in said
+    assert "job template 'sparkfleet restart': become_enabled is not true" in said
+    assert "refers to {\"name\": \"other-ee\"" in said
+    assert "workflows: awx import does not read this key" in said
+
+
+def test_one_command_imports_the_export_with_both_values(tmp_path):
+    """`--import` hands `awx import` the export with the two values set (a stand-in awx records what it got)."""
+    fake = tmp_path / "awx"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = import ] || exit 9\ncat > %s\n" % (tmp_path / "got.json"))
+    fake.chmod(0o755)
+    env = dict(VALUES, PATH="%s:%s" % (tmp_path, os.environ.get("PATH", "")))
+    p = _script(["--import"], env)
+    assert p.returncode == 0, p.stderr
+    got = json.loads((tmp_path / "got.json").read_text())
+    assert got["projects"][0]["scm_url"] == VALUES["SPARKFLEET_SCM_URL"]
+    assert got["execution_environments"][0]["image"] == VALUES["SPARKFLEET_EE_IMAGE"]
+    assert all(jt["become_enabled"] for jt in got["job_templates"])
+
+
+def test_the_sample_inventory_source_gives_the_three_groups(assets):
+    import subprocess
+    import sys
+    [source] = assets["inventory_sources"]
+    assert source["source"] == "scm" and source["source_project"]["name"] == assets["projects"][0]["name"]
+    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-inventory"), "-i",
+                          os.path.join(ROOT, source["source_path"]), "--graph"], capture_output=True, text=True,
+                         check=True)
+    for group in ("@spark:", "@spark_head:", "@spark_workers:"):
+        assert group in out.stdout, out.stdout
+
+
+def test_the_own_project_example_of_the_doc_is_a_playbook_for_awx(tmp_path):
+    import re
+    with open(os.path.join(ROOT, "docs", "awx.md"), encoding="utf-8") as f:
+        block = re.search(r"```yaml\n(.*?)```", f.read(), re.S).group(1)
+    (tmp_path / "site.yml").write_text(block)
+    assert _module().project_playbooks(str(tmp_path)) == ["site.yml"]
