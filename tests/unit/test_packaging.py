@@ -369,25 +369,74 @@ def _pins():
     return pins
 
 
-def test_execution_environment_build_context(work, tarball, user_env):
-    ee_dir = work / "ee"
+def _ee_context(work, user_env, name, tarballs=()):
+    ee_dir = work / name
     (ee_dir / "dist").mkdir(parents=True)
     shutil.copy(os.path.join(ROOT, "execution-environment.yml"), ee_dir)
-    shutil.copy(tarball, ee_dir / "dist")
+    for t in tarballs:
+        shutil.copy(t, ee_dir / "dist")
     _run([_tool("ansible-builder"), "create", "--file", "execution-environment.yml", "--context", "ctx",
           "--output-filename", "Containerfile"], str(ee_dir), user_env)
-    ctx = ee_dir / "ctx"
-    # The collection goes in from the tarball just built (its name carries galaxy.yml's version).
-    assert (ctx / "_build" / TARBALL).is_file(), \
-        "execution-environment.yml must take dist/%s (galaxy.yml's version): %s" % (TARBALL, os.listdir(ctx / "_build"))
-    reqs = yaml.safe_load((ctx / "_build" / "requirements.yml").read_text(encoding="utf-8"))
-    assert [c["name"] for c in reqs["collections"]] == ["/build/" + TARBALL]
+    return ee_dir / "ctx"
+
+
+def test_execution_environment_file_pins_its_base_and_names_no_version():
+    """Issue 19.5: the base image by digest; the collection's version comes from galaxy.yml at build time only."""
+    with open(os.path.join(ROOT, "execution-environment.yml"), encoding="utf-8") as f:
+        text = f.read()
+    ee = yaml.safe_load(text)
+    assert re.fullmatch(r"[a-z0-9./-]+@sha256:[0-9a-f]{64}", ee["images"]["base_image"]["name"]), \
+        ee["images"]["base_image"]["name"]
+    code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+    assert GALAXY["version"] not in code, "execution-environment.yml hard-codes the version"
+    assert "tags" not in ee.get("options", {})
+
+
+def test_execution_environment_build_context(work, tarball, user_env):
+    ctx = _ee_context(work, user_env, "ee", [tarball])
+    # The collection goes in from the tarball just built, the one named by galaxy.yml's version at build time.
+    assert (ctx / "_build" / "collection" / TARBALL).is_file(), os.listdir(ctx / "_build")
     containerfile = (ctx / "Containerfile").read_text(encoding="utf-8")
+    assert "ARG SPARKFLEET_VERSION" in containerfile
+    assert "ansible-galaxy collection install --offline -p /usr/share/ansible/collections" in containerfile
     # The controller runs what the collection is tested with.
     pins = _pins()
     refs = re.search(r'ANSIBLE_INSTALL_REFS="([^"]*)"', containerfile).group(1).split()
     assert sorted(refs) == sorted(["ansible-core==" + pins["ansible-core"], "ansible-runner==" + pins["ansible-runner"]])
     assert re.search(r'PYCMD="/usr/bin/python3\.1[1-9]"', containerfile)   # ansible-core 2.19 needs >= 3.11
+    assert (ctx / "_build" / "requirements.txt").read_text().split() == ["matplotlib==" + pins["matplotlib"]]
+
+
+def _install_step(ctx, fake_root):
+    """The Containerfile's install step as a shell script, its paths moved under fake_root."""
+    containerfile = (ctx / "Containerfile").read_text(encoding="utf-8")
+    step = next(ln for ln in containerfile.splitlines() if ln.startswith("RUN ") and "SPARKFLEET_VERSION" in ln)
+    return step[4:].replace("/tmp/sparkfleet-build", str(fake_root / "build")).replace(
+        "/usr/share/ansible/collections", str(fake_root / "collections"))
+
+
+@pytest.mark.parametrize("given, version, ok", [("tarball", GALAXY["version"], True), ("tarball", "9.9.9", False),
+                                                ("none", GALAXY["version"], False), ("tarball", "", False)])
+def test_execution_environment_install_step_fails_without_the_tarball(work, tarball, user_env, given, version, ok):
+    """The build's install step, run as the container build runs it: it installs galaxy.yml's version or stops naming
+    the command that builds the tarball (ansible-builder itself only warns about a missing dist/)."""
+    name = "ee-%s-%s" % (given, version or "none")
+    ctx = _ee_context(work, user_env, name, [tarball] if given == "tarball" else [])
+    fake = work / (name + "-root")
+    shutil.copytree(ctx / "_build", fake / "build")
+    bindir = fake / "bin"
+    bindir.mkdir()
+    (bindir / "ansible-galaxy").write_text("#!/bin/sh\necho \"$@\" > %s\n" % (fake / "installed"))
+    (bindir / "ansible-galaxy").chmod(0o755)
+    env = dict(user_env, SPARKFLEET_VERSION=version, PATH="%s:%s" % (bindir, user_env["PATH"]))
+    proc = subprocess.run(["/bin/sh", "-c", _install_step(ctx, fake)], env=env, capture_output=True, text=True,
+                          check=False)
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+        assert (fake / "installed").read_text().split()[-1].endswith("/collection/" + TARBALL)
+    else:
+        assert proc.returncode == 1 and not (fake / "installed").exists()
+        assert "run ansible-galaxy collection build --output-path dist" in " ".join(proc.stderr.split())
 
 
 def test_execution_environment_requirements_of_the_installed_collection(installed, user_env, work):
