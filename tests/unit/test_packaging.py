@@ -184,6 +184,40 @@ def test_the_sample_inventory_ships_with_documentation_addresses_only(members, t
     assert inventory_errors(hostvars, groups) == []
 
 
+def _slug(heading):
+    """The anchor GitHub and Galaxy give a markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_in_the_artifact_has_no_dead_link(tarball, members):
+    """Issue 19.4: what Galaxy shows. A relative link or image must be a file of the artifact, an anchor a heading of
+    the README; files that stay in the source repository are linked there (galaxy.yml's repository)."""
+    with tarfile.open(tarball) as tar:
+        text = tar.extractfile("README.md").read().decode("utf-8")
+    body = re.sub(r"```.*?```", "", text, flags=re.S)   # code blocks hold no links
+    anchors = {_slug(h) for h in re.findall(r"^#+ (.+)$", body, re.M)}
+    links = re.findall(r"!?\[[^\]]*\]\(([^)\s]+)\)", body)
+    assert len(links) >= 10, links
+    dead = []
+    for link in links:
+        if link.startswith("#"):
+            if link[1:] not in anchors:
+                dead.append(link)
+        elif re.match(r"^[a-z]+://", link):
+            if not link.startswith(("https://github.com/sparkfleet/sparkfleet.vllm", "https://docs.ansible.com")):
+                dead.append(link)
+        elif link.split("#", 1)[0] not in members:
+            dead.append(link)
+    assert not dead, "dead links in the artifact's README: %s" % dead
+    # It opens with the two commands, then how to use the collection, the Sparks, and troubleshooting.
+    order = [h for h in re.findall(r"^## (.+)$", body, re.M)]
+    assert order[:5] == ["Contents", "The two commands", "Use the collection", "Running on your Sparks",
+                         "Troubleshooting"], order
+    contents = body.split("## Contents", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"\]\(#([^)]+)\)", contents))
+    assert {_slug(h) for h in order[1:]} <= listed, sorted({_slug(h) for h in order[1:]} - listed)
+
+
 def test_tarball_holds_every_tracked_file_of_the_collection(members):
     shipped = set(members)
     missing = [p for p in _tracked(SHIPPED_TREES) if p not in shipped and os.path.exists(os.path.join(ROOT, p))]
@@ -339,7 +373,7 @@ def test_readme_lists_the_shipped_content(installed):
     """Every committed role, playbook and plugin is named in README's list; the list names nothing that does
     not ship (work in progress that is not committed yet need not be listed)."""
     text = (installed / "README.md").read_text(encoding="utf-8")
-    for heading in ("## Installing the collection", "### Requirements", "### Included content", "### Licence"):
+    for heading in ("## Use the collection", "### Requirements", "### Included content", "### Licence"):
         assert heading in text, heading
     section = text.split("### Included content", 1)[1].split("\n#", 1)[0]
     listed = {}
