@@ -76,25 +76,25 @@ def sshd_problems(config, user, groups, home, addr, key, agent_forwarding=False)
                         "set PubkeyAuthentication yes %s" % (user, addr, key, fix_file))
     methods = config.get("authenticationmethods") or ["any"]
     if not any(m.lower() in ("any", "publickey") for m in methods):
+        what = (user, " ".join(methods), key, user, fix_file)
         problems.append("sshd asks %s for more than a key (AuthenticationMethods %s), so %s cannot log in alone: "
-                        "allow publickey on its own for %s from the fabric %s" % (user, " ".join(methods), key, user,
-                                                                                 fix_file))
+                        "allow publickey on its own for %s from the fabric %s" % what)
     force = (config.get("forcecommand") or ["none"])[0]
     if force.lower() != "none":
         problems.append("sshd forces its own command for %s (ForceCommand %s), which replaces %s's: remove it for "
                         "%s %s" % (user, force, key, user, fix_file))
     deny = [e for e in config.get("denyusers", []) if _user_entry_matches(e, user, addr)]
     if deny:
-        problems.append("sshd denies %s from %s (DenyUsers %s): remove that entry %s" % (user, addr, " ".join(deny),
-                                                                                       fix_file))
+        what = (user, addr, " ".join(deny), fix_file)
+        problems.append("sshd denies %s from %s (DenyUsers %s): remove that entry %s" % what)
     allow = config.get("allowusers", [])
     if allow and not any(_user_entry_matches(e, user, addr) for e in allow):
         problems.append("sshd lets in only AllowUsers %s, not %s from %s: add %s@%s there %s" % (
             " ".join(allow), user, addr, user, addr, fix_file))
     deny_g = [g for g in config.get("denygroups", []) if any(fnmatch.fnmatchcase(x, g.lstrip("!")) for x in groups)]
     if deny_g:
-        problems.append("sshd denies the groups %s, and %s is in one: remove it %s" % (" ".join(deny_g), user,
-                                                                                      fix_file))
+        what = (" ".join(deny_g), user, fix_file)
+        problems.append("sshd denies the groups %s, and %s is in one: remove it %s" % what)
     allow_g = config.get("allowgroups", [])
     if allow_g and not any(fnmatch.fnmatchcase(x, g) for g in allow_g for x in groups):
         problems.append("sshd lets in only AllowGroups %s, and %s is in none of them (%s): add one of them to %s "
@@ -154,17 +154,17 @@ def forced_command_problem(user, command, key, rc, stderr, rule):
     text = " ".join((stderr or "").split())
     if rc == 0:
         return None
+    lowered = text.lower()
     fix = ("allow it once: echo '%s' | sudo tee /etc/sudoers.d/sparkfleet-%s && sudo chmod 440 "
            "/etc/sudoers.d/sparkfleet-%s" % (rule, user, user)) if rule else "run it as a user that may"
+    if rc in (126, 127) and ("not found" in lowered or "no such file" in lowered):
+        what = (key, command, user, text[:200])
+        return "%s's command `%s` is not there for %s (%s): install it or fix the command" % what
     if text.startswith("sudo:") or "sudo: " in text:
         return "%s's command `%s` cannot run as %s: %s; %s" % (key, command, user, text[:300], fix)
-    lowered = text.lower()
     if "permission denied while trying to connect to the docker" in lowered:
         return ("%s's command `%s` cannot reach docker as %s (%s): run it through sudo (the default for a user "
                 "other than root) and %s" % (key, command, user, text[:200], fix))
     if "cannot connect to the docker daemon" in lowered or "is the docker daemon running" in lowered:
         return "%s's command `%s` finds no docker daemon: sudo systemctl enable --now docker" % (key, command)
-    if rc in (126, 127) and ("not found" in lowered or "no such file" in lowered):
-        return "%s's command `%s` is not there for %s (%s): install it or fix the command" % (key, command, user,
-                                                                                           text[:200])
     return None

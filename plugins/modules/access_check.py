@@ -183,7 +183,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             docker=dict(type="bool", default=True),
-            keys=dict(type="list", elements="dict", default=[], options=dict(
+            keys=dict(type="list", elements="dict", default=[], no_log=False, options=dict(
                 name=dict(type="str", required=True),
                 user=dict(type="str", required=True),
                 source=dict(type="str", required=True),

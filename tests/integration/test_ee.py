@@ -128,7 +128,7 @@ def test_the_ee_builds_and_lists_the_collection(lab, ee_context, observe):
                               " ansible-playbook --syntax-check -i /usr/share/ansible/collections/ansible_collections/"
                               "sparkfleet/vllm/inventories/sample sparkfleet.vllm.site'"), "inside the EE").stdout.decode()
     assert "core %s" % _pins()["ansible-core"].split("==")[1] in check, check
-    assert _pins()["matplotlib"].split("==")[1] in check and "playbook: sparkfleet.vllm.site" in check, check
+    assert _pins()["matplotlib"].split("==")[1] in check and "sparkfleet/vllm/playbooks/site.yml" in check, check
 
 
 def test_a_build_without_the_tarball_of_that_version_stops_naming_the_fix(lab, ee_context):

@@ -43,8 +43,8 @@ def test_a_new_users_first_hour(tmp_path):
         p = subprocess.run([str(a) for a in argv], cwd=str(cwd), env=e, capture_output=True, text=True,
                            timeout=timeout, check=False)
         if ok:
-            assert p.returncode == 0, "%s (rc=%d)\n%s\n%s" % (" ".join(map(str, argv)), p.returncode,
-                                                            p.stdout[-3000:], p.stderr[-3000:])
+            said = (" ".join(map(str, argv)), p.returncode, p.stdout[-3000:], p.stderr[-3000:])
+            assert p.returncode == 0, "%s (rc=%d)\n%s\n%s" % said
         return p
 
     # 1. A fresh venv on a Python that ansible-core 2.19 supports (README: the Python/ansible-core check).

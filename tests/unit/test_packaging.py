@@ -177,9 +177,10 @@ def test_the_sample_inventory_ships_with_documentation_addresses_only(members, t
     inv = json.loads(subprocess.run([_tool("ansible-inventory"), "-i", os.path.join(ROOT, "inventories", "sample"),
                                      "--list"], capture_output=True, text=True, check=True).stdout)
     hostvars = inv["_meta"]["hostvars"]
-    groups = {g: sorted(set(inv.get(g, {}).get("hosts", [])) | {h for c in inv.get(g, {}).get("children", [])
-                                                             for h in inv.get(c, {}).get("hosts", [])})
-              for g in ("spark", "spark_head", "spark_workers")}
+    def members_of(group):
+        children = inv.get(group, {}).get("children", [])
+        return sorted(set(inv.get(group, {}).get("hosts", [])) | {h for c in children for h in inv.get(c, {}).get("hosts", [])})
+    groups = {g: members_of(g) for g in ("spark", "spark_head", "spark_workers")}
     assert groups == {"spark": ["spark-1", "spark-2"], "spark_head": ["spark-1"], "spark_workers": ["spark-2"]}
     assert inventory_errors(hostvars, groups) == []
 
@@ -210,7 +211,7 @@ def test_the_readme_in_the_artifact_has_no_dead_link(tarball, members):
             dead.append(link)
     assert not dead, "dead links in the artifact's README: %s" % dead
     # It opens with the two commands, then how to use the collection, the Sparks, and troubleshooting.
-    order = [h for h in re.findall(r"^## (.+)$", body, re.M)]
+    order = re.findall(r"^## (.+)$", body, re.M)
     assert order[:5] == ["Contents", "The two commands", "Use the collection", "Running on your Sparks",
                          "Troubleshooting"], order
     contents = body.split("## Contents", 1)[1].split("\n## ", 1)[0]

@@ -1,7 +1,8 @@
 """The preflight play on the controller: bad inventories and serving values stop it, all errors at once.
 
 Every host uses the local connection and only preflight.yml runs (it changes nothing: asserts and ping), so
-these runs touch no node; the fabric reachability check (tag fabric) is skipped: these hosts are not real.
+these runs touch no node; the fabric reachability check (tag fabric) and the access check (tag access: ssh, become,
+docker, keys; tests/integration/test_access.py) are skipped: these hosts are not real.
 That the later plays of site.yml never start is tested on the lab
 (tests/integration/test_preflight.py).
 """
@@ -55,7 +56,7 @@ def _preflight(inventory, *extra):
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOCALHOST_WARNING="0")
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-                           str(PLAYBOOK), "--skip-tags", "fabric", *extra], cwd=REPO, capture_output=True, text=True, timeout=120, env=env,
+                           str(PLAYBOOK), "--skip-tags", "fabric,access", *extra], cwd=REPO, capture_output=True, text=True, timeout=120, env=env,
                           check=False)
     return proc.returncode, proc.stdout + proc.stderr
 

@@ -336,8 +336,8 @@ def test_the_chart_uses_matplotlib_object_api_only(tmp_path):
         "print(_report.timeline(r, sys.argv[1]))\n"
         "print('pyplot' if 'matplotlib.pyplot' in sys.modules else 'no pyplot')\n")
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "t.png")], capture_output=True, text=True,
-                       timeout=120, check=False, cwd=ROOT, env=dict(os.environ, MPLBACKEND="TkAgg",
-                                                                   PYTHONPATH=os.path.join(ROOT, "collections")))
+                       timeout=120, check=False, cwd=ROOT,
+                       env=dict(os.environ, MPLBACKEND="TkAgg", PYTHONPATH=os.path.join(ROOT, "collections")))
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == [str(tmp_path / "t.png"), "no", "pyplot"], p.stdout
     assert os.path.getsize(tmp_path / "t.png") > 5000
