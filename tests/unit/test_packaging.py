@@ -177,6 +177,7 @@ def test_the_sample_inventory_ships_with_documentation_addresses_only(members, t
     inv = json.loads(subprocess.run([_tool("ansible-inventory"), "-i", os.path.join(ROOT, "inventories", "sample"),
                                      "--list"], capture_output=True, text=True, check=True).stdout)
     hostvars = inv["_meta"]["hostvars"]
+
     def members_of(group):
         children = inv.get(group, {}).get("children", [])
         return sorted(set(inv.get(group, {}).get("hosts", [])) | {h for c in children for h in inv.get(c, {}).get("hosts", [])})

@@ -41,10 +41,12 @@ def node(monkeypatch, run_module, tmp_path):
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     entry = types.SimpleNamespace(pw_name="aurora", pw_uid=os.getuid(), pw_gid=os.getgid(), pw_dir=str(home),
                                   pw_shell="/bin/bash")
+
     def getpwnam(name):
         if name != "aurora":
             raise KeyError(name)
         return entry
+
     monkeypatch.setattr(pwd, "getpwnam", getpwnam)
 
     def run(keys=None, check_mode=False, **extra):
