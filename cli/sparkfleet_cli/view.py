@@ -19,6 +19,8 @@ EXIT_INTERRUPTED = 130   # interrupted (Ctrl-C) or canceled
 
 # The first play of every playbook checks the inventory's groups on the controller; its failure has its own exit code.
 INVENTORY_CHECK_PLAY = "Check the inventory has a spark group and exactly one spark_head"
+# Preflight's access check (roles/preflight/tasks/access.yml) names a node ssh cannot reach in this task's message.
+ACCESS_REFUSAL_TASK = "Refuse what would stop the run later, naming the node and the fix"
 
 
 # Tasks that only pull in a role's tasks: the tasks they include name the phase.
@@ -135,6 +137,10 @@ class RunView(object):
         failure = res.get("failure") if isinstance(res.get("failure"), dict) else {}
         if status == "unreachable":
             klass, hint = "unreachable", "check ssh to %s: address, user, key, ProxyJump through the head" % host
+        elif data.get("task") == ACCESS_REFUSAL_TASK and " cannot be reached " in str(res.get("msg", "")):
+            klass, hint = "unreachable", "the message says how to authorize the controller's key (through the head)"
+            if host not in self.unreachable:
+                self.unreachable.append(host)
         elif data.get("play") == INVENTORY_CHECK_PLAY or "inventory_check.yml" in str(data.get("task_path") or ""):
             klass, hint = "inventory", ("give -i the inventory of your Sparks: groups spark (every node), spark_head "
                                         "(one node) and spark_workers; inventories/sample/hosts.yml is an example")

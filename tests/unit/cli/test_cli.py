@@ -158,3 +158,31 @@ def test_events_of_the_inventory_check_stay_out_of_the_node_table(tmp_path):
     view.handle({"event": "runner_on_ok", "event_data": {"host": "localhost", "play": play, "task": "x", "res": {}}})
     assert view.hosts == {}
     assert json.dumps(view.summary_lines("successful"))
+
+
+def test_a_node_preflight_cannot_reach_exits_3():
+    """Preflight's access check reports an unreachable node as a failed check (its message names the fix); the CLI
+    still says unreachable, exit 3, as for any node ssh cannot reach."""
+    from sparkfleet_cli.view import ACCESS_REFUSAL_TASK, EXIT_UNREACHABLE, RunView
+    view = RunView("deploy")
+    view.handle({"event": "runner_on_failed", "event_data": {
+        "host": "spark-2", "play": "Preflight", "role": "sparkfleet.vllm.preflight", "task": ACCESS_REFUSAL_TASK,
+        "res": {"msg": ["spark-2 (192.168.200.13) cannot be reached through the head spark-1 as aurora: Permission"
+                        " denied (publickey). Authorize the controller key ..."]}}})
+    assert view.exit_code("failed") == EXIT_UNREACHABLE
+    assert view.failure["class"] == "unreachable" and "Permission denied" in view.failure["msg"]
+    # Any other refusal of that task is a failed check (exit 1).
+    other = RunView("deploy")
+    other.handle({"event": "runner_on_failed", "event_data": {
+        "host": "spark-1", "play": "Preflight", "task": ACCESS_REFUSAL_TASK,
+        "res": {"msg": ["spark-1: become (sudo) fails for aurora: Missing sudo password."]}}})
+    assert other.exit_code("failed") == 1
+
+
+def test_the_names_the_view_recognises_are_the_playbooks_own():
+    import yaml
+    from sparkfleet_cli.view import ACCESS_REFUSAL_TASK, INVENTORY_CHECK_PLAY
+    with open(os.path.join(ROOT, "roles", "preflight", "tasks", "access.yml"), encoding="utf-8") as f:
+        assert ACCESS_REFUSAL_TASK in [t["name"] for t in yaml.safe_load(f)]
+    with open(os.path.join(ROOT, "playbooks", "inventory_check.yml"), encoding="utf-8") as f:
+        assert yaml.safe_load(f)[0]["name"] == INVENTORY_CHECK_PLAY
