@@ -163,7 +163,7 @@ def _report_written(base, since):
 
 class VaultPipe(object):
     """An executable vault password file (it holds no secret) that reads the password from a named pipe (0600) this
-    process writes to each time a reader opens it, until close()."""
+    process writes it into once (ansible-playbook reads its vault secrets once, at start), until close()."""
 
     def __init__(self, run_dir, password):
         self.fifo = os.path.join(run_dir, "vault-password.fifo")
@@ -177,27 +177,28 @@ class VaultPipe(object):
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self):
-        while not self._closed:
-            try:
-                fd = os.open(self.fifo, os.O_WRONLY)   # blocks until a reader opens it; never creates a file
-            except OSError:
-                return
-            try:
-                if not self._closed:
-                    os.write(fd, self._password)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+        # One reader, one copy: a writer that opened the pipe again while the reader still held it would hand it the
+        # password twice.
+        try:
+            fd = os.open(self.fifo, os.O_WRONLY)   # blocks until a reader opens it; never creates a file
+        except OSError:
+            return
+        try:
+            if not self._closed:
+                os.write(fd, self._password)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     def close(self):
         self._closed = True
-        try:
-            # Release a writer blocked in open(); what it writes goes nowhere.
-            fd = os.open(self.fifo, os.O_RDONLY | os.O_NONBLOCK)
-            os.close(fd)
-        except OSError:
-            pass
+        for flags in (os.O_RDONLY | os.O_NONBLOCK, os.O_WRONLY | os.O_NONBLOCK):
+            try:
+                # Release our writer if nobody read (what it writes goes nowhere), or a reader still waiting (EOF).
+                os.close(os.open(self.fifo, flags))
+            except OSError:
+                pass
         for path in (self.fifo, self.script):
             try:
                 os.unlink(path)

@@ -186,3 +186,19 @@ def test_the_names_the_view_recognises_are_the_playbooks_own():
         assert ACCESS_REFUSAL_TASK in [t["name"] for t in yaml.safe_load(f)]
     with open(os.path.join(ROOT, "playbooks", "inventory_check.yml"), encoding="utf-8") as f:
         assert yaml.safe_load(f)[0]["name"] == INVENTORY_CHECK_PLAY
+
+
+def test_the_vault_pipe_hands_the_password_once_and_keeps_it_off_disk(tmp_path):
+    from sparkfleet_cli.cli import VaultPipe
+    pipe = VaultPipe(str(tmp_path), VAULT_PASSWORD)
+    try:
+        got = subprocess.run([pipe.script], capture_output=True, text=True, timeout=20, check=True).stdout
+        assert got == VAULT_PASSWORD + "\n"   # one copy: ansible takes the whole output as the password
+        for name in os.listdir(tmp_path):
+            path = os.path.join(tmp_path, name)
+            if os.path.isfile(path):
+                with open(path, "rb") as f:
+                    assert VAULT_PASSWORD.encode() not in f.read()
+    finally:
+        pipe.close()
+    assert os.listdir(tmp_path) == []
