@@ -262,28 +262,27 @@ def _phase_table(report):
     keyed = {h: _keyed(phases.get(h, [])) for h in hosts}
     startup = report.get("vllm_startup") or {}
     sub = startup.get("phases") if startup.get("this_run") else []
-    labels = list(_order(phases)) + ["NCCL transport"] + ["  %s" % r["phase"] for r in sub or []]
-    width = max(len(label) for label in labels + ["phase"])
-    cols = [max(len(h), 9) for h in hosts]
-
-    def line(label, cells):
-        return ("  " + label.ljust(width) + "".join("  " + c.rjust(w) for c, w in zip(cells, cols))).rstrip()
-
-    lines = [line("phase", hosts)]
+    rows = []   # (label, cells)
     for phase in _order(phases):
         cells = []
         for host in hosts:
             row = keyed[host].get(phase)
             cells.append("" if row is None else _fmt_s(row["seconds"]) + ("" if row["status"] == "ok" else " FAILED"))
-        lines.append(line(phase, cells))
+        rows.append((phase, cells))
         if phase == SERVE_PHASE and sub:
             for row in sub:
-                lines.append(line("  %s" % row["phase"],
-                                  [_fmt_s(row["seconds"]) if h == startup.get("host") else "" for h in hosts]))
+                rows.append(("  %s" % row["phase"],
+                             [_fmt_s(row["seconds"]) if h == startup.get("host") else "" for h in hosts]))
     nccl = report.get("nccl_transports") or {}
     if nccl:
-        lines.append(line("NCCL transport", [str(nccl.get(h) or "") for h in hosts]))
-    return lines
+        rows.append(("NCCL transport", [str(nccl.get(h) or "") for h in hosts]))
+    width = max(len(label) for label, _cells in rows + [("phase", [])])
+    cols = [max([len(h), 9] + [len(cells[i]) for _label, cells in rows]) for i, h in enumerate(hosts)]
+
+    def line(label, cells):
+        return ("  " + label.ljust(width) + "".join("  " + c.rjust(w) for c, w in zip(cells, cols))).rstrip()
+
+    return [line("phase", hosts)] + [line(label, cells) for label, cells in rows]
 
 
 def _startup_section(report):
