@@ -321,7 +321,7 @@ def test_an_empty_run_fails_and_still_writes_its_report(tmp_path):
     assert "number sections" not in out and "Traceback" not in out, out[-3000:]
     report = json.loads((tmp_path / "r" / "latest" / "report.json").read_text())
     assert report["status"] == "failed" and report["phases"] == {}
-    assert "no group spark" in report["failure"]["msg"]
+    assert "inventory: group 'spark' is missing" in report["failure"]["msg"]
     assert not (tmp_path / "r" / "latest" / "timeline.png").exists()
     assert "sparkfleet report: no chart (no phase ran on any node" in out
 
