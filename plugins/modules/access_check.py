@@ -142,7 +142,7 @@ def _modes(home):
     return found
 
 
-def check_key(module, runner, key, sshd, timeout):
+def check_key(runner, key, sshd, timeout):
     name, user = key["name"], key["user"]
     try:
         entry = pwd.getpwnam(user)
@@ -171,7 +171,7 @@ def check_key(module, runner, key, sshd, timeout):
         # Empty input: the program behind the command refuses an empty stream itself (and changes nothing).
         res = runner.run([runuser, "-u", user, "--", "/bin/sh", "-c", "%s </dev/null" % key["command"]],
                          timeout=timeout)
-        rule = _access.sudo_rule(user, key["command"], lambda p: module.get_bin_path(p, required=False))
+        rule = _access.sudo_rule(user, key["command"], lambda name: runner.bin(name, required=False))
         found = _access.forced_command_problem(user, key["command"], name, res.rc,
                                                res.stderr, rule)
         if found:
@@ -218,7 +218,7 @@ def main():
         problems.append("sshd is not installed, so the deployment's keys cannot log in: sudo apt-get install "
                         "openssh-server")
     for key in module.params["keys"]:
-        problems.extend(check_key(module, runner, key, sshd, module.params["timeout"]))
+        problems.extend(check_key(runner, key, sshd, module.params["timeout"]))
     if problems:
         module.fail_json(msg="; ".join(problems), problems=problems, docker_version=docker_version)
     module.exit_json(changed=False, problems=[], docker_version=docker_version)
