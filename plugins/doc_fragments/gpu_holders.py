@@ -44,11 +44,22 @@ options:
               gdm*, lightdm, sddm, display-manager, Xorg, Xwayland, gnome-shell]
   stale_units:
     description:
-      - Names or shell patterns of systemd units and docker containers from earlier
-        deployments. M(sparkfleet.vllm.gpu_holders) lists them whether or not they hold the GPU now;
-        M(sparkfleet.vllm.gpu_release) disables (units) or removes the restart policy of and stops
-        (containers) them, so they do not come back after a reboot.
-      - Units and containers that also match O(ours) are left out.
+      - Names or shell patterns of systemd units (and containers) from earlier deployments.
+        M(sparkfleet.vllm.gpu_holders) lists them whether or not they hold the GPU now;
+        M(sparkfleet.vllm.gpu_release) stops and disables them so they do not come back after a reboot.
+      - The containers such a unit starts are stale too, whatever their names: read from the unit's
+        C(ExecStart*) commands (C(docker run --name N), C(docker start N)), from a shell script those commands
+        run, and from a C(docker run) running in the unit now.
+      - Units and containers that also match O(ours) or O(protect) are left out.
     type: list
     elements: str
-    default: [vllm-cluster, vllm-proxy, vllm-embeddings, vllm-reranker, sglang*]"""
+    default: [vllm-cluster, vllm-proxy, vllm-embeddings, vllm-reranker, sglang*]
+  stale_containers:
+    description:
+      - Names or shell patterns of docker containers from earlier deployments, whatever started them (by hand, a
+        unit not in O(stale_units), a script). M(sparkfleet.vllm.gpu_release) removes their restart policy and
+        stops them whether or not they hold the GPU now, and stops and disables any unit that starts them.
+      - Containers that also match O(ours) or O(protect) are left out.
+    type: list
+    elements: str
+    default: [vllm_node, vllm_embeddings, reranker]"""

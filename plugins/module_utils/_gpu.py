@@ -292,6 +292,29 @@ def parse_docker_ps(text):
     return containers
 
 
+_EXEC_ARGV_RE = re.compile(r'argv\[\]=(.*?) ; ')
+
+
+def parse_systemctl_show(text):
+    """``systemctl show -p Id -p ExecStart ... UNIT...`` -> {unit: [argv, ...]} (every Exec* command of each unit).
+
+    systemd prints each command as ``{ path=... ; argv[]=WORDS ; ignore_errors=... }``, its words joined by spaces
+    (quoting is lost: a word holding a space reads as two). Units are separated by blank lines.
+    """
+    units = {}
+    for block in re.split(r'\n\s*\n', text or ''):
+        unit, commands = None, []
+        for line in block.splitlines():
+            key, _sep, value = line.partition('=')
+            if key == 'Id':
+                unit = value.strip()
+            elif key.startswith('Exec'):
+                commands.extend(m.split() for m in _EXEC_ARGV_RE.findall(value + ' '))
+        if unit:
+            units[unit] = [c for c in commands if c]
+    return units
+
+
 def name_matches(name, patterns):
     """Shell-style match of a unit/container/process name; 'foo' also matches 'foo.service'."""
     if not name:
@@ -478,6 +501,8 @@ DEFAULT_PROTECT = ['nvidia-persistenced', 'nvidia-fabricmanager', 'dcgm*', 'nv-h
                    'nvidia-dcgm', 'gdm*', 'lightdm', 'sddm', 'display-manager', 'Xorg', 'Xwayland',
                    'gnome-shell']
 DEFAULT_STALE = ['vllm-cluster', 'vllm-proxy', 'vllm-embeddings', 'vllm-reranker', 'sglang*']
+# The containers the operators' older deployment ran (DOMAIN 10); any name a stale unit starts counts too.
+DEFAULT_STALE_CONTAINERS = ['vllm_node', 'vllm_embeddings', 'reranker']
 
 COMMON_ARGSPEC = dict(
     nvidia_smi=dict(type='str', default='auto', choices=['auto', 'required', 'skip']),
@@ -485,6 +510,7 @@ COMMON_ARGSPEC = dict(
     ours=dict(type='list', elements='str', default=[]),
     protect=dict(type='list', elements='str', default=DEFAULT_PROTECT),
     stale_units=dict(type='list', elements='str', default=DEFAULT_STALE),
+    stale_containers=dict(type='list', elements='str', default=DEFAULT_STALE_CONTAINERS),
 )
 
 
@@ -619,41 +645,66 @@ class GpuScanner(object):
                         break
         return holders
 
-    def stale(self):
-        """Units and containers named like ``stale_units`` (not ours), holding the GPU or not."""
-        patterns = self.params['stale_units']
-        found = []
-        if not patterns:
-            return found
-        if self.systemctl:
-            files = self.runner.run([self.systemctl, 'list-unit-files', '--type=service',
-                                     '--no-legend', '--no-pager', '--plain'])
-            units = self.runner.run([self.systemctl, 'list-units', '--type=service', '--all',
-                                     '--no-legend', '--no-pager', '--plain'])
-            if not files.ok and not units.ok:
-                self._warn(files.why('systemctl could not list units'))
-            enabled = parse_unit_files(files.stdout if files.ok else '')
-            active = parse_units(units.stdout if units.ok else '')
-            for name in sorted(set(enabled) | set(active)):
-                if not name_matches(name, patterns) or name_matches(name, self.params['ours']):
-                    continue
-                state = active.get(name, {})
-                found.append({'kind': 'unit', 'name': name,
-                              'enabled': enabled.get(name),
-                              'active': state.get('active', 'inactive'),
-                              'sub': state.get('sub')})
-        if self.docker:
-            res = self.runner.run([self.docker, 'ps', '-a', '--no-trunc', '--format',
-                                   '{{.ID}}\t{{.Names}}\t{{.State}}'])
-            if not res.ok:
-                self._warn(res.why('docker ps failed'))
-            matched = [c for c in parse_docker_ps(res.stdout if res.ok else '')
-                       if name_matches(c['name'], patterns)
-                       and not name_matches(c['name'], self.params['ours'])]
-            details = self.inspect_containers(set(c['id'] for c in matched))
-            for cont in matched:
-                detail = details.get(cont['id'], {})
-                found.append({'kind': 'container', 'name': cont['name'], 'id': cont['id'],
-                              'state': cont['state'],
-                              'restart_policy': detail.get('restart_policy')})
+    def service_units(self):
+        """Every service unit: [{name, enabled, active, sub, commands}] (commands: each Exec* line's words).
+
+        Template units (``x@.service``) have no commands of their own and are left out."""
+        if not self.systemctl:
+            return []
+        files = self.runner.run([self.systemctl, 'list-unit-files', '--type=service', '--no-legend', '--no-pager',
+                                 '--plain'])
+        units = self.runner.run([self.systemctl, 'list-units', '--type=service', '--all', '--no-legend',
+                                 '--no-pager', '--plain'])
+        if not files.ok and not units.ok:
+            self._warn(files.why('systemctl could not list units'))
+        enabled = parse_unit_files(files.stdout if files.ok else '')
+        active = parse_units(units.stdout if units.ok else '')
+        names = sorted(n for n in set(enabled) | set(active) if not n.endswith('@.service'))
+        commands = {}
+        if names:
+            show = self.runner.run([self.systemctl, 'show', '--no-pager', '-p', 'Id', '-p', 'ExecStartPre',
+                                    '-p', 'ExecStart', '-p', 'ExecStartPost', '-p', 'ExecReload'] + names)
+            if show.ok:
+                commands = parse_systemctl_show(show.stdout)
+            else:
+                self._warn(show.why('systemctl show failed: the containers units start are not known'))
+        return [{'name': name, 'enabled': enabled.get(name), 'active': active.get(name, {}).get('active', 'inactive'),
+                 'sub': active.get(name, {}).get('sub'), 'commands': commands.get(name, [])} for name in names]
+
+    def unit_clients(self):
+        """{unit: [argv, ...]} of the container-CLI processes running in a system unit now (a unit that runs
+        ``docker run`` in the foreground: the words the shell expanded, which a unit file may hide)."""
+        found = {}
+        for pid in list_pids(self.proc_root):
+            raw = read_file(os.path.join(self.proc_root, str(pid), 'cmdline'), binary=True) or b''
+            argv = [part.decode('utf-8', 'replace') for part in raw.split(b'\0') if part]
+            if not argv or not os.path.basename(argv[0]).startswith(('docker', 'podman', 'nerdctl')):
+                continue
+            unit = parse_cgroup(read_file(os.path.join(self.proc_root, str(pid), 'cgroup')) or '')['unit']
+            if unit:
+                found.setdefault(unit, []).append(argv)
         return found
+
+    def containers(self):
+        """Every container: [{id, name, state, restart_policy, image}]."""
+        if not self.docker:
+            return []
+        res = self.runner.run([self.docker, 'ps', '-a', '--no-trunc', '--format', '{{.ID}}\t{{.Names}}\t{{.State}}'])
+        if not res.ok:
+            self._warn(res.why('docker ps failed'))
+            return []
+        listed = parse_docker_ps(res.stdout)
+        details = self.inspect_containers(set(c['id'] for c in listed))
+        return [dict(c, restart_policy=details.get(c['id'], {}).get('restart_policy'),
+                     image=details.get(c['id'], {}).get('image')) for c in listed]
+
+
+def read_script(path, limit=262144):
+    """A shell script's text (a regular file under ``limit`` bytes starting with ``#!``), else None."""
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) > limit:
+            return None
+    except (OSError, TypeError):
+        return None
+    text = read_file(path)
+    return text if text and text.startswith('#!') else None

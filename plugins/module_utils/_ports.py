@@ -66,7 +66,7 @@ def socket_owners(inodes, proc_root="/proc"):
 
 
 def listeners(ports, proc_root="/proc"):
-    """[{port, address, pid, name, cmdline, unit, container_id}] for every LISTEN socket on ``ports``."""
+    """[{port, address, pid, name, cmdline, unit, user_unit, container_id}] for every LISTEN socket on ``ports``."""
     ports = set(int(p) for p in ports)
     socks = []
     for table in ("tcp", "tcp6"):
@@ -81,12 +81,12 @@ def listeners(ports, proc_root="/proc"):
         pids = sorted(owners.get(sock["inode"], []))
         if not pids:
             found.append({"port": sock["port"], "address": sock["address"], "pid": None, "name": None,
-                          "cmdline": None, "unit": None, "container_id": None})
+                          "cmdline": None, "unit": None, "user_unit": None, "container_id": None})
         for pid in pids:
             info = proc_info(pid, proc_root) or {}
             found.append({"port": sock["port"], "address": sock["address"], "pid": pid,
                           "name": info.get("name"), "cmdline": info.get("cmdline"), "unit": info.get("unit"),
-                          "container_id": info.get("container_id")})
+                          "user_unit": info.get("user_unit"), "container_id": info.get("container_id")})
     # One line per (port, pid): a process listening on v4 and v6 is one holder.
     seen, unique = set(), []
     for item in sorted(found, key=lambda x: (x["port"], x["pid"] or 0, x["address"])):

@@ -22,11 +22,40 @@ description:
   - For each holder it reports the process, its user and parent, its memory, the systemd unit
     or docker container that owns it (from C(/proc/PID/cgroup), v1 and v2) and whether it is
     ours (left alone, O(ours)), protected (never touched, O(protect)) or foreign.
-  - Also lists units and containers named like O(stale_units) even when they do not hold the GPU
-    now, because an enabled unit or a container with a restart policy comes back after reboot.
+  - Also lists the stale units and containers (see O(stale_units), O(stale_containers)) even when they do not
+    hold the GPU now, because an enabled unit or a container with a restart policy comes back after reboot.
+  - Returns the plan M(sparkfleet.vllm.gpu_release) would carry out with the same options (RV(plan), one line per
+    action in RV(will_stop)): every unit, container and process it would stop, with the GPU holders and the
+    listeners of O(ports) each one covers.
+  - With O(ports), classifies every process listening on those TCP ports as ours, stale (the plan stops it) or
+    foreign (nothing stops it). A foreign listener, and a GPU holder gpu_release could not stop (another PID
+    namespace, the process chain running the task), is named in RV(blocking) with what would make it stale;
+    O(fail_on_foreign) fails the task on them, before anything is changed.
   - Reads only; never changes anything. Run as root to see other users' processes.
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
+options:
+  ports:
+    description:
+      - TCP ports a deployment needs on this node, each with the setting that chose it (named in messages, so
+        a refusal can say which variable moves ours).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      port:
+        description: The TCP port.
+        type: int
+        required: true
+      setting:
+        description: The name of the setting that chose this port, for example C(sparkfleet_ray_port).
+        type: str
+  fail_on_foreign:
+    description:
+      - Fail when a listener of O(ports) or a GPU holder would be left running by M(sparkfleet.vllm.gpu_release):
+        the message names each (port, pid, process, container, unit) and the setting that would make it stale.
+    type: bool
+    default: false
 notes:
   - Supports check mode; the module never changes anything.
   - On GB10 (DGX Spark) RV(gpu.memory_used_mib) and RV(gpu.memory_total_mib) are null and
@@ -37,6 +66,7 @@ seealso:
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
   - sparkfleet.vllm.gpu_holders
+  - sparkfleet.vllm.setting_names
 attributes:
   check_mode:
     support: full
@@ -55,6 +85,16 @@ EXAMPLES = r'''
 - name: Show foreign holders
   ansible.builtin.debug:
     msg: "{{ _gpu.holders | selectattr('status', 'equalto', 'foreign') | map(attribute='pid') | list }}"
+
+- name: Plan the cleanup; refuse what it would leave on the API and Ray ports, before anything changes
+  sparkfleet.vllm.gpu_holders:
+    ours: [sparkfleet-ray, sparkfleet-vllm]
+    stale_containers: [vllm_node, old_api]
+    ports:
+      - {port: 6379, setting: sparkfleet_ray_port}
+      - {port: 30000, setting: sparkfleet_api_port}
+    fail_on_foreign: true
+  register: _plan
 '''
 
 RETURN = r'''
@@ -170,20 +210,51 @@ holders:
       container: null
       status: foreign
 stale:
-  description: Units and containers named like O(stale_units), holding the GPU or not.
+  description: The stale units and containers (O(stale_units), the containers they start, O(stale_containers),
+    and the units that start a container the plan stops), holding the GPU or not, each with C(why).
   returned: always
   type: list
   elements: dict
   sample:
     - kind: unit
-      name: vllm-proxy.service
+      name: vllm-cluster.service
       enabled: enabled
-      active: inactive
+      active: active
+      starts: [vllm_node]
+      why: named in stale_units
     - kind: container
-      name: sglang-head
+      name: vllm_node
       id: 3f2c...
-      state: exited
+      state: running
       restart_policy: unless-stopped
+      why: started by vllm-cluster.service
+plan:
+  description: What M(sparkfleet.vllm.gpu_release) would do with the same options, in order (as its RV(actions)).
+  returned: always
+  type: list
+  elements: dict
+will_stop:
+  description: RV(plan), one line per action, with the GPU holders and listeners of O(ports) it covers.
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - "container vllm_node (started by vllm-cluster.service; stopped, restart policy unless-stopped removed):
+      pid 546 holds the GPU; port 6379 (sparkfleet_ray_port): pid 575 gcs_server in container vllm_node"
+port_holders:
+  description: Every listener of O(ports), with C(status) (C(ours), C(stale) or C(foreign)) and, when stale, the
+    C(action) of RV(plan) that stops it.
+  returned: always
+  type: list
+  elements: dict
+blocking:
+  description: What the plan would leave holding the GPU or a port of O(ports), each with what would make it stale.
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - "port 6379 (sparkfleet_ray_port): pid 812 gcs_server in container legacy_ray, which the GPU cleanup will
+      not stop: add legacy_ray to stale_containers, or move ours (sparkfleet_ray_port)"
 foreign:
   description: PIDs of holders that are neither ours nor protected.
   returned: always
@@ -193,29 +264,46 @@ foreign:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import (
-    COMMON_ARGSPEC,
-    GpuScanner,
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import COMMON_ARGSPEC, GpuScanner
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu_release import (
+    PORTS_SPEC,
+    make_plan,
+    plan_lines,
+    ports_problem,
+    stale_report,
+    strip,
+    survey,
 )
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text, setting_names_problem
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(COMMON_ARGSPEC), supports_check_mode=True)
+    argument_spec = dict(COMMON_ARGSPEC, ports=PORTS_SPEC, fail_on_foreign=dict(type='bool', default=False),
+                         setting_names=dict(type='dict', default={}))
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    problem = ports_problem(module.params['ports']) or setting_names_problem(module.params['setting_names'])
+    if problem:
+        module.fail_json(msg=problem if isinstance(problem, str) else problem[0],
+                         hint=None if isinstance(problem, str) else problem[1])
     scanner = GpuScanner(module)
     gpu = scanner.gpu_summary()
-    holders = scanner.holders()
-    stale = scanner.stale()
-    for holder in holders:
-        holder.pop('starttime', None)
+    data = survey(scanner, module.params['ports'])
+    plan = make_plan(scanner, data)
+    will_stop, blocking = plan_lines(plan, module.params['setting_names'])
+    for act in plan.actions:
+        act.pop('tree', None)
+        act['why'] = render_text(act['why'], module.params['setting_names'])
     for warning in scanner.warnings:
         module.warn(warning)
-    module.exit_json(
-        changed=False,
-        gpu=gpu,
-        holders=holders,
-        stale=stale,
-        foreign=[h['pid'] for h in holders if h['status'] == 'foreign'],
-    )
+    holders = strip(data['holders'])
+    result = dict(changed=False, gpu=gpu, holders=holders, stale=stale_report(data, plan, module.params['setting_names']), plan=plan.actions,
+                  will_stop=will_stop, port_holders=plan.ports, blocking=blocking,
+                  foreign=[h['pid'] for h in holders if h['status'] == 'foreign'])
+    if blocking and module.params['fail_on_foreign']:
+        module.fail_json(msg='%s: %s' % (
+            'the GPU cleanup would leave these running' if len(blocking) > 1 else 'the GPU cleanup would leave this '
+            'running', '; '.join(blocking)), hint='Nothing was changed.', **result)
+    module.exit_json(**result)
 
 
 if __name__ == '__main__':

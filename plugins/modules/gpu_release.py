@@ -20,8 +20,16 @@ description:
   - Any other holder gets SIGTERM, together with its descendants, then SIGKILL for whatever still
     runs after O(grace) seconds. A holder that is a child of another holder is stopped with its
     parent. Processes are identified by PID and start time, so a reused PID is never signalled.
-  - Units and containers named like O(stale_units) are disabled (units) or lose their restart
-    policy and are stopped (containers) even when they do not hold the GPU now.
+  - Stale units (named like O(stale_units)) are stopped and disabled even when they do not hold the GPU now.
+    Stale containers are stopped and lose their restart policy (C(always) and C(unless-stopped) alike) whether
+    or not they hold the GPU now: the containers a stale unit starts, whatever their names (read from the unit's
+    C(ExecStart*) commands, from a shell script those run, and from a C(docker run) running in the unit now), and
+    the containers named like O(stale_containers) or O(stale_units).
+  - A unit that starts a container being stopped is stopped and disabled too, or it would start the container
+    again (C(Restart=always) on a foreground C(docker run), or a oneshot C(docker run -d) at the next boot).
+  - Restart policies are removed first, then units stopped, then containers, then processes signalled: a
+    container whose foreground C(docker run) passes the unit's SIGTERM on would otherwise be restarted by docker.
+  - Nothing is deleted: unit files, images and stopped containers stay (unless O(remove_containers)).
   - Then it polls, up to O(timeout) seconds, until no foreign holder is left and, on GPUs that
     report memory, the memory not held by ours or protected processes is at most O(max_used_mib).
     It fails naming every remaining holder otherwise.
@@ -68,6 +76,8 @@ notes:
   - Supports check mode (reports exactly what would be stopped, disabled or signalled) and diff
     mode (holders before and after).
   - Needs root (C(become)) to signal other users' processes and to see their open files.
+  - M(sparkfleet.vllm.gpu_holders) with O(sparkfleet.vllm.gpu_holders#module:ports) shows the same plan beforehand
+    and names what this module would leave running on those ports.
 seealso:
   - module: sparkfleet.vllm.gpu_holders
 extends_documentation_fragment:
@@ -119,7 +129,13 @@ actions:
       type: list
       elements: int
     reason:
-      description: C(holder) or C(stale).
+      description: C(holder) (it holds the GPU) or C(stale) (it would bring a holder back).
+      type: str
+    why:
+      description: Why it is stopped, for example C(started by vllm-cluster.service) or C(named in stale_units).
+      type: str
+    text:
+      description: The action in one line, as a person reads it.
       type: str
     result:
       description: C(planned) in check mode; C(stopped), C(terminated) (exited after SIGTERM),
@@ -168,202 +184,10 @@ elapsed_s:
   type: float
 '''
 
-import os
-import signal
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import (
-    COMMON_ARGSPEC,
-    GpuScanner,
-    children_map,
-    describe,
-    descendants,
-    parse_stat,
-)
-
-_POLL_S = 0.25
-
-
-def _starttime(pid):
-    try:
-        with open('/proc/%d/stat' % pid) as handle:
-            stat = parse_stat(handle.read())
-    except (IOError, OSError):
-        return None
-    if stat is None or stat['state'] in ('Z', 'X'):
-        return None
-    return stat['starttime']
-
-
-class Releaser(object):
-    def __init__(self, module):
-        self.module = module
-        self.params = module.params
-        self.scanner = GpuScanner(module)
-        self.children = None
-
-    # ---- planning ----
-
-    def plan(self, holders, stale):
-        """Turn holders and stale entries into an ordered list of actions."""
-        targets = [h for h in holders if h['status'] == 'foreign']
-        keep_pids = set(h['pid'] for h in holders if h['status'] != 'foreign')
-        by_pid = dict((h['pid'], h) for h in targets)
-        refused = [h for h in targets if h['pid'] in self.scanner.self_pids or h['pid'] == 1]
-        actions = []
-        units = {}
-        containers = {}
-        for holder in targets:
-            if holder in refused:
-                continue
-            if holder['unit']:
-                units.setdefault(holder['unit'], []).append(holder['pid'])
-            elif holder['container']:
-                cont = holder['container']
-                key = cont['name'] or cont['id']
-                containers.setdefault(key, []).append(holder['pid'])
-        for name in sorted(units):
-            actions.append({'action': 'stop_unit', 'target': name, 'pids': sorted(units[name]),
-                            'reason': 'holder'})
-        for name in sorted(containers):
-            actions.append({'action': 'stop_container', 'target': name,
-                            'pids': sorted(containers[name]), 'reason': 'holder'})
-        covered = set(pid for act in actions for pid in act['pids'])
-        self.children = children_map()
-        for holder in targets:
-            pid = holder['pid']
-            if holder in refused or pid in covered:
-                continue
-            parent = holder.get('parent_holder')
-            if parent in by_pid and parent not in covered and by_pid[parent] not in refused \
-                    and not by_pid[parent]['unit'] and not by_pid[parent]['container']:
-                continue  # stopped with its parent's tree
-            if not holder['visible']:
-                continue  # in another PID namespace: nothing we can signal; verify names it
-            tree = [pid] + [d for d in descendants(pid, self.children)
-                            if d not in self.scanner.self_pids and d not in keep_pids]
-            held = sorted(p for p in tree if p in by_pid)
-            actions.append({'action': 'signal', 'target': 'pid %d %s' % (pid, holder['name']),
-                            'pids': held, 'tree': tree, 'reason': 'holder'})
-        done_units = set(units)
-        done_containers = set(containers)
-        for entry in stale:
-            if entry['kind'] == 'unit' and entry['name'] not in done_units:
-                wanted = entry['active'] in ('active', 'activating', 'reloading') or \
-                    entry.get('enabled') in ('enabled', 'enabled-runtime', 'linked',
-                                             'linked-runtime') or \
-                    (self.params['mask'] and entry.get('enabled') != 'masked')
-                if wanted:
-                    actions.append({'action': 'stop_unit', 'target': entry['name'], 'pids': [],
-                                    'reason': 'stale'})
-            elif entry['kind'] == 'container' and entry['name'] not in done_containers \
-                    and entry['id'] not in done_containers:
-                wanted = entry['state'] in ('running', 'restarting', 'paused') or \
-                    (entry.get('restart_policy') or 'no') != 'no' or \
-                    self.params['remove_containers']
-                if wanted:
-                    actions.append({'action': 'stop_container', 'target': entry['name'],
-                                    'pids': [], 'reason': 'stale'})
-        return actions, refused
-
-    # ---- doing ----
-
-    def _cmd(self, cmd, errors):
-        res = self.scanner.runner.run(cmd)
-        if not res.ok:
-            errors.append({'cmd': res.argv, 'rc': res.rc, 'stderr': (res.stderr or res.stdout).strip()})
-        return res.rc
-
-    def stop_unit(self, action, errors):
-        systemctl = self.scanner.systemctl
-        if not systemctl:
-            errors.append({'cmd': ['systemctl'], 'rc': None, 'stderr': 'systemctl not found'})
-            return False
-        rc = self._cmd([systemctl, 'stop', action['target']], errors)
-        self._cmd([systemctl, 'disable', action['target']], errors)
-        if self.params['mask']:
-            self._cmd([systemctl, 'mask', action['target']], errors)
-        return rc == 0
-
-    def stop_container(self, action, errors):
-        docker = self.scanner.docker
-        if not docker:
-            errors.append({'cmd': ['docker'], 'rc': None, 'stderr': 'docker not found'})
-            return False
-        target = action['target']
-        self._cmd([docker, 'update', '--restart=no', target], errors)
-        rc = self._cmd([docker, 'stop', '-t', str(self.params['grace']), target], errors)
-        if self.params['remove_containers']:
-            self._cmd([docker, 'rm', target], errors)
-        return rc == 0
-
-    def terminate(self, pids):
-        """SIGTERM pids, wait grace, SIGKILL survivors.
-
-        Returns (terminated, killed, failed, exit_s) where exit_s maps pid -> seconds from
-        SIGTERM until it was gone.
-        """
-        identity = dict((pid, _starttime(pid)) for pid in pids)
-        identity = dict((pid, st) for pid, st in identity.items() if st is not None)
-        exit_s = {}
-        start = time.time()
-
-        def alive():
-            now = round(time.time() - start, 2)
-            living = []
-            for pid, st in identity.items():
-                if _starttime(pid) == st:
-                    living.append(pid)
-                else:
-                    exit_s.setdefault(pid, now)
-            return living
-
-        def send(sig, targets):
-            for pid in targets:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-                except PermissionError:
-                    self.module.fail_json(
-                        msg='Not allowed to signal pid %d (%s)' % (pid, sig),
-                        hint='Run gpu_release with become: true; it must signal processes '
-                             'of other users.')
-
-        send(signal.SIGTERM, alive())
-        deadline = start + self.params['grace']
-        while alive() and time.time() < deadline:
-            time.sleep(_POLL_S / 5)
-        survivors = alive()
-        if survivors:
-            send(signal.SIGKILL, survivors)
-            deadline = time.time() + 10
-            while alive() and time.time() < deadline:
-                time.sleep(_POLL_S / 5)
-        failed = alive()
-        killed = [p for p in survivors if p not in failed]
-        terminated = [p for p in identity if p not in survivors]
-        return terminated, killed, failed, exit_s
-
-    def free_state(self):
-        """(foreign holders, gpu summary, memory in use not counting ours/protected or None)."""
-        gpu = self.scanner.gpu_summary()
-        holders = self.scanner.holders()
-        foreign = [h for h in holders if h['status'] == 'foreign']
-        spare = sum(h['used_memory_mib'] or 0 for h in holders if h['status'] != 'foreign')
-        excess = None
-        if gpu['memory_used_mib'] is not None:
-            used = sum(g['memory_used_mib'] or 0 for g in gpu['gpus'])
-            excess = used - spare
-        return foreign, gpu, excess, holders
-
-
-def _strip(holders):
-    for holder in holders:
-        holder.pop('starttime', None)
-    return holders
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import COMMON_ARGSPEC, GpuScanner
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu_release import release
 
 
 def main():
@@ -377,106 +201,7 @@ def main():
         remove_containers=dict(type='bool', default=False),
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    rel = Releaser(module)
-    scanner = rel.scanner
-    scanner.gpu_summary()  # fails early when nvidia_smi=required and it is broken
-    before = scanner.holders()
-    stale = scanner.stale()
-    actions, refused = rel.plan(before, stale)
-    if refused:
-        module.fail_json(
-            msg='Refusing to stop GPU holders that run this module or init: %s'
-                % ', '.join(describe(h) for h in refused),
-            hint='Run the module from a process that does not hold the GPU, or list it in ours.',
-            holders_before=_strip(before))
-
-    keep = [h for h in before if h['status'] != 'foreign']
-    diff = {'before': '\n'.join(describe(h) for h in before) + '\n',
-            'after': '\n'.join(describe(h) for h in keep) + '\n'}
-    for warning in scanner.warnings:
-        module.warn(warning)
-
-    if module.check_mode:
-        for act in actions:
-            act['result'] = 'planned'
-            act.pop('tree', None)
-        module.exit_json(changed=bool(actions), actions=actions, holders_before=_strip(before),
-                         holders_after=before, gpu=scanner.gpu_summary(), elapsed_s=0.0,
-                         diff=diff)
-
-    started = time.time()
-    errors = []
-    leftovers = []
-    for act in actions:
-        if act['action'] == 'signal':
-            continue
-        t0 = time.time()
-        if act['action'] == 'stop_unit':
-            act['result'] = 'stopped' if rel.stop_unit(act, errors) else 'failed'
-        else:
-            act['result'] = 'stopped' if rel.stop_container(act, errors) else 'failed'
-        leftovers.extend(act['pids'])
-        act['elapsed_s'] = round(time.time() - t0, 2)
-
-    # One SIGTERM round for every bare process, so n holders cost one grace, not n.
-    # A unit with KillMode=none or a container docker could not stop leaves processes behind.
-    still = [pid for pid in leftovers if _starttime(pid) is not None]
-    if still:
-        actions.append({'action': 'signal', 'target': 'left behind by units/containers',
-                        'pids': sorted(still), 'tree': sorted(still), 'reason': 'holder'})
-    signal_acts = [act for act in actions if act['action'] == 'signal']
-    if signal_acts:
-        t0 = time.time()
-        everything = sorted(set(pid for act in signal_acts for pid in act['tree']))
-        terminated, killed, failed, exit_s = rel.terminate(everything)
-        elapsed_sig = round(time.time() - t0, 2)
-        for act in signal_acts:
-            tree = set(act.pop('tree'))
-            act['signalled'] = sorted(tree & set(terminated + killed + failed))
-            act['killed'] = sorted(tree & set(killed))
-            act['exit_s'] = dict((str(pid), exit_s[pid]) for pid in sorted(tree) if pid in exit_s)
-            act['result'] = 'failed' if tree & set(failed) else (
-                'killed' if act['killed'] else 'terminated')
-            act['elapsed_s'] = elapsed_sig
-
-    deadline = time.time() + module.params['timeout']
-    settle = module.params['settle'] if actions else 0
-    free_since = None
-    while True:
-        foreign, gpu, excess, after = rel.free_state()
-        mem_ok = excess is None or excess <= module.params['max_used_mib']
-        now = time.time()
-        if foreign or not mem_ok:
-            free_since = None
-        elif free_since is None:
-            free_since = now
-        if free_since is not None and now - free_since >= settle:
-            break
-        if now >= deadline:
-            # Free only for part of the settle time counts as free if nothing came back.
-            break
-        time.sleep(_POLL_S * 2)
-    elapsed = round((free_since or time.time()) - started, 2)
-    diff['after'] = '\n'.join(describe(h) for h in after) + '\n'
-    result = dict(changed=bool(actions), actions=actions, holders_before=_strip(before),
-                  holders_after=_strip(after), gpu=gpu, elapsed_s=elapsed, diff=diff)
-    if errors:
-        result['errors'] = errors
-    if foreign:
-        module.fail_json(
-            msg='GPU still held after %ss by: %s' % (module.params['timeout'],
-                                                     '; '.join(describe(h) for h in foreign)),
-            hint='Look at the listed units/containers/processes (errors lists failed commands); '
-                 'add a holder that must stay to ours or protect, or raise timeout.',
-            **result)
-    if not mem_ok:
-        module.fail_json(
-            msg='No foreign holder is left but %s MiB of GPU memory is still in use '
-                '(max_used_mib=%s)' % (excess, module.params['max_used_mib']),
-            hint='A process outside this PID namespace or a leaked context may hold it; '
-                 'check nvidia-smi on the host, or raise max_used_mib.',
-            **result)
-    module.exit_json(**result)
+    release(module, GpuScanner(module))
 
 
 if __name__ == '__main__':

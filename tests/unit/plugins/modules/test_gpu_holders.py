@@ -140,12 +140,17 @@ def test_stale_units_and_containers_listed(run_module, fakebin, tmp_path):
                                       'stale_units': ['vllm-*', 'sglang*'], 'ours': ['vllm-head']})
     assert result['stale'] == [
         {'kind': 'unit', 'name': 'vllm-cluster.service', 'enabled': 'enabled',
-         'active': 'inactive', 'sub': None},
+         'active': 'inactive', 'sub': None, 'starts': [], 'why': 'named in stale_units'},
         {'kind': 'unit', 'name': 'vllm-proxy.service', 'enabled': 'disabled',
-         'active': 'failed', 'sub': 'failed'},
+         'active': 'failed', 'sub': 'failed', 'starts': [], 'why': 'named in stale_units'},
         {'kind': 'container', 'name': 'sglang-head', 'id': cid, 'state': 'exited',
-         'restart_policy': 'unless-stopped'}]
-    assert ['inspect', cid] in fakebin.calls('docker')
+         'restart_policy': 'unless-stopped', 'why': 'named in stale_containers'}]
+    assert any(c[0] == 'inspect' and cid in c for c in fakebin.calls('docker'))
+    # the plan: the enabled unit is disabled, the failed one is left (disabled, inactive), the container loses its
+    # policy; our own container (vllm-head) is never stale
+    assert [(a['action'], a['target'], a['why']) for a in result['plan']] == [
+        ('stop_unit', 'vllm-cluster.service', 'named in stale_units'),
+        ('stop_container', 'sglang-head', 'named in stale_containers')]
 
 
 def test_docker_down_is_a_warning(run_module, fakebin, tmp_path, warnings_seen):

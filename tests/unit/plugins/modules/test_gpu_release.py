@@ -184,18 +184,20 @@ def test_units_and_containers_are_stopped_disabled_and_unrestarted(run_module, f
         ('stop_container', 'vllm-old', 'holder'),
         ('stop_unit', 'vllm-proxy.service', 'stale'),
         ('stop_container', 'sglang-head', 'stale')]
-    assert [c[0] for c in fakebin.calls('systemctl')] == ['list-unit-files', 'list-units']
+    assert [c[0] for c in fakebin.calls('systemctl')] == ['list-unit-files', 'list-units', 'show']
     assert all(c[0] in ('ps', 'inspect') for c in fakebin.calls('docker'))
 
     scans.clear()
     result = run_module(gpu_release, args)
     assert not result.get('failed'), result.get('msg')
-    acting = [c for c in fakebin.calls('systemctl') if c[0] not in ('list-unit-files', 'list-units')]
+    acting = [c for c in fakebin.calls('systemctl') if c[0] not in ('list-unit-files', 'list-units', 'show')]
     assert acting == [['stop', 'vllm-cluster.service'], ['disable', 'vllm-cluster.service'],
                       ['stop', 'vllm-proxy.service'], ['disable', 'vllm-proxy.service']]
+    # Every restart policy goes before anything stops: a container whose process ends by a stopped unit's signal
+    # must not be restarted by docker.
     acting = [c for c in fakebin.calls('docker') if c[0] not in ('ps', 'inspect')]
-    assert acting == [['update', '--restart=no', 'vllm-old'], ['stop', '-t', '7', 'vllm-old'],
-                      ['update', '--restart=no', 'sglang-head'], ['stop', '-t', '7', 'sglang-head']]
+    assert acting == [['update', '--restart=no', 'vllm-old'], ['update', '--restart=no', 'sglang-head'],
+                      ['stop', '-t', '7', 'vllm-old'], ['stop', '-t', '7', 'sglang-head']]
     assert all(a['result'] == 'stopped' for a in result['actions'])
 
 
