@@ -219,13 +219,15 @@ def build_plan(holders, units, containers, listeners, params, self_pids=(), chil
             holder_conts.setdefault(cont.get('name') or cont['id'], []).append(holder['pid'])
     for name in sorted(holder_units):
         plan.actions.append({'action': 'stop_unit', 'target': name, 'pids': sorted(holder_units[name]),
-                             'reason': 'holder', 'why': 'holds the GPU'})
+                             'reason': 'holder', 'why': 'holds the GPU',
+                             'starts': (unit_by_name.get(name) or {}).get('starts') or []})
     for name in sorted(holder_conts):
         cont = cont_by_key.get(name) or {}
         policy = cont.get('restart_policy') or next(
             (h['container'].get('restart_policy') for h in targets if h['pid'] in holder_conts[name]), None)
         plan.actions.append({'action': 'stop_container', 'target': name, 'pids': sorted(holder_conts[name]),
-                             'reason': 'holder', 'why': 'holds the GPU', 'restart_policy': policy})
+                             'reason': 'holder', 'why': 'holds the GPU', 'restart_policy': policy,
+                             'started_by': sorted(starters.get(name, []))})
     covered = set(pid for act in plan.actions for pid in act['pids'])
     for holder in targets:
         pid = holder['pid']
@@ -255,7 +257,7 @@ def build_plan(holders, units, containers, listeners, params, self_pids=(), chil
         if name not in done and _unit_wanted(unit, params.get('mask')):
             plan.actions.append({'action': 'stop_unit', 'target': name, 'pids': [], 'reason': 'stale',
                                  'why': stale_units[name], 'enabled': unit.get('enabled'),
-                                 'active': unit.get('active')})
+                                 'active': unit.get('active'), 'starts': unit.get('starts') or []})
     for name in sorted(stale_conts):
         cont = cont_by_key.get(name) or {}
         if name in holder_conts or cont.get('id') in holder_conts:
@@ -263,7 +265,8 @@ def build_plan(holders, units, containers, listeners, params, self_pids=(), chil
         if _container_wanted(cont, params.get('remove_containers')):
             plan.actions.append({'action': 'stop_container', 'target': name, 'pids': [], 'reason': 'stale',
                                  'why': stale_conts[name], 'state': cont.get('state'),
-                                 'restart_policy': cont.get('restart_policy')})
+                                 'restart_policy': cont.get('restart_policy'),
+                                 'started_by': sorted(starters.get(name, []))})
     plan.stale_units, plan.stale_containers = stale_units, stale_conts
     plan.ports = _classify_listeners(listeners, plan, starters, params)
     return plan
@@ -370,8 +373,12 @@ def action_text(act, ports=(), names=None):
     text = _lit('%s %s' % (kind, act['target']) if kind else act['target'])
     details = [act.get('why') or act['reason']]
     if act['action'] == 'stop_unit':
+        if act.get('starts'):
+            details.append('starts container %s' % _lit(', '.join(act['starts'])))
         details.append('stopped and disabled')
     elif act['action'] == 'stop_container':
+        if act.get('started_by') and not act.get('why', '').startswith('started by'):
+            details.append('started by %s' % _lit(', '.join(act['started_by'])))
         policy = act.get('restart_policy') or 'no'
         details.append('stopped' + (', restart policy %s removed' % _lit(policy) if policy != 'no' else ''))
     else:

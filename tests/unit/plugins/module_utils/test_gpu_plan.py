@@ -134,12 +134,13 @@ def test_the_whole_old_stack_is_planned_and_nothing_blocks():
     assert [p['status'] for p in plan.ports] == ['stale', 'stale'] and plan.blocking() == []
     node = next(a for a in plan.actions if a['target'] == 'vllm_node')
     line = _gpu_plan.action_text(node, plan.ports, NAMES)
-    assert line == ('container vllm_node (holds the GPU; stopped, restart policy unless-stopped removed): pid 546 holds'
+    assert line == ('container vllm_node (holds the GPU; started by vllm-cluster.service; stopped, restart policy'
+                    ' unless-stopped removed): pid 546 holds'
                     ' the GPU; port 6379 (sparkfleet_ray_port): pid 575 gcs_server in container vllm_node; port 10001'
                     ' (ray_cluster_client_server_port): pid 620 python3 in container vllm_node')
     unit = next(a for a in plan.actions if a['target'] == 'vllm-cluster.service')
     assert _gpu_plan.action_text(unit, plan.ports, NAMES) == \
-        'unit vllm-cluster.service (named in gpu_cleanup_stale_units; stopped and disabled)'
+        'unit vllm-cluster.service (named in gpu_cleanup_stale_units; starts container vllm_node; stopped and disabled)'
 
 
 def test_containers_are_found_by_what_started_them_not_by_their_names():
