@@ -373,7 +373,7 @@ def action_text(act, ports=(), names=None):
     text = _lit('%s %s' % (kind, act['target']) if kind else act['target'])
     details = [act.get('why') or act['reason']]
     if act['action'] == 'stop_unit':
-        if act.get('starts'):
+        if act.get('starts') and not details[0].startswith('starts container'):
             details.append('starts container %s' % _lit(', '.join(act['starts'])))
         details.append('stopped and disabled')
     elif act['action'] == 'stop_container':

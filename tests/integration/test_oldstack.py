@@ -1,0 +1,210 @@
+"""From the operators' old stack (issue 16): the lab is staged with it by default (lab/stage.sh, lab/oldstack/).
+
+The old deployment on every host (DOMAIN 10): units vllm-cluster, vllm-embeddings, vllm-reranker, vllm-proxy enabled
+at boot; containers vllm_node (a real Ray head on 6379 and an API on 8000 on the head, a real Ray worker joined to it
+on the workers), vllm_embeddings, reranker with restart policies, all holding /dev/nvidia0; a proxy on 4000. On the
+code before issue 16, site.yml stopped in preflight ("port 6379 taken by something that is not ours"), gpu_cleanup
+left containers that did not hold the GPU with their restart policies, and a worker joined whatever Ray head answered.
+
+CI-cheap tests use the `serving` fixture (on a fresh CI lab the first deployment is the one from the old stack, since
+the default staging includes it); the whole path from a freshly staged old stack, with both hosts rebooted after, is
+`long` (scripts/faults.sh).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+HEAD = "spark-1"
+OLD_IMAGE = "sparklab/vllm-node:glm47-flash-2025.11"
+OLD_UNITS = {"spark-1": ["vllm-cluster", "vllm-embeddings", "vllm-reranker", "vllm-proxy"]}
+OLD_CONTAINERS = {"spark-1": ["vllm_node", "vllm_embeddings", "reranker"]}
+GUARD = "/usr/local/sbin/sparkfleet-ray-guard"
+IDENTITY = "sparkfleet:spark-1@10.99.1.11:6379"
+
+
+def old_units(host):
+    return OLD_UNITS.get(host, ["vllm-cluster"])
+
+
+def old_containers(host):
+    return OLD_CONTAINERS.get(host, ["vllm_node"])
+
+
+def container_state(lab, host, name):
+    """'running restart-policy' of a container, or '' when it does not exist."""
+    return lab.host_exec(host, "docker", "inspect", "-f", "{{.State.Status}} {{.HostConfig.RestartPolicy.Name}}",
+                         name).stdout.strip()
+
+
+def assert_old_stack_gone_and_kept(lab):
+    """Every old unit stopped and disabled, every old container stopped without a restart policy; nothing of it
+    deleted: unit files, containers, the image and the launcher stay on disk."""
+    for host in lab.hosts:
+        for unit in old_units(host):
+            assert lab.systemctl(host, "is-active", unit) != "active", (host, unit)
+            assert lab.systemctl(host, "is-enabled", unit) == "disabled", (host, unit)
+            assert lab.host_exec(host, "test", "-f", "/etc/systemd/system/%s.service" % unit).returncode == 0
+        for name in old_containers(host):
+            state = container_state(lab, host, name)
+            assert state.split() and state.split()[0] != "running" and state.split()[1] == "no", (host, name, state)
+        assert lab.host_exec(host, "docker", "image", "inspect", OLD_IMAGE).returncode == 0, host
+        assert lab.host_exec(host, "test", "-x", "/opt/oldstack/launch-cluster.sh").returncode == 0, host
+    for port in (8000, 8001, 8002, 4000):  # the old APIs and the proxy answer no more
+        assert lab.sh(HEAD, "exec 3<>/dev/tcp/127.0.0.1/%d" % port).returncode != 0, port
+
+
+def staged_old_stack(lab):
+    return all(lab.host_exec(h, "test", "-d", "/opt/oldstack").returncode == 0 for h in lab.hosts)
+
+
+def test_a_deployment_from_the_old_stack_left_it_stopped_disabled_and_on_disk(lab, serving):
+    """The lab's first deployment started from the old stack (the default staging): it is gone and kept."""
+    if not staged_old_stack(lab):
+        pytest.skip("this lab was staged without the old stack (lab/stage.sh --clean)")
+    assert_old_stack_gone_and_kept(lab)
+    assert lab.serves()
+
+
+LEGACY_UNIT = """[Unit]
+Description=An API the deployment does not know (not stale, not ours)
+Requires=docker.service
+After=docker.service
+[Service]
+ExecStartPre=-/usr/bin/docker rm -f legacy_api
+ExecStart=/usr/bin/docker run --name legacy_api --restart always --network host --entrypoint python3 %s -m http.server %d
+Restart=always
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+@pytest.mark.fault(name="a port we need held by a container of a unit that is neither stale nor ours",
+                   expected="preflight refuses before anything changes, naming port, pid, container, unit and the "
+                            "variable that makes it stale; named there, it is planned and gpu_cleanup stops it")
+def test_a_foreign_port_holder_is_refused_then_planned_and_stopped_once_named_stale(lab, serving, tmp_path, observe):
+    port = 30001  # the API port of this run (sparkfleet_api_port): ours serves on 30000 meanwhile
+    image = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Config.Image}}", "sparkfleet-ray").stdout.strip()
+    lab.sh(HEAD, "cat > /etc/systemd/system/legacy-api.service <<'EOF'\n%sEOF\nsystemctl daemon-reload && "
+                 "systemctl enable --now legacy-api" % (LEGACY_UNIT % (image, port)))
+    try:
+        for _ in range(60):
+            if lab.sh(HEAD, "exec 3<>/dev/tcp/127.0.0.1/%d" % port).returncode == 0:
+                break
+            time.sleep(1)
+        extra = {"sparkfleet_api_port": port}
+        ray_before = lab.systemctl(HEAD, "show", "-p", "InvocationID", "--value", "sparkfleet-ray")
+        r, failures = lab.play(tmp_path / "refused", "playbooks/preflight.yml", extravars=extra)
+        assert r["status"] == "failed" and lab.changed_total(r) == 0
+        msg = lab.messages(failures)
+        found = re.search(r"port %d \(sparkfleet_api_port\): pid \d+ python3 in container legacy_api, which the GPU "
+                          r"cleanup will not stop: add legacy_api to "
+                          r"gpu_cleanup_stale_containers \(or legacy-api.service, which starts it, to "
+                          r"gpu_cleanup_stale_units\), or move ours \(sparkfleet_api_port\)" % port, msg)
+        assert found, msg[-2000:]
+        observe(found.group(0))
+        assert container_state(lab, HEAD, "legacy_api") == "running always"
+
+        # Named stale: the plan lists it (container, unit, pid, port) and the run goes on; gpu_cleanup stops it.
+        extra["gpu_cleanup_stale_containers"] = ["legacy_*"]
+        r, failures = lab.play(tmp_path / "planned", "playbooks/preflight.yml", extravars=extra)
+        assert r["status"] == "successful" and not failures, lab.messages(failures)[-2000:]
+        plans = [e["res"]["will_stop"] for e in r["events"] if e["host"] == HEAD and "will_stop" in (e["res"] or {})]
+        assert any(re.search(r"container legacy_api \(named in gpu_cleanup_stale_containers; started by "
+                             r"legacy-api.service; stopped, restart policy always removed\): port %d "
+                             r"\(sparkfleet_api_port\): pid \d+ python3 in container legacy_api" % port, line)
+                   for line in plans[-1]), plans
+        assert "unit legacy-api.service (starts container legacy_api; stopped and disabled)" in plans[-1], plans[-1]
+        r, failures = lab.play(tmp_path / "cleanup", "playbooks/gpu_cleanup.yml", extravars=extra)
+        assert r["status"] == "successful" and not failures, lab.messages(failures)[-2000:]
+        assert container_state(lab, HEAD, "legacy_api") in ("exited no", "created no")
+        assert lab.systemctl(HEAD, "is-enabled", "legacy-api") == "disabled"
+        assert lab.systemctl(HEAD, "is-active", "legacy-api") != "active"
+        # ours untouched, and a second cleanup has nothing left to do
+        assert lab.systemctl(HEAD, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") == ray_before
+        r, failures = lab.play(tmp_path / "again", "playbooks/gpu_cleanup.yml", extravars=extra)
+        assert r["status"] == "successful" and lab.changed_total(r) == 0, r["stats"]
+    finally:
+        lab.sh(HEAD, "systemctl disable --now legacy-api; docker rm -f legacy_api; "
+                     "rm -f /etc/systemd/system/legacy-api.service; systemctl daemon-reload")
+
+
+@pytest.mark.fault(name="a Ray head that is not ours answers where a worker joins (an old vllm_node's head)",
+                   expected="the worker's check refuses it (no cluster identity), accepts ours; the head's check "
+                            "names the container holding the port")
+def test_a_worker_joins_only_a_ray_head_that_carries_our_identity(lab, serving, observe):
+    worker = lab.hosts[-1]
+    image = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Config.Image}}", "sparkfleet-ray").stdout.strip()
+    started = lab.host_exec(HEAD, "docker", "run", "-d", "--name", "foreign_ray", "--network", "host", "--entrypoint",
+                            "ray", image, "start", "--head", "--block", "--port", "6390", "--node-ip-address",
+                            "10.99.1.11", "--num-cpus", "1", "--include-dashboard=false", "--disable-usage-stats",
+                            "--ray-client-server-port", "10091", timeout=120)
+    assert started.returncode == 0, started.stderr
+    try:
+        for _ in range(120):
+            if lab.sh(HEAD, "exec 3<>/dev/tcp/10.99.1.11/6390").returncode == 0:
+                break
+            time.sleep(1)
+        env = "/etc/sparkfleet/ray-client.env"
+        foreign = lab.host_exec(worker, GUARD, "check", image, env, "10.99.1.11:6390", IDENTITY, "10", timeout=180)
+        assert foreign.returncode == 1, (foreign.stdout, foreign.stderr)
+        assert "the Ray head at 10.99.1.11:6390 is not ours" in foreign.stderr and "not joining it" in foreign.stderr
+        observe(foreign.stderr.strip().splitlines()[-1])
+        ours = lab.host_exec(worker, GUARD, "check", image, env, "10.99.1.11:6379", IDENTITY, "30", timeout=180)
+        assert ours.returncode == 0, ours.stderr
+        held = lab.host_exec(HEAD, GUARD, "port", "6390")
+        assert held.returncode == 1 and "port 6390 on this node is taken by gcs_server" in held.stderr, held.stderr
+        assert "in container foreign_ray" in held.stderr
+        assert lab.host_exec(HEAD, GUARD, "port", "6391").returncode == 0
+        # the units carry the checks: the worker's before it joins, the head's before it starts
+        unit = lab.host_exec(worker, "systemctl", "cat", "sparkfleet-ray").stdout
+        assert "ExecStartPre=%s check " % GUARD in unit and "ExecStartPost=%s joined " % GUARD in unit
+        unit = lab.host_exec(HEAD, "systemctl", "cat", "sparkfleet-ray").stdout
+        assert "ExecStartPre=%s port 6379" % GUARD in unit and "ExecStartPost=%s mark " % GUARD in unit
+    finally:
+        lab.host_exec(HEAD, "docker", "rm", "-f", "foreign_ray", timeout=120)
+
+
+@pytest.mark.long
+@pytest.mark.fault(name="the operators' old stack, freshly staged, then both hosts rebooted after the deployment",
+                   expected="site.yml plans and stops it, serves a completion; after the reboots the old stack "
+                            "stays gone (nothing deleted) and our units serve")
+def test_from_the_old_stack_to_a_completion_and_through_a_reboot_of_both_hosts(lab, tmp_path, observe):
+    if any(lab.systemctl(h, "is-active", "sparkfleet-ray") == "active" for h in lab.hosts):
+        r, failures = lab.play(tmp_path / "stop", "playbooks/stop.yml")
+        assert r["status"] == "successful" and not failures
+    lab.stage()  # what scripts/demo.sh runs: the old stack on every host, started
+    hip = lab.fabric_ip(HEAD)
+    nodes = lab.host_exec(HEAD, "docker", "exec", "vllm_node", "ray", "status", "--address", hip + ":6379",
+                          timeout=120).stdout
+    assert len(re.findall(r" node_", nodes)) == len(lab.hosts), nodes  # every worker joined the OLD head
+    for host in lab.hosts:
+        for name in old_containers(host):
+            assert container_state(lab, host, name).startswith("running"), (host, name)
+    t0 = time.time()
+    r = lab.site(tmp_path / "site")
+    took = time.time() - t0
+    code, out = lab.completion("From the old stack", max_tokens=4)
+    assert code == 200 and out["choices"][0]["text"].strip()
+    assert_old_stack_gone_and_kept(lab)
+    plans = [line for e in r["events"] for line in ((e.get("res") or {}).get("will_stop") or [])]
+    assert any("container vllm_node" in p and "port 6379 (sparkfleet_ray_port)" in p for p in plans), plans
+
+    for host in lab.hosts:
+        lab.labctl("reboot", host, timeout=900)
+    back = lab.wait_serving(600)
+    assert_old_stack_gone_and_kept(lab)
+    held = lab.sh(HEAD, "ss -Hltnp 'sport = :6379'").stdout
+    assert "gcs_server" in held
+    code = ("import json, ray; ray.init(address='auto', log_to_driver=False); "
+            "print(json.dumps(sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive'])))")
+    p = lab.host_exec(HEAD, "docker", "exec", "sparkfleet-ray", "python3", "-c", code, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip().splitlines()[-1] == str(
+        sorted(lab.fabric_ip(h) for h in lab.hosts)).replace("'", '"'), p.stdout
+    observe("site.yml from the old stack in %.0f s; serving again %.0f s after both reboots, old stack still "
+            "stopped and disabled" % (took, back))
