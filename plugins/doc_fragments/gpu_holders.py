@@ -47,7 +47,7 @@ options:
       - Names or shell patterns of systemd units (and containers) from earlier deployments.
         M(sparkfleet.vllm.gpu_holders) lists them whether or not they hold the GPU now;
         M(sparkfleet.vllm.gpu_release) stops and disables them so they do not come back after a reboot.
-      - The containers such a unit starts are stale too, whatever their names: read from the unit's
+      - The containers such a unit starts are stale too, whatever their names. They are read from the unit's
         C(ExecStart*) commands (C(docker run --name N), C(docker start N)), from a shell script those commands
         run, and from a C(docker run) running in the unit now.
       - Units and containers that also match O(ours) or O(protect) are left out.

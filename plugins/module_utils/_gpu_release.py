@@ -39,11 +39,14 @@ def ports_problem(ports):
 def survey(scanner, ports=()):
     """{holders, units, containers, listeners}: what a plan is made from, each read once."""
     holders = scanner.holders()
-    units = scanner.service_units()
+    params = scanner.params
+    wanted = params['stale_units'] or params['stale_containers'] or ports or \
+        any(h['container'] for h in holders if h['status'] == 'foreign')
+    units = scanner.service_units() if wanted else []
     clients = scanner.unit_clients() if units else {}
     for unit in units:  # list-units lists transient units (systemd-run) too
         unit['starts'] = unit_starts(unit['commands'] + clients.get(unit['name'], []), read_script)
-    containers = scanner.containers()
+    containers = scanner.containers() if wanted else []
     socks = []
     if ports:
         settings = dict((p['port'], p.get('setting')) for p in ports)
@@ -253,21 +256,23 @@ class Releaser(object):
 
 
 def release(module, scanner):
-    """gpu_release: plan, refuse what must not be stopped, act (or only plan in check mode), verify."""
+    """gpu_release: plan, refuse what must not be stopped, act (only plan in check mode), verify.
+
+    Returns (result, failure): failure is None or {msg, hint} for fail_json; result holds ``diff`` (before/after)."""
     params = module.params
     negative = ['%s=%s' % (k, params[k]) for k in ('grace', 'timeout', 'settle', 'max_used_mib') if params[k] < 0]
     if negative:
-        module.fail_json(msg='%s: must be 0 or more' % ', '.join(negative),
-                         hint='grace, timeout and settle are seconds, max_used_mib MiB.')
+        return {}, {'msg': '%s: must be 0 or more' % ', '.join(negative),
+                    'hint': 'grace, timeout and settle are seconds, max_used_mib MiB.'}
     scanner.gpu_summary()  # fails early when nvidia_smi=required and it is broken
     data = survey(scanner)
     before = data['holders']
     plan = make_plan(scanner, data)
     if plan.refused:
-        module.fail_json(msg='Refusing to stop GPU holders that run this module or init: %s'
-                             % ', '.join(describe(h) for h in plan.refused),
-                         hint='Run the module from a process that does not hold the GPU, or list it in ours.',
-                         holders_before=strip(before))
+        return {'holders_before': strip(before)}, {
+            'msg': 'Refusing to stop GPU holders that run this module or init: %s'
+                   % ', '.join(describe(h) for h in plan.refused),
+            'hint': 'Run the module from a process that does not hold the GPU, or list it in ours.'}
     actions = plan.actions
     for act in actions:
         act['text'] = action_text(act)
@@ -281,8 +286,8 @@ def release(module, scanner):
         for act in actions:
             act['result'] = 'planned'
             act.pop('tree', None)
-        module.exit_json(changed=bool(actions), actions=actions, holders_before=strip(before), holders_after=before,
-                         gpu=scanner.gpu_summary(), elapsed_s=0.0, diff=diff)
+        return dict(changed=bool(actions), actions=actions, holders_before=strip(before), holders_after=before,
+                    gpu=scanner.gpu_summary(), elapsed_s=0.0, diff=diff), None
 
     rel = Releaser(module, scanner)
     started = time.time()
@@ -294,13 +299,13 @@ def release(module, scanner):
     if rel.errors:
         result['errors'] = rel.errors
     if foreign:
-        module.fail_json(msg='GPU still held after %ss by: %s' % (params['timeout'],
-                                                                 '; '.join(describe(h) for h in foreign)),
-                         hint='Look at the listed units/containers/processes (errors lists failed commands); '
-                              'add a holder that must stay to ours or protect, or raise timeout.', **result)
+        return result, {'msg': 'GPU still held after %ss by: %s' % (params['timeout'],
+                                                                   '; '.join(describe(h) for h in foreign)),
+                        'hint': 'Look at the listed units/containers/processes (errors lists failed commands); '
+                                'add a holder that must stay to ours or protect, or raise timeout.'}
     if excess is not None and excess > params['max_used_mib']:
-        module.fail_json(msg='No foreign holder is left but %s MiB of GPU memory is still in use (max_used_mib=%s)'
-                             % (excess, params['max_used_mib']),
-                         hint='A process outside this PID namespace or a leaked context may hold it; '
-                              'check nvidia-smi on the host, or raise max_used_mib.', **result)
-    module.exit_json(**result)
+        return result, {'msg': 'No foreign holder is left but %s MiB of GPU memory is still in use (max_used_mib=%s)'
+                               % (excess, params['max_used_mib']),
+                        'hint': 'A process outside this PID namespace or a leaked context may hold it; '
+                                'check nvidia-smi on the host, or raise max_used_mib.'}
+    return result, None

@@ -24,8 +24,8 @@ description:
     ours (left alone, O(ours)), protected (never touched, O(protect)) or foreign.
   - Also lists the stale units and containers (see O(stale_units), O(stale_containers)) even when they do not
     hold the GPU now, because an enabled unit or a container with a restart policy comes back after reboot.
-  - Returns the plan M(sparkfleet.vllm.gpu_release) would carry out with the same options (RV(plan), one line per
-    action in RV(will_stop)): every unit, container and process it would stop, with the GPU holders and the
+  - Returns the plan M(sparkfleet.vllm.gpu_release) would carry out with the same options in RV(plan), one line per
+    action in RV(will_stop), that is every unit, container and process it would stop, with the GPU holders and the
     listeners of O(ports) each one covers.
   - With O(ports), classifies every process listening on those TCP ports as ours, stale (the plan stops it) or
     foreign (nothing stops it). A foreign listener, and a GPU holder gpu_release could not stop (another PID
@@ -52,8 +52,8 @@ options:
         type: str
   fail_on_foreign:
     description:
-      - Fail when a listener of O(ports) or a GPU holder would be left running by M(sparkfleet.vllm.gpu_release):
-        the message names each (port, pid, process, container, unit) and the setting that would make it stale.
+      - Fail when M(sparkfleet.vllm.gpu_release) would leave a listener of O(ports) or a GPU holder running. The
+        message names each (port, pid, process, container, unit) and the setting that would make it stale.
     type: bool
     default: false
 notes:

@@ -22,14 +22,14 @@ description:
     parent. Processes are identified by PID and start time, so a reused PID is never signalled.
   - Stale units (named like O(stale_units)) are stopped and disabled even when they do not hold the GPU now.
     Stale containers are stopped and lose their restart policy (C(always) and C(unless-stopped) alike) whether
-    or not they hold the GPU now: the containers a stale unit starts, whatever their names (read from the unit's
-    C(ExecStart*) commands, from a shell script those run, and from a C(docker run) running in the unit now), and
-    the containers named like O(stale_containers) or O(stale_units).
+    or not they hold the GPU now. Those are the containers a stale unit starts, whatever their names (read from the
+    unit's C(ExecStart*) commands, from a shell script those run, and from a C(docker run) running in the unit now),
+    and the containers named like O(stale_containers) or O(stale_units).
   - A unit that starts a container being stopped is stopped and disabled too, or it would start the container
     again (C(Restart=always) on a foreground C(docker run), or a oneshot C(docker run -d) at the next boot).
-  - Restart policies are removed first, then units stopped, then containers, then processes signalled: a
+  - Restart policies are removed first, then units stopped, then containers, then processes signalled. A
     container whose foreground C(docker run) passes the unit's SIGTERM on would otherwise be restarted by docker.
-  - Nothing is deleted: unit files, images and stopped containers stay (unless O(remove_containers)).
+  - Nothing is deleted. Unit files, images and stopped containers stay (unless O(remove_containers)).
   - Then it polls, up to O(timeout) seconds, until no foreign holder is left and, on GPUs that
     report memory, the memory not held by ours or protected processes is at most O(max_used_mib).
     It fails naming every remaining holder otherwise.
@@ -201,7 +201,11 @@ def main():
         remove_containers=dict(type='bool', default=False),
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    release(module, GpuScanner(module))
+    result, failure = release(module, GpuScanner(module))
+    diff = result.pop('diff', None)
+    if failure:
+        module.fail_json(msg=failure['msg'], hint=failure['hint'], **dict(result, **({'diff': diff} if diff else {})))
+    module.exit_json(diff=diff, **result)
 
 
 if __name__ == '__main__':

@@ -14,7 +14,7 @@ from gpu_fakes import fakebin, fixture, holders, smi_answers, warnings_seen  # n
 
 
 def base(tmp_path, **extra):
-    args = {'device_glob': str(tmp_path / 'nvidia[0-9]*'), 'stale_units': []}
+    args = {'device_glob': str(tmp_path / 'nvidia[0-9]*'), 'stale_units': [], 'stale_containers': []}
     args.update(extra)
     return args
 

@@ -15,7 +15,7 @@ from gpu_fakes import alive, fakebin, fixture, holders, smi_answers, warnings_se
 
 
 def base(tmp_path, **extra):
-    args = {'device_glob': str(tmp_path / 'nvidia[0-9]*'), 'stale_units': [],
+    args = {'device_glob': str(tmp_path / 'nvidia[0-9]*'), 'stale_units': [], 'stale_containers': [],
             'nvidia_smi': 'skip', 'grace': 1, 'timeout': 5, 'settle': 0}
     args.update(extra)
     return args
