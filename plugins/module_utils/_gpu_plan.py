@@ -320,12 +320,14 @@ def _classify_listeners(listeners, plan, starters, params):
 
 
 def holder_text(sock):
-    """'port 6379 (sparkfleet_ray_port): pid 575 gcs_server in container vllm_node of unit x.service'."""
+    """'port 6379 (sparkfleet_ray_port) on ::: pid 575 gcs_server in container vllm_node'."""
     text = 'port %s' % sock['port']
     if sock.get('setting'):
         text += ' (%s)' % sock['setting']
+    if sock.get('address'):
+        text += ' on %s' % sock['address']
     if sock.get('pid') is None:
-        return text + ' on %s: a socket whose process cannot be seen (run as root)' % sock.get('address')
+        return text + ': a socket whose process cannot be seen (run as root)'
     text += ': pid %s %s' % (sock['pid'], sock.get('name') or '?')
     cont = sock.get('container_name') or (sock.get('container_id') or '')[:12]
     if cont:

@@ -102,7 +102,7 @@ def test_a_foreign_port_holder_is_refused_then_planned_and_stopped_once_named_st
         r, failures = lab.play(tmp_path / "refused", "playbooks/preflight.yml", extravars=extra)
         assert r["status"] == "failed" and lab.changed_total(r) == 0
         msg = lab.messages(failures)
-        found = re.search(r"port %d \(sparkfleet_api_port\): pid \d+ python3 in container legacy_api, which the GPU "
+        found = re.search(r"port %d \(sparkfleet_api_port\) on [0-9.:]+: pid \d+ python3 in container legacy_api, which the GPU "
                           r"cleanup will not stop: add legacy_api to "
                           r"gpu_cleanup_stale_containers \(or legacy-api.service, which starts it, to "
                           r"gpu_cleanup_stale_units\), or move ours \(sparkfleet_api_port\)" % port, msg)
@@ -117,7 +117,7 @@ def test_a_foreign_port_holder_is_refused_then_planned_and_stopped_once_named_st
         plans = [e["res"]["will_stop"] for e in r["events"] if e["host"] == HEAD and "will_stop" in (e["res"] or {})]
         assert any(re.search(r"container legacy_api \(named in gpu_cleanup_stale_containers; started by "
                              r"legacy-api.service; stopped, restart policy always removed\): port %d "
-                             r"\(sparkfleet_api_port\): pid \d+ python3 in container legacy_api" % port, line)
+                             r"\(sparkfleet_api_port\) on [0-9.:]+: pid \d+ python3 in container legacy_api" % port, line)
                    for line in plans[-1]), plans
         assert "unit legacy-api.service (starts container legacy_api; stopped and disabled)" in plans[-1], plans[-1]
         r, failures = lab.play(tmp_path / "cleanup", "playbooks/gpu_cleanup.yml", extravars=extra)

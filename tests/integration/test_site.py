@@ -290,8 +290,11 @@ def test_a_port_taken_by_something_else_is_named_before_anything_changes(lab, de
         r, failures = lab.play(tmp_path, "site.yml")
         assert r["status"] == "failed"
         msg = lab.messages(failures)
-        assert "port %d (%s): pid %s python3" % (port, bind, pid) in msg, msg[-2000:]
-        observe(re.search(r"port\(s\) already taken[^\"]*", msg).group(0))
+        # issue 16: named with the variable that sets our port; outside any unit or container, only a person stops it
+        setting = "sparkfleet_api_port" if port == 30000 else "sparkfleet_ray_port"
+        assert "port %d (%s) on %s: pid %s python3" % (port, setting, bind, pid) in msg, msg[-2000:]
+        assert "outside any unit or container" in msg and "or move ours (%s)" % setting in msg, msg[-2000:]
+        observe(re.search(r"the GPU cleanup would leave[^\"]*", msg).group(0))
         assert lab.changed_total(r) == 0
         for host in lab.hosts:
             assert lab.systemctl(host, "is-active", "sparkfleet-ray") != "active"

@@ -136,8 +136,8 @@ def test_the_whole_old_stack_is_planned_and_nothing_blocks():
     line = _gpu_plan.action_text(node, plan.ports, NAMES)
     assert line == ('container vllm_node (holds the GPU; started by vllm-cluster.service; stopped, restart policy'
                     ' unless-stopped removed): pid 546 holds'
-                    ' the GPU; port 6379 (sparkfleet_ray_port): pid 575 gcs_server in container vllm_node; port 10001'
-                    ' (ray_cluster_client_server_port): pid 620 python3 in container vllm_node')
+                    ' the GPU; port 6379 (sparkfleet_ray_port) on ::: pid 575 gcs_server in container vllm_node; port 10001'
+                    ' (ray_cluster_client_server_port) on ::ffff:10.99.1.11: pid 620 python3 in container vllm_node')
     unit = next(a for a in plan.actions if a['target'] == 'vllm-cluster.service')
     assert _gpu_plan.action_text(unit, plan.ports, NAMES) == \
         'unit vllm-cluster.service (named in gpu_cleanup_stale_units; starts container vllm_node; stopped and disabled)'
@@ -193,7 +193,7 @@ API = {'port': 30000, 'setting': 'sparkfleet_api_port', 'address': '0.0.0.0', 'p
 
 def test_a_foreign_container_is_named_with_the_variables_that_make_it_stale():
     plan, lines = foreign(dict(API, container_id='f' * 64, container_name='legacy_api'))
-    assert lines == ['port 30000 (sparkfleet_api_port): pid 4242 python3 in container legacy_api, which the GPU cleanup'
+    assert lines == ['port 30000 (sparkfleet_api_port) on 0.0.0.0: pid 4242 python3 in container legacy_api, which the GPU cleanup'
                      ' will not stop: add legacy_api to gpu_cleanup_stale_containers (or legacy.service, which starts'
                      ' it, to gpu_cleanup_stale_units), or move ours (sparkfleet_api_port)']
     # ... and once named there, it is planned instead
