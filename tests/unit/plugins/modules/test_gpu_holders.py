@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 
 from ansible_collections.sparkfleet.vllm.plugins.modules import gpu_holders
 
@@ -171,3 +173,36 @@ def test_module_asks_exactly_the_captured_queries(run_module, fakebin, tmp_path)
                        if line.startswith('two.gpu_module') or line.startswith('two.apps.'))
     asked = set(' '.join(['nvidia-smi'] + call) for call in fakebin.calls('nvidia-smi'))
     assert asked == captured
+
+
+def test_a_listener_of_a_port_we_need_that_nothing_stops_fails_with_what_would_make_it_stale(run_module, tmp_path):
+    import socket
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    sock.listen(1)
+    port = sock.getsockname()[1]
+    try:
+        args = base(tmp_path, nvidia_smi='skip', ports=[{'port': port, 'setting': 'my_api_port'}],
+                    setting_names={'cleanup_units': 'my_stale_units'})
+        result = run_module(gpu_holders, args)
+        assert not result.get('failed') and result['changed'] is False
+        assert [(p['port'], p['pid'], p['status']) for p in result['port_holders']] == [(port, os.getpid(), 'foreign')]
+        assert result['blocking'][0].startswith('port %d (my_api_port) on 127.0.0.1: pid %d ' % (port, os.getpid()))
+        assert 'which the GPU cleanup will not stop' in result['blocking'][0]
+        assert result['blocking'][0].endswith('or move ours (my_api_port)')
+        failed = run_module(gpu_holders, dict(args, fail_on_foreign=True), check_mode=True)
+        assert failed['failed'] and result['blocking'][0] in failed['msg'] and failed['hint'] == 'Nothing was changed.'
+    finally:
+        sock.close()
+    # a free port: nothing to report
+    result = run_module(gpu_holders, base(tmp_path, nvidia_smi='skip', ports=[{'port': port}], fail_on_foreign=True))
+    assert not result.get('failed') and result['port_holders'] == [] and result['blocking'] == []
+
+
+@pytest.mark.parametrize('args, msg', [
+    ({'ports': [{'port': 0}]}, 'ports must be 1-65535, got [0]'),
+    ({'setting_names': {'no_such_setting': 'x'}}, 'setting_names has unknown setting(s) no_such_setting'),
+])
+def test_bad_arguments_are_refused(run_module, tmp_path, args, msg):
+    result = run_module(gpu_holders, base(tmp_path, nvidia_smi='skip', **args))
+    assert result['failed'] and result['msg'] == msg
