@@ -229,7 +229,7 @@ stale:
       restart_policy: unless-stopped
       why: started by vllm-cluster.service
 plan:
-  description: What M(sparkfleet.vllm.gpu_release) would do with the same options, in order (as its RV(actions)).
+  description: What M(sparkfleet.vllm.gpu_release) would do with the same options, in order (as its RV(sparkfleet.vllm.gpu_release#module:actions)).
   returned: always
   type: list
   elements: dict
