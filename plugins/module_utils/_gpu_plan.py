@@ -179,7 +179,9 @@ def build_plan(holders, units, containers, listeners, params, self_pids=(), chil
     stale_patterns = params.get('stale_units') or []
     container_patterns = (params.get('stale_containers') or []) + stale_patterns
     plan = Plan()
-    kept = lambda name: name_matches(name, ours) or name_matches(name, protect)  # noqa: E731
+
+    def kept(name):
+        return name_matches(name, ours) or name_matches(name, protect)
 
     unit_by_name = dict((u['name'], u) for u in units)
     starters = {}

@@ -299,8 +299,8 @@ def release(module, scanner):
     if rel.errors:
         result['errors'] = rel.errors
     if foreign:
-        return result, {'msg': 'GPU still held after %ss by: %s' % (params['timeout'],
-                                                                   '; '.join(describe(h) for h in foreign)),
+        held = '; '.join(describe(h) for h in foreign)
+        return result, {'msg': 'GPU still held after %ss by: %s' % (params['timeout'], held),
                         'hint': 'Look at the listed units/containers/processes (errors lists failed commands); '
                                 'add a holder that must stay to ours or protect, or raise timeout.'}
     if excess is not None and excess > params['max_used_mib']:
