@@ -56,7 +56,7 @@ def assert_old_stack_gone_and_kept(lab):
         assert lab.host_exec(host, "docker", "image", "inspect", OLD_IMAGE).returncode == 0, host
         assert lab.host_exec(host, "test", "-x", "/opt/oldstack/launch-cluster.sh").returncode == 0, host
     for port in (8000, 8001, 8002, 4000):  # the old APIs and the proxy answer no more
-        assert lab.sh(HEAD, "exec 3<>/dev/tcp/127.0.0.1/%d" % port).returncode != 0, port
+        assert lab.sh(HEAD, "bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d'" % port).returncode != 0, port
 
 
 def staged_old_stack(lab):
@@ -94,7 +94,7 @@ def test_a_foreign_port_holder_is_refused_then_planned_and_stopped_once_named_st
                  "systemctl enable --now legacy-api" % (LEGACY_UNIT % (image, port)))
     try:
         for _ in range(60):
-            if lab.sh(HEAD, "exec 3<>/dev/tcp/127.0.0.1/%d" % port).returncode == 0:
+            if lab.sh(HEAD, "bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d'" % port).returncode == 0:
                 break
             time.sleep(1)
         extra = {"sparkfleet_api_port": port}
@@ -143,17 +143,21 @@ def test_a_worker_joins_only_a_ray_head_that_carries_our_identity(lab, serving, 
     started = lab.host_exec(HEAD, "docker", "run", "-d", "--name", "foreign_ray", "--network", "host", "--entrypoint",
                             "ray", image, "start", "--head", "--block", "--port", "6390", "--node-ip-address",
                             "10.99.1.11", "--num-cpus", "1", "--include-dashboard=false", "--disable-usage-stats",
-                            "--ray-client-server-port", "10091", timeout=120)
+                            "--ray-client-server-port", "20091", timeout=120)
     assert started.returncode == 0, started.stderr
     try:
-        for _ in range(120):
-            if lab.sh(HEAD, "exec 3<>/dev/tcp/10.99.1.11/6390").returncode == 0:
+        for _ in range(180):
+            if lab.sh(HEAD, "bash -c 'exec 3<>/dev/tcp/10.99.1.11/6390'").returncode == 0:
                 break
             time.sleep(1)
+        else:
+            pytest.fail("the foreign Ray head never answered: %s" % lab.host_exec(HEAD, "docker", "logs", "--tail", "5",
+                                                                               "foreign_ray").stderr)
         env = "/etc/sparkfleet/ray-client.env"
         foreign = lab.host_exec(worker, GUARD, "check", image, env, "10.99.1.11:6390", IDENTITY, "10", timeout=180)
         assert foreign.returncode == 1, (foreign.stdout, foreign.stderr)
         assert "the Ray head at 10.99.1.11:6390 is not ours" in foreign.stderr and "not joining it" in foreign.stderr
+        assert "it answers without our cluster identity" in foreign.stderr, foreign.stderr  # it did answer
         observe(foreign.stderr.strip().splitlines()[-1])
         ours = lab.host_exec(worker, GUARD, "check", image, env, "10.99.1.11:6379", IDENTITY, "30", timeout=180)
         assert ours.returncode == 0, ours.stderr

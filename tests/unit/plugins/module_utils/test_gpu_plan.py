@@ -26,7 +26,7 @@ def fixture(name):
 
 
 def read_script(path):
-    return fixture('launch-cluster.sh') if path == '/opt/oldstack/launch-cluster.sh' else None
+    return fixture('launch-cluster.sh.txt') if path == '/opt/oldstack/launch-cluster.sh' else None
 
 
 @pytest.mark.parametrize('argv, names', [
@@ -48,7 +48,7 @@ def test_container_refs(argv, names):
 
 
 def test_script_commands_join_continued_lines_and_split_on_operators():
-    commands = _gpu_plan.script_commands(fixture('launch-cluster.sh'))
+    commands = _gpu_plan.script_commands(fixture('launch-cluster.sh.txt'))
     runs = [c for c in commands if c[:2] == ['docker', 'run']]
     assert len(runs) == 2 and runs[0][runs[0].index('--name') + 1] == 'vllm_node'
     assert commands[2][:4] == ['docker', 'rm', '-f', 'vllm_node'] and commands[3] == ['true']  # split at ||
@@ -180,7 +180,7 @@ def test_second_run_has_nothing_left_to_do():
 
 
 def foreign(listener, **kw):
-    holders, units, containers, _ = old_stack()
+    holders, units, containers, _listeners = old_stack()
     units.append({'name': 'legacy.service', 'enabled': 'enabled', 'active': 'active', 'starts': ['legacy_api']})
     containers.append({'id': 'f' * 64, 'name': 'legacy_api', 'state': 'running', 'restart_policy': 'always'})
     plan = _gpu_plan.build_plan(holders, units, containers, [listener], params=params(**kw))
@@ -218,7 +218,7 @@ def test_a_foreign_process_is_named_with_what_would_make_it_stale(where, fix):
 
 def test_ours_is_left_alone_and_a_gpu_holder_elsewhere_blocks():
     ours = dict(API, container_id='a' * 64, container_name='sparkfleet-vllm')
-    holders, units, containers, _ = old_stack()
+    holders, units, containers, _listeners = old_stack()
     holders.append({'pid': 99999, 'name': 'python3', 'status': 'foreign', 'unit': None, 'container': None,
                     'visible': False, 'parent_holder': None, 'used_memory_mib': 5})
     plan = _gpu_plan.build_plan(holders, units, containers, [ours], params=params())
