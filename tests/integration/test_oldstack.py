@@ -110,9 +110,10 @@ def test_a_foreign_port_holder_is_refused_then_planned_and_stopped_once_named_st
         observe(found.group(0))
         assert container_state(lab, HEAD, "legacy_api") == "running always"
 
-        # Named stale: the plan lists it (container, unit, pid, port) and the run goes on; gpu_cleanup stops it.
+        # Named stale: the plan lists it (container, unit, pid, port) and the run goes on (--check shows the same
+        # plan); gpu_cleanup stops it.
         extra["gpu_cleanup_stale_containers"] = ["legacy_*"]
-        r, failures = lab.play(tmp_path / "planned", "playbooks/preflight.yml", extravars=extra)
+        r, failures = lab.play(tmp_path / "planned", "playbooks/preflight.yml", cmdline="--check", extravars=extra)
         assert r["status"] == "successful" and not failures, lab.messages(failures)[-2000:]
         plans = [e["res"]["will_stop"] for e in r["events"] if e["host"] == HEAD and "will_stop" in (e["res"] or {})]
         assert any(re.search(r"container legacy_api \(named in gpu_cleanup_stale_containers; started by "
