@@ -2,7 +2,8 @@
 
 Fixtures under tests/unit/plugins/modules/fixtures/oldstack/ were captured on a lab head (systemd 252, Docker
 20.10) running lab/stage.sh's old stack: `systemctl list-unit-files/list-units/show`, `docker ps -a`, `docker inspect`,
-the launcher script vllm-cluster.service runs, and the cgroups of its processes.
+the launcher script vllm-cluster.service runs (without its `#!/bin/bash` line: ansible-test refuses shebangs in
+tests/unit), and the cgroups of its processes.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def fixture(name):
 
 
 def read_script(path):
-    return fixture('launch-cluster.sh.txt') if path == '/opt/oldstack/launch-cluster.sh' else None
+    return '#!/bin/bash\n' + fixture('launch-cluster.sh.txt') if path == '/opt/oldstack/launch-cluster.sh' else None
 
 
 @pytest.mark.parametrize('argv, names', [
