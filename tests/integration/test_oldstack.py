@@ -13,6 +13,7 @@ the default staging includes it); the whole path from a freshly staged old stack
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -211,3 +212,62 @@ def test_from_the_old_stack_to_a_completion_and_through_a_reboot_of_both_hosts(l
         sorted(lab.fabric_ip(h) for h in lab.hosts)).replace("'", '"'), p.stdout
     observe("site.yml from the old stack in %.0f s; serving again %.0f s after both reboots, old stack still "
             "stopped and disabled" % (took, back))
+
+
+def old_cluster_nodes(lab):
+    """(address, node manager port) of every alive node of the Ray cluster the old vllm_node heads, or None."""
+    code = ("import json, ray; ray.init(address='auto', log_to_driver=False, logging_level='ERROR'); "
+            "print(json.dumps(sorted([n['NodeManagerAddress'], n['NodeManagerPort']] for n in ray.nodes() "
+            "if n['Alive'])))")
+    p = lab.host_exec(HEAD, "docker", "exec", "vllm_node", "python3", "-c", code, timeout=120)
+    if p.returncode != 0:
+        return None
+    return [tuple(n) for n in json.loads(p.stdout.strip().splitlines()[-1])]
+
+
+@pytest.mark.long
+@pytest.mark.fault(name="both stacks enabled at boot (the old stack re-enabled by hand), both hosts rebooted",
+                   expected="our worker never joins the old Ray head; our head's journal names what holds 6379; "
+                            "site.yml stops the old stack again and serves")
+def test_with_both_stacks_enabled_at_boot_our_worker_never_joins_the_old_head(lab, serving, tmp_path, observe):
+    """Issue 16, measured before: the old vllm_node took 6379 first and OUR worker joined the OLD head."""
+    if not staged_old_stack(lab):
+        pytest.skip("this lab was staged without the old stack (lab/stage.sh --clean)")
+    worker = lab.hosts[-1]
+    try:
+        for host in lab.hosts:  # what a person re-enabling the old deployment does
+            lab.sh(host, "systemctl enable vllm-cluster; docker update --restart unless-stopped vllm_node")
+        for host in lab.hosts:
+            lab.labctl("reboot", host, timeout=900)
+        holder = ""
+        for _ in range(120):
+            holder = lab.sh(HEAD, "ss -Hltnp 'sport = :6379'").stdout
+            if "gcs_server" in holder:
+                break
+            time.sleep(2)
+        pid = re.search(r"pid=(\d+)", holder).group(1)
+        cid = re.search(r"docker-([0-9a-f]{64})\.scope", lab.host_exec(HEAD, "cat", "/proc/%s/cgroup" % pid).stdout)
+        owner = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Name}}", cid.group(1)).stdout.strip().lstrip("/")
+        if owner == "vllm_node":  # the old head won the port: ours must say so, and our worker must stay out
+            ours_seen = []
+            for _ in range(20):  # our worker's unit retries meanwhile (RestartSec, backoff)
+                nodes = old_cluster_nodes(lab) or []
+                ours_seen += [n for n in nodes if n[0] == lab.fabric_ip(worker) and n[1] == 6380]
+                time.sleep(6)
+            assert not ours_seen, "our worker (node manager port 6380) joined the old head: %s" % ours_seen
+            head_log = lab.host_exec(HEAD, "journalctl", "-u", "sparkfleet-ray", "-b", "--no-pager", "-o", "cat").stdout
+            assert "port 6379 on this node is taken by gcs_server (pid %s) in container vllm_node" % pid in head_log
+            worker_log = lab.host_exec(worker, "journalctl", "-u", "sparkfleet-ray", "-b", "--no-pager",
+                                       "-o", "cat").stdout
+            assert "the Ray head at %s:6379 is not ours" % lab.fabric_ip(HEAD) in worker_log, worker_log[-2000:]
+            observe("old head won 6379; our head: %s" % [ln for ln in head_log.splitlines() if "taken by" in ln][-1])
+        else:  # ours won: the old head cannot bind, and our cluster forms as usual
+            assert owner == "sparkfleet-ray", owner
+            lab.wait_serving(600)
+            observe("our head won 6379; the old vllm_node could not bind it")
+    finally:
+        r = lab.site(tmp_path / "site")  # the old stack stopped and disabled again; ours serves
+        assert_old_stack_gone_and_kept(lab)
+        assert lab.serves()
+        plans = [line for e in r["events"] for line in ((e.get("res") or {}).get("will_stop") or [])]
+        assert any("unit vllm-cluster.service" in p for p in plans), plans
