@@ -155,14 +155,15 @@ def test_a_worker_joins_only_a_ray_head_that_carries_our_identity(lab, serving, 
                                                                                "foreign_ray").stderr)
         env = "/etc/sparkfleet/ray-client.env"
         foreign = lab.host_exec(worker, GUARD, "check", image, env, "10.99.1.11:6390", IDENTITY, "10", timeout=180)
-        assert foreign.returncode == 1, (foreign.stdout, foreign.stderr)
+        # 3, not 1: the Ray unit counts exit status 1 as success (SuccessExitStatus) for its ExecStartPre/Post too
+        assert foreign.returncode == 3, (foreign.stdout, foreign.stderr)
         assert "the Ray head at 10.99.1.11:6390 is not ours" in foreign.stderr and "not joining it" in foreign.stderr
         assert "it answers without our cluster identity" in foreign.stderr, foreign.stderr  # it did answer
         observe(foreign.stderr.strip().splitlines()[-1])
         ours = lab.host_exec(worker, GUARD, "check", image, env, "10.99.1.11:6379", IDENTITY, "30", timeout=180)
         assert ours.returncode == 0, ours.stderr
         held = lab.host_exec(HEAD, GUARD, "port", "6390")
-        assert held.returncode == 1 and "port 6390 on this node is taken by gcs_server" in held.stderr, held.stderr
+        assert held.returncode == 3 and "port 6390 on this node is taken by gcs_server" in held.stderr, held.stderr
         assert "in container foreign_ray" in held.stderr
         assert lab.host_exec(HEAD, GUARD, "port", "6391").returncode == 0
         # the units carry the checks: the worker's before it joins, the head's before it starts
