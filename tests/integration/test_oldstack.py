@@ -60,6 +60,18 @@ def assert_old_stack_gone_and_kept(lab):
         assert lab.sh(HEAD, "bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d'" % port).returncode != 0, port
 
 
+def reboot(lab, host, limit=600):
+    """labctl reboot HOST, then wait (bounded) until its sshd runs: under load labctl's own 60 s bound on systemd
+    may pass before the host has finished booting."""
+    lab.labctl("reboot", host, timeout=900, check=False)
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        if lab.systemctl(host, "is-active", "ssh") == "active":
+            return
+        time.sleep(3)
+    pytest.fail("%s did not come back within %d s of its reboot" % (host, limit))
+
+
 def staged_old_stack(lab):
     return all(lab.host_exec(h, "test", "-d", "/opt/oldstack").returncode == 0 for h in lab.hosts)
 
@@ -201,7 +213,7 @@ def test_from_the_old_stack_to_a_completion_and_through_a_reboot_of_both_hosts(l
     assert any("container vllm_node" in p and "port 6379 (sparkfleet_ray_port)" in p for p in plans), plans
 
     for host in lab.hosts:
-        lab.labctl("reboot", host, timeout=900)
+        reboot(lab, host)
     back = lab.wait_serving(600)
     assert_old_stack_gone_and_kept(lab)
     held = lab.sh(HEAD, "ss -Hltnp 'sport = :6379'").stdout
@@ -239,7 +251,7 @@ def test_with_both_stacks_enabled_at_boot_our_worker_never_joins_the_old_head(la
         for host in lab.hosts:  # what a person re-enabling the old deployment does
             lab.sh(host, "systemctl enable vllm-cluster; docker update --restart unless-stopped vllm_node")
         for host in lab.hosts:
-            lab.labctl("reboot", host, timeout=900)
+            reboot(lab, host)
         holder = ""
         for _ in range(120):
             holder = lab.sh(HEAD, "ss -Hltnp 'sport = :6379'").stdout
