@@ -133,8 +133,8 @@ class Lab:
         return json.dumps([f.get("res") for f in failures])
 
     def stage(self, *args):
-        """lab/stage.sh ARGS (the image and the model on the head, as a user's Sparks have them before site.yml);
-        returns the runtime image's tag."""
+        """lab/stage.sh ARGS (the image and the model on the head and, unless our deployment runs or --clean, the
+        operators' old stack on every host, as their Sparks are before site.yml); returns the runtime image's tag."""
         staged = self.run([REPO / "lab" / "stage.sh", *args], timeout=900)
         assert staged.returncode == 0, staged.stderr[-3000:]
         return RUNTIME_IMAGE_FILE.read_text().strip()
