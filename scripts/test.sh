@@ -56,6 +56,7 @@ printf '%s\n' "${results[@]}"
 python3 - "$out"/junit-*.xml <<'PY'
 import sys, xml.etree.ElementTree as ET
 p = f = s = 0
+failed = []
 for path in sys.argv[1:]:
     try:
         root = ET.parse(path).getroot()
@@ -64,6 +65,14 @@ for path in sys.argv[1:]:
     for ts in ([root] if root.tag == "testsuite" else root.iter("testsuite")):
         t, e, fl, sk = (int(ts.get(k, 0)) for k in ("tests", "errors", "failures", "skipped"))
         p += t - e - fl - sk; f += e + fl; s += sk
+        for case in ts.iter("testcase"):
+            bad = case.find("failure")
+            bad = case.find("error") if bad is None else bad
+            if bad is not None:  # the failed tests by name, so that a log's tail says which
+                first = (bad.get("message") or "").strip().splitlines()[:1]
+                failed.append("FAILED %s::%s  %s" % (case.get("classname"), case.get("name"), (first or [""])[0][:160]))
+if failed:
+    print("\n".join(failed))
 print("pytest: %d passed, %d failed, %d skipped" % (p, f, s))
 PY
 exit $failed
