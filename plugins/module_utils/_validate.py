@@ -16,9 +16,13 @@ import json
 import math
 import posixpath
 import re
+import unicodedata
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_version
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import SYSTEM_DIRS, model_path_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import (
+    normal_path,
+    written_path_problem,
+)
 
 # `vllm serve` long flags of vLLM 0.17.1 (EngineArgs, FrontendArgs and the serve subcommand), without "--".
 VLLM_SERVE_FLAGS = frozenset((
@@ -252,20 +256,37 @@ def check_optional_string(value):
     return (None, None) if value is None or value == "" else check_string(value)
 
 
+def value_word_problem(word):
+    """Why one element of a list-valued option (a value, never a flag) is refused, or None.
+
+    vLLM's multi-value options (nargs='+') stop at the first word that starts with '-' and read it as a flag, so
+    `served_model_name: [qwen, --host=0.0.0.0]` would re-set a pinned flag; a value word never starts with '-'.
+    """
+    problem = check_string(word)[1]
+    if problem:
+        return problem
+    if word.startswith("-"):
+        return ("has the element %r, which starts with '-': vllm serve would read it as a flag, not as a value;"
+                " remove it" % word)
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in word):
+        return "has the element %r, which holds a control character" % word
+    return None
+
+
 def check_names(value):
-    """served_model_name: a string or a non-empty list of strings."""
+    """served_model_name: a string or a non-empty list of strings, each a value (never a flag)."""
     names = [value] if is_string(value) else value
     if not isinstance(names, list) or not names:
         return None, "must be a string or a non-empty list of strings"
     for name in names:
-        problem = check_string(name)[1]
+        problem = value_word_problem(name) if is_string(name) else "must hold only strings, got %r" % (name,)
         if problem:
             return None, problem
     return names, None
 
 
 def check_model_dir(value):
-    """The model directory: an absolute path (same on every node), not a system directory."""
+    """The model directory: an absolute path (same on every node), in no system or home dot-directory."""
     if not is_string(value) or not value.strip():
         return None, ("must be the absolute path of the model directory (the same on every node); set"
                       " sparkfleet_model_dir")
@@ -278,22 +299,35 @@ def check_model_dir(value):
         return None, "must not contain ':' or ',' (docker -v splits on them)"
     if value != value.strip() or any(c.isspace() for c in value):
         return None, "must not contain whitespace"
-    # The same guard model_sync applies before it creates, chowns or syncs anything.
-    problem = model_path_problem(value, "path")
+    # The rule every path the roles write follows (preflight runs it again on each node, through its links).
+    problem = written_path_problem(value, "model directory")
     if problem:
-        return None, "%s; use the model's own directory, e.g. /models/<name>" % problem.replace("the path %r " % value, "")
-    norm = posixpath.normpath(value)
-    if norm.startswith("//"):
-        norm = "/" + norm.lstrip("/")
-    return norm, None
+        return None, "%s; use the model's own directory, e.g. /models/<name>" % problem
+    return normal_path(value), None
+
+
+_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                          r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$")
+
+
+def is_host_name(value):
+    """An IP address or a DNS host name (RFC 1123 labels): nothing a shell, ssh or a URL would read otherwise."""
+    if not is_string(value):
+        return False
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        return bool(_HOSTNAME_RE.match(value)) and not value.replace(".", "").isdigit()
 
 
 def check_host(value):
     """The listen address: an IP address or a host name."""
     if not is_string(value) or not value.strip():
         return None, "must be the address vLLM listens on (an IP address)"
-    if any(c.isspace() for c in value) or unsafe_problem(value):
-        return None, "must be an IP address or a host name (no whitespace, '$', '%' or backslash)"
+    if not is_host_name(value):
+        return None, ("must be an IP address or a host name (letters, digits, '-' and '.'), e.g. 10.1.230.180 or"
+                      " 0.0.0.0")
     return value, None
 
 
@@ -306,16 +340,26 @@ def is_loopback(host):
         return False
 
 
+def secret_problem(value):
+    """Why a key or token (sent in an HTTP header, written to an env file) is refused, or None. Never shows it."""
+    if any(c.isspace() for c in value):
+        return ("contains whitespace (a stray newline or space from a file or vault?); clients send the key"
+                " without it, so strip it")
+    bad = [c for c in value if not 0x21 <= ord(c) <= 0x7e]
+    if bad:
+        return ("contains %d character(s) outside printable ASCII (a control character or a non-ASCII letter);"
+                " HTTP headers carry ASCII only, so use letters, digits and punctuation" % len(bad))
+    return None
+
+
 def check_api_key(value):
-    """The API key: empty (open API) or a string without whitespace."""
+    """The API key: empty (open API) or printable ASCII without whitespace."""
     if value is None:
         return "", None
     if not is_string(value):
         return None, "must be a string (keep it in a vault)"
-    if any(c.isspace() for c in value):
-        return None, ("contains whitespace (a stray newline or space from a file or vault?); clients send the key"
-                      " without it, so strip it")
-    return value, None
+    problem = secret_problem(value)
+    return (None, problem) if problem else (value, None)
 
 
 def check_bool(value):
@@ -331,15 +375,72 @@ def check_min_mtu(value):
     return check_int(value, 68, 65535, "an MTU (9000 for jumbo frames)")
 
 
-def check_env(value):
+# Environment the collection sets itself, per node or from a role variable: an env dict may not override it (name ->
+# what to set instead). The fabric variables come from rdma_facts on each node.
+FABRIC_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
+              "UCX_NET_DEVICES", "OMPI_MCA_btl_tcp_if_include")
+OWNED_ENV = dict(
+    [(name, "rdma_facts sets it on each node from the fabric it finds (set sparkfleet_fabric_interface or fix the"
+            " fabric instead)") for name in FABRIC_ENV],
+    VLLM_API_KEY="set vllm_serve_api_key (in a vault) instead",
+    VLLM_HOST_IP="set sparkfleet_fabric_ip instead (each node keeps its own)",
+    VLLM_CONFIG_ROOT="remove it (it holds the variables vLLM must not copy onto the workers)",
+    VLLM_ENGINE_READY_TIMEOUT_S="set vllm_serve_engine_ready_timeout instead",
+    NCCL_DEBUG="set vllm_serve_nccl_debug instead",
+    RAY_ADDRESS="remove it (every node joins the head's fabric IP and sparkfleet_ray_port)",
+    RAY_USAGE_STATS_ENABLED="remove it (usage stats stay off)",
+    RAY_memory_monitor_refresh_ms="set ray_cluster_memory_monitor instead",
+    RAY_memory_usage_threshold="set ray_cluster_memory_usage_threshold instead",
+)
+OWNED_ENV_PREFIXES = (("RAY_AUTH_", "set ray_cluster_auth / ray_cluster_auth_token instead (Ray's token"
+                                    " authentication is the collection's)"),)
+# Variables that open the server or the workers to more than serving (dev endpoints, pickle between processes,
+# adapters loaded from any path by API call, profiler endpoints): refused unless named in sparkfleet_allow_unsafe_env.
+UNSAFE_ENV = {
+    "VLLM_SERVER_DEV_MODE": "it opens vLLM's development endpoints (reset, sleep, collective RPC) to API clients",
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "it lets vLLM's processes exchange pickles (code) over the network",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "it lets API clients load adapters from any path or repository",
+    "VLLM_TORCH_PROFILER_DIR": "it opens the profiler endpoints to API clients, which write traces on the node",
+}
+
+
+def env_problems(value, allow_unsafe=()):
+    """Every problem of an env dict (vllm_serve_env, ray_cluster_env): names, one-line values, no override of what
+    the collection owns, no security-weakening variable unless opted in. Never raises."""
     if value is None:
-        return {}, None
+        return []
     if not isinstance(value, dict):
-        return None, "must be a dict of NAME: value"
-    for name in value:
+        return ["must be a dict of NAME: value"]
+    allowed = set(allow_unsafe) if isinstance(allow_unsafe, (list, tuple, set)) else set()
+    problems = []
+    for name in sorted(value, key=str):
         if not is_string(name) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-            return None, "has %r, which is not an environment variable name" % (name,)
-    return value, None
+            problems.append("has %r, which is not an environment variable name" % (name,))
+            continue
+        fix = OWNED_ENV.get(name) or next((f for p, f in OWNED_ENV_PREFIXES if name.startswith(p)), None)
+        if fix:
+            problems.append("may not set %s: the collection owns it; %s" % (name, fix))
+            continue
+        if name in UNSAFE_ENV and name not in allowed:
+            problems.append("may not set %s: %s; list it in sparkfleet_allow_unsafe_env to accept that"
+                            % (name, UNSAFE_ENV[name]))
+            continue
+        item = value[name]
+        if item is None:
+            continue
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            problems.append("%s must be a string or a number, got %s" % (name, type(item).__name__))
+            continue
+        if any(c in str(item) for c in "\n\r\0"):
+            problems.append("%s must be one line (no newline, carriage return or NUL)" % name)
+    return problems
+
+
+def check_env(value, allow_unsafe=()):
+    problems = env_problems(value, allow_unsafe)
+    if problems:
+        return None, "; ".join(problems)
+    return ({} if value is None else value), None
 
 
 _UNIT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]*$")
@@ -384,38 +485,65 @@ def _host_path_problem(value, what):
     return None
 
 
-def check_data_dir(value):
-    """A directory the roles create (root, 0755) and mount read-write into the containers: not the system's."""
-    problem = _host_path_problem(value, "directory the containers write to")
+def _written(value, what, kind, example):
+    """A path the roles create, chown, chmod or overwrite: the host-path rule, then the written-path rule."""
+    problem = _host_path_problem(value, what)
     if problem:
         return None, problem
-    problem = model_path_problem(value, "directory")
+    problem = written_path_problem(value, kind)
     if problem:
-        return None, "%s; use a directory of its own, e.g. /var/cache/sparkfleet/vllm" % problem.replace(
-            "the directory %r " % value, "")
-    return posixpath.normpath(value), None
+        return None, "%s; use %s" % (problem, example)
+    return normal_path(value), None
+
+
+def check_data_dir(value):
+    """A directory the roles create (root) and mount read-write into the containers: never the system's."""
+    return _written(value, "directory the containers write to", "directory",
+                    "a directory of its own, e.g. /var/cache/sparkfleet/vllm")
 
 
 def check_config_dir(value):
-    """The directory of our env files (/etc/sparkfleet): a directory of its own, not a system directory."""
-    problem = _host_path_problem(value, "directory of the env files, e.g. /etc/sparkfleet")
-    if problem:
-        return None, problem
-    norm = posixpath.normpath(value)
-    if norm in SYSTEM_DIRS and norm != "/etc/sparkfleet":
-        return None, "is the system directory %s; use a directory of its own, e.g. /etc/sparkfleet" % norm
-    return norm, None
+    """The directory of our env files and keys (/etc/sparkfleet, chmod 0750 root): a directory of its own."""
+    return _written(value, "directory of the env files, e.g. /etc/sparkfleet", "directory",
+                    "a directory of its own, e.g. /etc/sparkfleet")
 
 
 def check_state_file(value):
-    """model_sync's state file on the head (read, and copied next to itself as <file>.served)."""
-    problem = _host_path_problem(value, "file model_sync records the model state in")
+    """model_sync's state file on the head (written, and copied next to itself as <file>.served)."""
+    return _written(value, "file model_sync records the model state in", "file",
+                    "a file in a directory of its own, e.g. /etc/sparkfleet/model.state")
+
+
+def check_written_file(value):
+    """A file a role writes (a key, a token, a progress file, a forced command)."""
+    return _written(value, "file a role writes", "file", "a file in a directory of its own, e.g. under /etc/sparkfleet")
+
+
+def check_known_hosts(value):
+    """An ssh known-hosts file: under the sync user's ~/.ssh (ssh expands ~ on each hop) or a written file."""
+    if is_string(value) and value.startswith("~/"):
+        rest = value[2:]
+        if not re.match(r"^\.ssh/[A-Za-z0-9._+@-]+$", rest) or rest in SSH_OWN_FILES:
+            return None, ("must be ~/.ssh/<file of its own> (e.g. ~/.ssh/sparkfleet_known_hosts) or an absolute path;"
+                          " never ssh's own files (%s)" % ", ".join(sorted(SSH_OWN_FILES)))
+        name = rest.split("/", 1)[1]
+        if name.startswith("id_") or name.endswith(".pub"):
+            return None, "must not be a key file of ~/.ssh (%s)" % value
+        return value, None
+    return check_written_file(value)
+
+
+# Files of ~/.ssh that ssh itself reads: never a known-hosts file of ours.
+SSH_OWN_FILES = frozenset((".ssh/authorized_keys", ".ssh/authorized_keys2", ".ssh/config", ".ssh/rc",
+                           ".ssh/environment"))
+
+
+def check_read_path(value):
+    """A path the roles only read (a tool, a sysfs root, a device directory): absolute and unmangled."""
+    problem = _host_path_problem(value, "path")
     if problem:
         return None, problem
-    norm = posixpath.normpath(value)
-    if value.endswith("/") or norm in SYSTEM_DIRS or norm.startswith("//") or norm == "/":
-        return None, "must be a file path, e.g. /etc/sparkfleet/model.state"
-    return norm, None
+    return normal_path(value), None
 
 
 def check_nccl_debug(value):
@@ -443,7 +571,7 @@ def check_min_version(value):
 
 
 def check_argv_words(value):
-    """Extra docker run words (the GPU arguments): a list of non-empty strings systemd passes unchanged."""
+    """Extra docker run words: a list of non-empty strings systemd passes unchanged."""
     if not isinstance(value, list):
         return None, "must be a list of docker run arguments, e.g. ['--gpus', 'all']"
     for word in value:
@@ -453,6 +581,108 @@ def check_argv_words(value):
         if problem:
             return None, "%r %s" % (word, problem)
     return value, None
+
+
+# The docker run flags that give a container its GPU; every other flag (name, network, mounts, env, privileges,
+# capabilities, user) is the roles' own. -e/--env only for the NVIDIA container runtime's variables.
+GPU_ARG_FLAGS = ("--gpus", "--runtime", "--device", "--device-cgroup-rule", "--group-add", "--ulimit", "-e", "--env")
+GPU_DEVICE_PREFIXES = ("/dev/nvidia", "/dev/dri/", "/dev/infiniband/")
+
+
+def check_gpu_args(value):
+    """The docker run words that give a container the GPU (e.g. [--gpus, all] or [--device, /dev/nvidia0])."""
+    words, problem = check_argv_words(value)
+    if problem:
+        return None, problem
+    i = 0
+    while i < len(words):
+        flag, eq, arg = words[i].partition("=")
+        if not flag.startswith("-"):
+            return None, "has %r without a flag before it; write e.g. ['--gpus', 'all']" % words[i]
+        if flag not in GPU_ARG_FLAGS:
+            return None, ("has %r, which is not a docker run argument for the GPU (accepted: %s); the roles set the"
+                          " container's name, network, mounts, environment and privileges themselves"
+                          % (words[i], ", ".join(GPU_ARG_FLAGS)))
+        if not eq:
+            i += 1
+            if i >= len(words) or words[i].startswith("-"):
+                return None, "%s needs a value after it" % flag
+            arg = words[i]
+        if flag in ("-e", "--env") and not re.match(r"^NVIDIA_[A-Z0-9_]+=", arg):
+            return None, ("%s %s: only the NVIDIA runtime's variables (NVIDIA_...=value) may be set here; the"
+                          " containers' environment is vllm_serve_env / ray_cluster_env" % (flag, arg.split("=")[0]))
+        if flag == "--device" and not arg.startswith(GPU_DEVICE_PREFIXES):
+            return None, ("--device %s is not a GPU or RDMA device (accepted: %s...)"
+                          % (arg, "..., ".join(GPU_DEVICE_PREFIXES)))
+        i += 1
+    return words, None
+
+
+# ---------------------------------------------------------------- `ray start` arguments
+
+# Flags of `ray start` the collection sets itself (flag -> what to set instead); the extra args may never set them.
+RAY_PINNED = {
+    "--node-ip-address": "set sparkfleet_fabric_ip (Ray registers every node on its fabric IP)",
+    "--address": "remove it (every worker joins the head's fabric IP at sparkfleet_ray_port)",
+    "--port": "set sparkfleet_ray_port instead",
+    "--head": "remove it (the spark_head group decides the head)",
+    "--block": "remove it (the unit runs Ray in the foreground already)",
+    "--num-gpus": "set ray_cluster_num_gpus instead",
+    "--num-cpus": "set ray_cluster_num_cpus instead",
+    "--temp-dir": "set sparkfleet_ray_tmp_dir instead",
+    "--disable-usage-stats": "remove it (usage stats are always off)",
+    "--gcs-server-port": "set sparkfleet_ray_port instead",
+    "--worker-port-list": "set ray_cluster_min_worker_port / ray_cluster_max_worker_port instead",
+}
+# Port flags: pinned by the ray_cluster_*_port variables, which the node firewall names.
+RAY_PORT_FLAGS = {
+    "--node-manager-port": "ray_cluster_node_manager_port", "--object-manager-port": "ray_cluster_object_manager_port",
+    "--runtime-env-agent-port": "ray_cluster_runtime_env_agent_port",
+    "--dashboard-agent-grpc-port": "ray_cluster_dashboard_agent_grpc_port",
+    "--dashboard-agent-listen-port": "ray_cluster_dashboard_agent_listen_port",
+    "--metrics-export-port": "ray_cluster_metrics_export_port", "--min-worker-port": "ray_cluster_min_worker_port",
+    "--max-worker-port": "ray_cluster_max_worker_port", "--ray-client-server-port": "ray_cluster_client_server_port",
+    "--dashboard-port": "ray_cluster_dashboard_port",
+}
+RAY_PINNED.update((f, "set %s instead (the node firewall names it)" % var) for f, var in RAY_PORT_FLAGS.items())
+# Flags that expose Ray beyond the fabric: refused unless sparkfleet_allow_ray_exposure is true.
+RAY_EXPOSING = {
+    "--dashboard-host": "the dashboard runs code for anyone who reaches it (set ray_cluster_dashboard: true for"
+                        " 127.0.0.1)",
+    "--include-dashboard": "set ray_cluster_dashboard instead (the dashboard listens on 127.0.0.1 only)",
+    "--ray-debugger-external": "it binds Ray's debugger to every interface",
+}
+
+
+def ray_extra_args_problems(value, allow_exposure=False):
+    """Every problem of ray_cluster_extra_args (a list of `ray start` words). Never raises."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        return ["must be a list of `ray start` arguments, e.g. ['--object-store-memory', '10000000000']"]
+    problems = []
+    for word in value:
+        if isinstance(word, bool) or not isinstance(word, (str, int, float)) or (is_string(word) and not word):
+            problems.append("must hold only non-empty strings or numbers, got %r" % (word,))
+            continue
+        word = str(word)
+        problem = unsafe_problem(word)
+        if problem:
+            problems.append("%r %s" % (word, problem))
+            continue
+        if not word.startswith("-"):
+            continue
+        flag = word.split("=", 1)[0]
+        # click reads only the exact long names; '_' spellings are not Ray's, so they are refused as unknown to it
+        norm = flag.replace("_", "-")
+        if norm in RAY_PINNED:
+            problems.append("%s is pinned by this deployment; %s" % (flag, RAY_PINNED[norm]))
+        elif norm in RAY_EXPOSING and not allow_exposure:
+            problems.append("%s would expose Ray beyond the fabric: %s; or set sparkfleet_allow_ray_exposure: true"
+                            " to accept that" % (flag, RAY_EXPOSING[norm]))
+        elif flag != norm:
+            problems.append("%s is not a ray start flag (ray spells its flags with '-': %s)" % (flag, norm))
+    return problems
 
 
 # ---------------------------------------------------------------- vLLM's reading of `vllm serve` flags
@@ -672,7 +902,7 @@ SERVING_CHECKS = {
     "vllm_serve_restart_burst": check_count,
     "vllm_serve_restart_interval": check_seconds,
     "sparkfleet_fabric_min_mtu": check_min_mtu,
-    "vllm_serve_gpu_args": check_argv_words,
+    "vllm_serve_gpu_args": check_gpu_args,
     "sparkfleet_vllm_unit": check_unit_and_container_name,
     "sparkfleet_ray_unit": check_unit_and_container_name,
     "sparkfleet_ray_tmp_dir": check_data_dir,
@@ -692,7 +922,12 @@ SERVING_PINNED = pinned_flags(("gpu_memory_utilization", "max_model_len", "load_
 
 
 def _shown(name, value):
-    return "(hidden)" if name == "vllm_serve_api_key" else repr(value)
+    """The value as a message shows it: never a secret, and an env dict by its names only (values may be tokens)."""
+    if name in ("vllm_serve_api_key", "healthcheck_api_key", "ray_cluster_auth_token", "model_sync_hf_token"):
+        return "(hidden)"
+    if name.endswith("_env") and isinstance(value, dict):
+        return "{%s}" % ", ".join("%s: ..." % (k,) for k in sorted(value, key=str))
+    return repr(value)
 
 
 def serving_errors(settings, host="head", template_errors=None, gpus=None):
@@ -721,7 +956,10 @@ def serving_errors(settings, host="head", template_errors=None, gpus=None):
         check = SERVING_CHECKS.get(name)
         if check is None:
             continue
-        normal, problem = check(value)
+        if name == "vllm_serve_env":
+            normal, problem = check_env(value, settings.get("sparkfleet_allow_unsafe_env"))
+        else:
+            normal, problem = check(value)
         if problem:
             errors.append("%s: %s %s %s" % (host, name, _shown(name, value), problem))
         else:
@@ -737,3 +975,387 @@ def serving_errors(settings, host="head", template_errors=None, gpus=None):
                       " set vllm_serve_api_key (keep it in a vault), or set vllm_serve_allow_open_api: true to serve"
                       " without a key" % (host, addr, good.get("sparkfleet_api_port", "?")))
     return errors
+
+
+# ---------------------------------------------------------------- every role's variables (preflight)
+
+def check_whole(low, what="a whole number"):
+    return lambda v: check_int(v, low, None, what)
+
+
+def check_choice(*choices):
+    def check(value):
+        if not is_string(value) or value not in choices:
+            return None, "must be one of %s" % ", ".join(choices)
+        return value, None
+    return check
+
+
+_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$")
+_USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+_MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+_GLOB_RE = re.compile(r"^[A-Za-z0-9_.@:*?\[\]-]+$")
+_TABLE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+_LOAD_COMMAND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._/=-]*$")
+
+
+def check_image(value):
+    """A container image reference (name[:tag][@digest]): one word docker reads as an image, never as a flag."""
+    if not is_string(value) or not _IMAGE_RE.match(value):
+        return None, ("must be an image reference such as nvcr.io/nvidia/vllm:26.03-py3 (letters, digits and . _ / : @"
+                      " + -, not starting with '-')")
+    return value, None
+
+
+def check_user(value):
+    """A user name on the nodes (ssh's user, the owner of the model directory): never read as an ssh option."""
+    if not is_string(value) or not _USER_RE.match(value):
+        return None, "must be a user name on the nodes (letters, digits, '_', '.', '-', not starting with '-')"
+    return value, None
+
+
+def check_model_id(value):
+    """A Hugging Face model id (org/name), as the download and the API use it."""
+    if not is_string(value) or not _MODEL_ID_RE.match(value):
+        return None, "must be a model id such as Qwen/Qwen3.5-122B-A10B-FP8 (letters, digits, '.', '_', '-', one '/')"
+    return value, None
+
+
+def check_optional_secret(value):
+    """A token (vault): empty, or printable ASCII without whitespace."""
+    if value is None or value == "":
+        return "", None
+    if not is_string(value):
+        return None, "must be a string (keep it in a vault)"
+    problem = secret_problem(value)
+    return (None, problem) if problem else (value, None)
+
+
+def check_globs(value):
+    """Unit or container names and globs (gpu_cleanup's lists)."""
+    if not isinstance(value, list):
+        return None, "must be a list of unit or container names (globs allowed), e.g. [vllm-cluster, 'sglang*']"
+    for item in value:
+        if not is_string(item) or not _GLOB_RE.match(item) or item.startswith("-"):
+            return None, ("has %r, which is not a unit or container name or glob (letters, digits, '_', '.', '@',"
+                          " ':', '-', '*', '?', '[', ']')" % (item,))
+    return value, None
+
+
+def check_text(value):
+    """A free text (a prompt): a non-empty string without NUL."""
+    if not is_string(value) or not value.strip() or "\0" in value:
+        return None, "must be a non-empty string"
+    return value, None
+
+
+def check_url(value):
+    """An http(s) URL whose host is an IP address ([v6] bracketed) or a host name."""
+    m = re.match(r"^https?://(\[[0-9A-Fa-f:.]+\]|[^/:?#\[\]]+)(:\d{1,5})?(/[^\s]*)?$", value) if is_string(value) else None
+    host = m.group(1).strip("[]") if m else None
+    if not m or not is_host_name(host) or (m.group(2) and not 1 <= int(m.group(2)[1:]) <= 65535):
+        return None, "must be an http:// or https:// URL such as http://10.1.230.180:30000"
+    return value, None
+
+
+def check_device_glob(value):
+    problem = _host_path_problem(value, "device files, e.g. /dev/nvidia[0-9]*")
+    if problem:
+        return None, problem
+    if not value.startswith("/dev/"):
+        return None, "must be a glob of device files under /dev, e.g. /dev/nvidia[0-9]*"
+    return value, None
+
+
+def check_nft_table(value):
+    if not is_string(value) or not _TABLE_RE.match(value):
+        return None, "must be an nftables table name (a letter, then letters, digits, '_', '-'; 32 at most)"
+    return value, None
+
+
+def check_load_command(value):
+    """The command the image key runs on a worker (in authorized_keys' command="..."): plain words only."""
+    if not is_string(value) or not _LOAD_COMMAND_RE.match(value):
+        return None, ("must be a plain command such as 'docker load' or 'sudo -n docker load' (letters, digits,"
+                      " spaces and . _ / = -): it is written into the key's command=\"...\"")
+    return value, None
+
+
+def check_cidr_list(value):
+    """Source networks (CIDR) for the node firewall."""
+    if not isinstance(value, list) or not value:
+        return None, "must be a non-empty list of networks (CIDR), e.g. ['192.168.200.0/24']"
+    nets = []
+    for item in value:
+        try:
+            nets.append(ipaddress.ip_network(str(item), strict=False))
+        except ValueError:
+            return None, "has %r, which is not a network in CIDR form such as 192.168.200.0/24" % (item,)
+    return nets, None
+
+
+def check_ansible_version(value):
+    if not is_string(value) or parse_version(value) is None:
+        return None, "must be a version string such as \"2.19.0\""
+    return value, None
+
+
+def check_optional_count(value):
+    return (None, None) if value is None or value == "" else check_int(value, 1, None, "a whole number")
+
+
+def check_env_names(value):
+    """A list of environment variable names (sparkfleet_allow_unsafe_env)."""
+    if not isinstance(value, list) or not all(is_string(n) and n in UNSAFE_ENV for n in value):
+        return None, ("must be a list of the variables it allows, each one of %s (an opt-in: see the README's"
+                      " security section)" % ", ".join(sorted(UNSAFE_ENV)))
+    return value, None
+
+
+seconds = check_seconds
+ROLE_CHECKS = {
+    # roles/sparkfleet (the serving ones are in SERVING_CHECKS)
+    "sparkfleet_gpus_per_node": check_count,
+    "sparkfleet_container_gpu_args": check_gpu_args,
+    "sparkfleet_image_pull": check_bool,
+    "sparkfleet_rdma_sysfs_root": check_read_path,
+    "sparkfleet_rdma_dev_dir": check_read_path,
+    "sparkfleet_allow_tcp_fallback": check_bool,
+    "sparkfleet_allow_ray_exposure": check_bool,
+    "sparkfleet_allow_unsafe_env": check_env_names,
+    "sparkfleet_image": check_image,
+    "sparkfleet_model_id": check_model_id,
+    "sparkfleet_model_dir": check_model_dir,
+    # roles/preflight
+    "preflight_min_ansible_version": check_ansible_version,
+    "preflight_ping_timeout": seconds,
+    "preflight_fabric_timeout": seconds,
+    # roles/gpu_cleanup
+    "gpu_cleanup_stale_units": check_globs,
+    "gpu_cleanup_protect": check_globs,
+    "gpu_cleanup_ours": check_globs,
+    "gpu_cleanup_grace": seconds,
+    "gpu_cleanup_timeout": seconds,
+    "gpu_cleanup_mask": check_bool,
+    "gpu_cleanup_remove_containers": check_bool,
+    "gpu_cleanup_nvidia_smi": check_choice("auto", "required", "skip"),
+    "gpu_cleanup_device_glob": check_device_glob,
+    "gpu_cleanup_max_used_mib": check_whole(0, "a number of MiB"),
+    # roles/model_sync
+    "model_sync_src": check_model_dir,
+    "model_sync_dest": check_model_dir,
+    "model_sync_user": check_user,
+    "model_sync_key": check_written_file,
+    "model_sync_known_hosts": check_known_hosts,
+    "model_sync_forced_command": check_written_file,
+    "model_sync_allowed_commands": check_written_file,
+    "model_sync_streams": lambda v: check_int(v, 1, 64, "a number of parallel streams"),
+    "model_sync_transport": check_choice("auto", "tcp", "ssh"),
+    "model_sync_bwlimit": check_whole(0, "a bandwidth in KiB/s (0 = no limit)"),
+    "model_sync_checksum": check_bool,
+    "model_sync_verify": check_bool,
+    "model_sync_drop_cache": check_bool,
+    "model_sync_delete": check_bool,
+    "model_sync_download": check_bool,
+    "model_sync_hf_token": check_optional_secret,
+    "model_sync_model_id": check_model_id,
+    "model_sync_image": check_image,
+    "model_sync_timeout": seconds,
+    "model_sync_verify_content": check_bool,
+    # roles/runtime_image
+    "runtime_image_name": check_image,
+    "runtime_image_pull": check_bool,
+    "runtime_image_pull_timeout": seconds,
+    "runtime_image_sync_user": check_user,
+    "runtime_image_sync_key": check_written_file,
+    "runtime_image_known_hosts": check_written_file,
+    "runtime_image_load_command": check_load_command,
+    "runtime_image_ssh_timeout": seconds,
+    "runtime_image_sync_timeout": seconds,
+    "runtime_image_progress_interval": seconds,
+    "runtime_image_progress_file": check_written_file,
+    "runtime_image_wait": check_bool,
+    # roles/ray_cluster (extra args, env and the firewall's networks are checked with their context below)
+    "ray_cluster_image": check_image,
+    "ray_cluster_gpu_args": check_gpu_args,
+    "ray_cluster_num_gpus": check_whole(0, "a whole number of GPUs"),
+    "ray_cluster_num_cpus": check_optional_count,
+    "ray_cluster_dashboard": check_bool,
+    "ray_cluster_memory_monitor": check_bool,
+    "ray_cluster_memory_usage_threshold": check_fraction,
+    "ray_cluster_auth": check_bool,
+    "ray_cluster_auth_token_path": check_written_file,
+    "ray_cluster_auth_token": check_optional_secret,
+    "ray_cluster_auth_min_ray_version": check_ansible_version,
+    "ray_cluster_rdma": check_bool,
+    "ray_cluster_env": None,
+    "ray_cluster_extra_args": None,
+    "ray_cluster_join_timeout": seconds,
+    "ray_cluster_probe_object_mb": check_count,
+    "ray_cluster_probe_timeout": seconds,
+    "ray_cluster_restart_sec": check_whole(0, "a whole number of seconds"),
+    "ray_cluster_restart_max_delay": seconds,
+    "ray_cluster_gcs_wait_timeout": seconds,
+    "ray_cluster_firewall": check_bool,
+    "ray_cluster_firewall_allow": None,
+    "ray_cluster_firewall_table": check_nft_table,
+    "ray_cluster_firewall_ephemeral": check_bool,
+    "ray_cluster_firewall_nft": check_read_path,
+    # roles/healthcheck
+    "healthcheck_url": check_url,
+    "healthcheck_api_key": check_api_key,
+    "healthcheck_model": check_string,
+    "healthcheck_prompt": check_text,
+    "healthcheck_max_tokens": check_count,
+    "healthcheck_timeout": seconds,
+    "healthcheck_throughput_tokens": check_whole(0, "a number of tokens (0 turns the probe off)"),
+    "healthcheck_ray_object_mb": check_count,
+    "healthcheck_allow_tcp_fallback": check_bool,
+}
+ROLE_CHECKS.update((var, check_port) for var in RAY_PORT_FLAGS.values())
+# The variables checked on the head only (the API, the engine and the checks of the served API run there).
+HEAD_ONLY_PREFIXES = ("vllm_serve_", "healthcheck_")
+# Secrets: their value never appears in a message.
+SECRETS = frozenset(("vllm_serve_api_key", "healthcheck_api_key", "ray_cluster_auth_token", "model_sync_hf_token"))
+
+
+def _ports_problems(good):
+    """Two of Ray's ports (or the API's) on one number, and a worker range upside down."""
+    problems = []
+    names = ["sparkfleet_ray_port", "sparkfleet_api_port"] + sorted(RAY_PORT_FLAGS.values())
+    seen = {}
+    lo, hi = good.get("ray_cluster_min_worker_port"), good.get("ray_cluster_max_worker_port")
+    for name in names:
+        port = good.get(name)
+        if port is None:
+            continue
+        if port in seen:
+            problems.append("%s and %s are both %d; give each its own port" % (seen[port], name, port))
+        seen.setdefault(port, name)
+        if lo is not None and hi is not None and lo <= port <= hi and name not in (
+                "ray_cluster_min_worker_port", "ray_cluster_max_worker_port"):
+            problems.append("%s %d lies in Ray's worker port range %d-%d (ray_cluster_min_worker_port /"
+                            " ray_cluster_max_worker_port); move one of them" % (name, port, lo, hi))
+    if lo is not None and hi is not None and lo > hi:
+        problems.append("ray_cluster_min_worker_port %d is above ray_cluster_max_worker_port %d" % (lo, hi))
+    return problems
+
+
+def firewall_allow_problems(nets, subnet, allow_exposure):
+    """Networks of ray_cluster_firewall_allow that reach beyond the fabric subnet (refused without the opt-in)."""
+    if allow_exposure is True:
+        return []
+    try:
+        fabric = ipaddress.ip_network(str(subnet), strict=False)
+    except ValueError:
+        return []  # the inventory check names a bad subnet
+    wide = [str(n) for n in nets if n.version != fabric.version or not n.subnet_of(fabric)]
+    if not wide:
+        return []
+    return ["ray_cluster_firewall_allow %s reaches beyond the fabric subnet %s: anyone there could run code through"
+            " Ray's ports (CVE-2023-48022); list only the fabric subnet (or parts of it), or set"
+            " sparkfleet_allow_ray_exposure: true to accept that" % (", ".join(wide), fabric)]
+
+
+def settings_errors(settings, host="head", template_errors=None, head=True, gpus=None):
+    """Every problem with every role's variables on one host, each naming host, variable, value and fix.
+
+    settings: variable -> value as the roles would read it (sparkfleet.vllm.role_settings); template_errors:
+    variable -> templating error; head: whether host is the head (vllm_serve_* and healthcheck_* are checked
+    there only). Never raises. The serving variables go through serving_errors (the rule vllm_serve applies).
+    """
+    if not isinstance(settings, dict):
+        return ["%s: the settings must be a dict of variables, got %s" % (host, type(settings).__name__)]
+    failed = dict(template_errors) if isinstance(template_errors, dict) else {}
+    scope = [n for n in list(settings) + list(failed) if is_string(n)
+             and (head or not n.startswith(HEAD_ONLY_PREFIXES))]
+    errors = []
+    if head:
+        serving = dict((n, settings[n]) for n in settings if n in SERVING_CHECKS or n == "sparkfleet_allow_unsafe_env")
+        errors += serving_errors(serving, host, dict((n, e) for n, e in failed.items() if n in SERVING_CHECKS), gpus)
+    good = {}
+    for name in sorted(set(scope)):
+        if name in SERVING_CHECKS and head:
+            continue
+        if name in failed:
+            errors.append("%s: %s cannot be templated: %s; fix the expression in the inventory"
+                          % (host, name, str(failed[name]).strip()))
+            continue
+        value = settings[name]
+        check = ROLE_CHECKS.get(name) or SERVING_CHECKS.get(name)
+        if check is None:
+            continue
+        normal, problem = check(value)
+        if problem:
+            errors.append("%s: %s %s %s" % (host, name, _shown(name, value), problem))
+        else:
+            good[name] = normal
+    for name in ("sparkfleet_ray_port", "sparkfleet_api_port"):
+        if name not in good and name in settings and check_port(settings[name])[1] is None:
+            good[name] = check_port(settings[name])[0]
+    errors += ["%s: %s" % (host, p) for p in _ports_problems(good)]
+    exposure = settings.get("sparkfleet_allow_ray_exposure") is True
+    if "ray_cluster_env" in settings and "ray_cluster_env" not in failed:
+        errors += ["%s: ray_cluster_env %s" % (host, p)
+                   for p in env_problems(settings["ray_cluster_env"], settings.get("sparkfleet_allow_unsafe_env"))]
+    if "ray_cluster_extra_args" in settings and "ray_cluster_extra_args" not in failed:
+        errors += ["%s: ray_cluster_extra_args: %s" % (host, p)
+                   for p in ray_extra_args_problems(settings["ray_cluster_extra_args"], exposure)]
+    if "ray_cluster_firewall_allow" in settings and "ray_cluster_firewall_allow" not in failed:
+        nets, problem = check_cidr_list(settings["ray_cluster_firewall_allow"])
+        if problem:
+            errors.append("%s: ray_cluster_firewall_allow %r %s" % (host, settings["ray_cluster_firewall_allow"],
+                                                                    problem))
+        else:
+            errors += ["%s: %s" % (host, p) for p in firewall_allow_problems(
+                nets, settings.get("sparkfleet_fabric_subnet"), exposure)]
+    if settings.get("ray_cluster_dashboard") is True and settings.get("ray_cluster_auth") is False and not exposure:
+        errors.append("%s: ray_cluster_dashboard is true while ray_cluster_auth is false: the dashboard (which runs"
+                      " code) would answer anyone on the node without a token; turn auth on, or set"
+                      " sparkfleet_allow_ray_exposure: true to accept that" % host)
+    seen, unique = set(), []
+    for e in errors:
+        if e not in seen:
+            seen.add(e)
+            unique.append(e)
+    return unique
+
+
+# Every path variable the roles write on a node: name -> (kind, where: "all" | "head" | "workers", ssh user var).
+# The node module (path_guard) resolves each on the node: symbolic links, existing files, the node's homes.
+WRITTEN_PATHS = {
+    "sparkfleet_config_dir": ("directory", "all", None),
+    "sparkfleet_ray_tmp_dir": ("directory", "all", None),
+    "sparkfleet_cache_dir": ("directory", "all", None),
+    "sparkfleet_model_state_file": ("state file", "head", None),
+    "sparkfleet_model_dir": ("model directory", "all", None),
+    "vllm_serve_model": ("model directory", "head", None),
+    "model_sync_src": ("model directory", "head", None),
+    "model_sync_dest": ("model directory", "workers", None),
+    "model_sync_key": ("key file", "head", None),
+    "model_sync_known_hosts": ("file", "all", "model_sync_user"),
+    "model_sync_forced_command": ("file", "workers", None),
+    "model_sync_allowed_commands": ("file", "workers", None),
+    "ray_cluster_auth_token_path": ("file", "head", None),
+    "runtime_image_sync_key": ("key file", "head", None),
+    "runtime_image_known_hosts": ("file", "head", None),
+    "runtime_image_progress_file": ("file", "head", None),
+}
+
+
+def node_paths(settings, head=True, worker=False):
+    """The written paths of one node for the path_guard module: [{name, path, kind, user}], only values that are
+    strings (the controller's checks report the others)."""
+    out = []
+    if not isinstance(settings, dict):
+        return out
+    for name in sorted(WRITTEN_PATHS):
+        kind, where, user_var = WRITTEN_PATHS[name]
+        if where == "head" and not head or where == "workers" and not worker:
+            continue
+        value = settings.get(name)
+        if not is_string(value) or not value:
+            continue
+        user = settings.get(user_var) if user_var else None
+        out.append(dict(name=name, path=value, kind=kind, user=user if is_string(user) else None))
+    return out

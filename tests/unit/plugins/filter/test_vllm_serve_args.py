@@ -114,7 +114,7 @@ def test_max_model_len_size_suffix():
     ({"model": "m", "served_model_name": []}, ["served_model_name"]),
     ({"model": "m\nrm -rf /"}, ["model", "newline"]),
     ({"model": "m", "served_model_name": "a$HOME"}, ["served_model_name", "'$'"]),
-    ({"model": "m", "host": "%H"}, ["host", "'%'"]),
+    ({"model": "m", "host": "%H"}, ["host", "IP address or a host name"]),
     ("model=m", ["input must be a dict"]),
 ])
 def test_invalid_settings_name_key_and_fix(cfg, words):

@@ -126,11 +126,12 @@ def test_max_model_len_examples(value, ok):
 @PROPS
 @given(value=st.text(max_size=12))
 def test_api_key_domain(value):
-    assert (v.check_api_key(value)[1] is None) == (not any(c.isspace() for c in value))
+    # issue 17.13: printable ASCII only (an HTTP header carries nothing else), no whitespace
+    assert (v.check_api_key(value)[1] is None) == all(0x21 <= ord(c) <= 0x7e for c in value)
 
 
 @pytest.mark.parametrize("value, problem", [
-    ("", "absolute path"), ("models/x", "absolute path"), ("/", "system directory /"), ("/etc/", "system directory"),
+    ("", "absolute path"), ("models/x", "absolute path"), ("/", "root directory /"), ("/etc/", "system directory"),
     ("/usr//", "system directory /usr"), ("/models/../etc", "system directory /etc"), ("/models/a:b", "':'"),
     ("/models/a b", "whitespace"), ("/models/$X", "'$'"), (None, "absolute path"), (["/m"], "absolute path"),
 ])
@@ -352,16 +353,16 @@ def test_the_role_defaults_pass_their_checks():
 @pytest.mark.parametrize("name, value, problem", [
     ("sparkfleet_cache_dir", "", "absolute path"),
     ("sparkfleet_cache_dir", "cache", "absolute path"),
-    ("sparkfleet_cache_dir", "/", "system directory /"),
+    ("sparkfleet_cache_dir", "/", "root directory /"),
     ("sparkfleet_cache_dir", "/usr", "system directory /usr"),
-    ("sparkfleet_cache_dir", "/etc/x", "inside the system directory /etc"),
+    ("sparkfleet_cache_dir", "/etc/x", "under the system directory /etc"),
     ("sparkfleet_cache_dir", "/var/cache/a:b", "':'"),
     ("sparkfleet_cache_dir", "/var/cache/%h", "'%'"),
     ("sparkfleet_ray_tmp_dir", "/var/lib", "system directory /var/lib"),
     ("sparkfleet_config_dir", "/etc", "system directory /etc"),
     ("sparkfleet_config_dir", "etc/sparkfleet", "absolute path"),
-    ("sparkfleet_model_state_file", "/etc/sparkfleet/", "file path"),
-    ("sparkfleet_model_state_file", "/", "file path"),
+    ("sparkfleet_model_state_file", "/etc/sparkfleet/", "must name a file"),
+    ("sparkfleet_model_state_file", "/", "must name a file"),
     ("sparkfleet_model_state_file", "model.state", "absolute path"),
     ("sparkfleet_model_state_file", None, "absolute path"),
     ("vllm_serve_nccl_debug", "DEBUG", "NCCL's levels"),
