@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._validate import ray_extra_args_problems
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import fail, port_number, whole_number
 
 _WHERE = "ray_start_args"
@@ -56,30 +57,43 @@ def _port_args(ports, head, dashboard):
     return args
 
 
+def _address(name, value):
+    """A node's fabric address: a unicast IP Ray can register and the others can reach."""
+    try:
+        addr = ipaddress.ip_address(str(value))
+    except ValueError:
+        fail(_WHERE, "%s %r is not an IP address; Ray must register the node's fabric IP (sparkfleet_fabric_ip)"
+             % (name, value))
+    if addr.is_unspecified or addr.is_loopback or addr.is_multicast:
+        fail(_WHERE, "%s %s is not a node's own address (unspecified, loopback or multicast); Ray must register the"
+             " node's fabric IP (sparkfleet_fabric_ip)" % (name, addr))
+    return addr
+
+
 def ray_start_args(node_ip, head, head_ip, port=6379, num_gpus=1, num_cpus=None, dashboard=False, extra=None,
-                   ports=None):
+                   ports=None, allow_exposure=False):
     """The words after `ray start` for one node, every address pinned to its fabric IP."""
-    for name, value in (("node_ip", node_ip), ("head_ip", head_ip)):
-        try:
-            ipaddress.ip_address(str(value))
-        except ValueError:
-            fail(_WHERE, "%s %r is not an IP address; Ray must register the node's fabric IP (sparkfleet_fabric_ip)"
-                 % (name, value))
+    node = _address("node_ip", node_ip)
+    head_addr = _address("head_ip", head_ip)
+    if not isinstance(head, bool) or not isinstance(dashboard, bool) or not isinstance(allow_exposure, bool):
+        fail(_WHERE, "head, dashboard and allow_exposure must be true or false, got %r, %r, %r"
+             % (head, dashboard, allow_exposure))
     port = port_number(_WHERE, "port", port)
     if head:
         args = ["--head", "--port", str(port)]
         # The dashboard runs code for anyone who reaches it: off, or on loopback only.
         args += ["--include-dashboard=true", "--dashboard-host=127.0.0.1"] if dashboard else ["--include-dashboard=false"]
     else:
-        args = ["--address", "%s:%d" % (head_ip, port)]
-    args += ["--node-ip-address", str(node_ip), "--num-gpus", str(whole_number(_WHERE, "num_gpus", num_gpus, 0))]
+        # host:port, with an IPv6 address in brackets (Ray splits the address at its last ':').
+        args = ["--address", ("[%s]:%d" if head_addr.version == 6 else "%s:%d") % (head_addr, port)]
+    args += ["--node-ip-address", str(node), "--num-gpus", str(whole_number(_WHERE, "num_gpus", num_gpus, 0))]
     if num_cpus not in (None, ""):
         args += ["--num-cpus", str(whole_number(_WHERE, "num_cpus", num_cpus, 1))]
     args += _port_args(ports, head, dashboard)
-    extra = list(extra or [])
-    if any(str(word).startswith("--node-ip-address") for word in extra):
-        fail(_WHERE, "extra arguments must not override --node-ip-address; set the node's fabric IP"
-             " (sparkfleet_fabric_ip) instead")
+    extra = [] if extra is None else extra
+    problems = ray_extra_args_problems(extra, allow_exposure)
+    if problems:
+        fail(_WHERE, "extra (ray_cluster_extra_args): " + "; ".join(problems))
     return args + ["--disable-usage-stats", "--block"] + [str(word) for word in extra]
 
 

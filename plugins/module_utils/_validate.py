@@ -411,7 +411,7 @@ def env_problems(value, allow_unsafe=()):
         return []
     if not isinstance(value, dict):
         return ["must be a dict of NAME: value"]
-    allowed = set(allow_unsafe) if isinstance(allow_unsafe, (list, tuple, set)) else set()
+    allowed = set(n for n in allow_unsafe if is_string(n)) if isinstance(allow_unsafe, (list, tuple, set)) else set()
     problems = []
     for name in sorted(value, key=str):
         if not is_string(name) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
@@ -434,6 +434,14 @@ def env_problems(value, allow_unsafe=()):
         if any(c in str(item) for c in "\n\r\0"):
             problems.append("%s must be one line (no newline, carriage return or NUL)" % name)
     return problems
+
+
+def check_env_names(value):
+    """A list of environment variable names (sparkfleet_allow_unsafe_env)."""
+    if not isinstance(value, list) or not all(is_string(n) and n in UNSAFE_ENV for n in value):
+        return None, ("must be a list of the variables it allows, each one of %s (an opt-in: see the README's"
+                      " security section)" % ", ".join(sorted(UNSAFE_ENV)))
+    return value, None
 
 
 def check_env(value, allow_unsafe=()):
@@ -895,6 +903,7 @@ SERVING_CHECKS = {
     "vllm_serve_extra_args": None,  # checked with the pinned flags below
     "vllm_serve_engine_ready_timeout": check_seconds,
     "vllm_serve_env": check_env,
+    "sparkfleet_allow_unsafe_env": check_env_names,
     "vllm_serve_ready_timeout": check_seconds,
     "vllm_serve_stall_timeout": check_seconds,
     "vllm_serve_poll_interval": check_seconds,
@@ -942,8 +951,9 @@ def serving_errors(settings, host="head", template_errors=None, gpus=None):
         return ["%s: the serving settings must be a dict of variables, got %s" % (host, type(settings).__name__)]
     failed = dict(template_errors or {})
     for name in sorted(failed):
-        errors.append("%s: %s cannot be templated: %s; fix the expression in the inventory"
-                      % (host, name, str(failed[name]).strip()))
+        reason = str(failed[name]).strip()
+        errors.append("%s: %s cannot be templated: %s%s" % (
+            host, name, reason, "" if "in the inventory" in reason else "; fix the expression in the inventory"))
     good = {}
     for name in sorted(settings, key=str):
         if name in failed:
@@ -1104,14 +1114,6 @@ def check_optional_count(value):
     return (None, None) if value is None or value == "" else check_int(value, 1, None, "a whole number")
 
 
-def check_env_names(value):
-    """A list of environment variable names (sparkfleet_allow_unsafe_env)."""
-    if not isinstance(value, list) or not all(is_string(n) and n in UNSAFE_ENV for n in value):
-        return None, ("must be a list of the variables it allows, each one of %s (an opt-in: see the README's"
-                      " security section)" % ", ".join(sorted(UNSAFE_ENV)))
-    return value, None
-
-
 seconds = check_seconds
 ROLE_CHECKS = {
     # roles/sparkfleet (the serving ones are in SERVING_CHECKS)
@@ -1122,7 +1124,6 @@ ROLE_CHECKS = {
     "sparkfleet_rdma_dev_dir": check_read_path,
     "sparkfleet_allow_tcp_fallback": check_bool,
     "sparkfleet_allow_ray_exposure": check_bool,
-    "sparkfleet_allow_unsafe_env": check_env_names,
     "sparkfleet_image": check_image,
     "sparkfleet_model_id": check_model_id,
     "sparkfleet_model_dir": check_model_dir,
@@ -1271,15 +1272,16 @@ def settings_errors(settings, host="head", template_errors=None, head=True, gpus
              and (head or not n.startswith(HEAD_ONLY_PREFIXES))]
     errors = []
     if head:
-        serving = dict((n, settings[n]) for n in settings if n in SERVING_CHECKS or n == "sparkfleet_allow_unsafe_env")
+        serving = dict((n, settings[n]) for n in settings if n in SERVING_CHECKS)
         errors += serving_errors(serving, host, dict((n, e) for n, e in failed.items() if n in SERVING_CHECKS), gpus)
     good = {}
     for name in sorted(set(scope)):
         if name in SERVING_CHECKS and head:
             continue
         if name in failed:
-            errors.append("%s: %s cannot be templated: %s; fix the expression in the inventory"
-                          % (host, name, str(failed[name]).strip()))
+            reason = str(failed[name]).strip()
+            errors.append("%s: %s cannot be templated: %s%s" % (
+                host, name, reason, "" if "in the inventory" in reason else "; fix the expression in the inventory"))
             continue
         value = settings[name]
         check = ROLE_CHECKS.get(name) or SERVING_CHECKS.get(name)
@@ -1333,7 +1335,7 @@ WRITTEN_PATHS = {
     "model_sync_src": ("model directory", "head", None),
     "model_sync_dest": ("model directory", "workers", None),
     "model_sync_key": ("key file", "head", None),
-    "model_sync_known_hosts": ("file", "all", "model_sync_user"),
+    "model_sync_known_hosts": ("ssh file", "all", "model_sync_user"),
     "model_sync_forced_command": ("file", "workers", None),
     "model_sync_allowed_commands": ("file", "workers", None),
     "ray_cluster_auth_token_path": ("file", "head", None),
@@ -1357,5 +1359,7 @@ def node_paths(settings, head=True, worker=False):
         if not is_string(value) or not value:
             continue
         user = settings.get(user_var) if user_var else None
+        if kind == "ssh file" and not value.startswith("~/"):
+            kind = "file"
         out.append(dict(name=name, path=value, kind=kind, user=user if is_string(user) else None))
     return out

@@ -9,6 +9,7 @@ That the later plays of site.yml never start is tested on the lab
 
 from __future__ import annotations
 
+import getpass
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ PLAYBOOK = REPO / "playbooks" / "preflight.yml"
 def _inventory(tmp_path, extra_vars=None, groups=None, host_vars=None):
     """An inventory shaped like inventories/lab (spark = spark_head + spark_workers), local connection."""
     common = {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_user": getpass.getuser(),
         "sparkfleet_fabric_subnet": "10.99.1.0/24", "sparkfleet_gpus_per_node": 1, "sparkfleet_image": "img:1",
         "sparkfleet_model_dir": "/models/tiny", "sparkfleet_model_id": "tiny",
         "vllm_serve_tensor_parallel_size": 2, "vllm_serve_api_key": "k123",

@@ -31,7 +31,7 @@ def test_dashboard_only_on_loopback():
 def test_extra_arguments_come_last_and_cannot_unpin():
     assert ray_start_args("10.99.1.12", False, "10.99.1.11", extra=["--object-store-memory", 1000])[-2:] == [
         "--object-store-memory", "1000"]
-    with pytest.raises(AnsibleFilterError, match="must not override --node-ip-address"):
+    with pytest.raises(AnsibleFilterError, match="--node-ip-address is pinned by this deployment; set sparkfleet_fabric_ip"):
         ray_start_args("10.99.1.12", False, "10.99.1.11", extra=["--node-ip-address=10.99.0.11"])
 
 

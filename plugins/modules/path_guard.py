@@ -1,0 +1,223 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, sparkfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: path_guard
+short_description: Refuse, before anything changes, a path the roles would write that resolves into the system
+version_added: 0.3.0
+description:
+  - Preflight runs it once on every node with every path the roles will create, chown, chmod or overwrite there
+    (configuration, Ray and cache directories, the model directory, keys, the model state file ...).
+  - Each path is judged as written and, when a symbolic link lies on the way, as the path it leads to. Refused are
+    the kernel's and the system's trees (C(/proc), C(/sys), C(/dev), C(/boot), C(/usr/bin), C(/var/lib/docker),
+    C(/root) ...), world-writable trees (C(/tmp), C(/var/tmp), C(/dev/shm)), anything under C(/etc), C(/usr),
+    C(/var) or C(/run) outside a directory of the collection's own (named C(sparkfleet...)), every home directory
+    of this node's users itself and its dot-directories (C(~/.ssh), C(~/.docker) ...).
+  - What already exists must be what the role writes there. A directory must not be a file. A file must be a plain
+    file, not a symbolic link. The model state file must hold a model state. A model directory that holds entries
+    must hold a model.
+  - Fails with one sentence per refused path, naming the variable, the path and why; reads only, changes nothing.
+author:
+  - sparkfleet.vllm contributors (@sparkfleet)
+options:
+  paths:
+    description:
+      - The paths, each a dict with the variable's C(name), its C(path), its C(kind) and, for a path that starts with
+        C(~/), the C(user) whose home it is in (default the connecting user).
+      - C(kind) is one of V(directory), V(model directory), V(file), V(key file) (also its C(.pub)),
+        V(state file) (also its C(.served) copy) or V(ssh file) (a file of ours in a user's C(~/.ssh), such as a
+        known-hosts file; never one ssh reads itself, never through a link).
+    type: list
+    elements: dict
+    required: true
+notes:
+  - The P(sparkfleet.vllm.node_paths#filter) filter builds O(paths) from the roles' variables.
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+"""
+
+EXAMPLES = r"""
+- name: Refuse a configuration directory under a system directory
+  sparkfleet.vllm.path_guard:
+    paths:
+      - {name: sparkfleet_config_dir, path: /etc/sparkfleet, kind: directory}
+      - {name: model_sync_known_hosts, path: ~/.ssh/sparkfleet_known_hosts, kind: file, user: nvidia}
+"""
+
+RETURN = r"""
+problems:
+  description: One sentence per refused path (variable, path, why and what to do); empty when every path is usable.
+  returned: always
+  type: list
+  elements: str
+  sample: ["sparkfleet_ray_tmp_dir /srv/ray leads through a symbolic link to /home/nvidia/.ssh, which lies in the dot-directory /home/nvidia/.ssh of a home"]
+paths:
+  description: Each path as checked, with C(resolved) (the path after symbolic links) and C(exists).
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import os
+import pwd
+import stat
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _paths
+
+KINDS = ("directory", "model directory", "file", "key file", "state file", "ssh file")
+# ~/.ssh files ssh itself reads: never a file of ours.
+SSH_OWN = frozenset(("authorized_keys", "authorized_keys2", "config", "rc", "environment"))
+# What a model directory holds (a Hugging Face snapshot, our marker); anything else there is someone else's.
+MODEL_SUFFIXES = (".safetensors", ".json", ".bin", ".model", ".txt", ".py", ".tiktoken", ".gguf", ".pt", ".pth",
+                  ".msgpack", ".md", ".jinja", ".h5", ".npz", ".onnx", ".partial", ".incomplete", ".lock")
+MODEL_NAMES = frozenset((".cache", ".gitattributes", ".huggingface", "original", "LICENSE")) | frozenset(
+    _paths.MODEL_FILES)
+STATE_PREFIX = b"fingerprint="
+
+
+def node_homes():
+    """The home directories of this node's users."""
+    try:
+        return sorted(set(p.pw_dir for p in pwd.getpwall() if p.pw_dir and p.pw_dir.startswith("/")))
+    except (KeyError, OSError):
+        return []
+
+
+def expand(path, user):
+    """~/x as the given user's (or the connecting user's) home; None when that user does not exist here."""
+    if not path.startswith("~/") and path != "~":
+        return path
+    try:
+        home = pwd.getpwnam(user).pw_dir if user else os.path.expanduser("~")
+    except KeyError:
+        return None
+    return home.rstrip("/") + path[1:]
+
+
+def _lstat(path):
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
+
+
+def _model_problem(path):
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return None
+    foreign = [n for n in names if n not in MODEL_NAMES and not n.endswith(MODEL_SUFFIXES)]
+    if names and len(foreign) == len(names):
+        return ("is a directory that holds %d entries and none of a model (%s): a sync into it, its chown or a"
+                " delete would touch someone else's files; use the model's own directory"
+                % (len(names), ", ".join(sorted(foreign)[:4])))
+    return None
+
+
+def _state_problem(path):
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(64)
+    except OSError:
+        return None
+    if head and not head.startswith(STATE_PREFIX):
+        return ("is a file that holds no model state (it does not start with 'fingerprint='): model_sync and"
+                " vllm_serve would overwrite it; use a file of the collection's own, e.g. /etc/sparkfleet/model.state")
+    return None
+
+
+def judge(name, path, kind, homes, user=None):
+    """(problems, record) for one path on this node."""
+    shown = "%s %s" % (name, path)
+    full = expand(path, user)
+    if full is None:
+        return ["%s: the user %s (its home holds this path) does not exist on this node" % (shown, user)], {}
+    base = "file" if kind in ("file", "key file", "state file", "ssh file") else kind
+    if kind == "ssh file":
+        # A file of ours in the user's ~/.ssh (the one dot-directory the roles write in): the rule is its own.
+        ssh_dir, leaf = os.path.split(_paths.normal_path(full))
+        if os.path.basename(ssh_dir) != ".ssh" or leaf in SSH_OWN or leaf.startswith("id_") or leaf.endswith(".pub"):
+            return ["%s must be a file of its own in the user's ~/.ssh (e.g. ~/.ssh/sparkfleet_known_hosts), never"
+                    " one ssh reads (%s) or a key" % (shown, ", ".join(sorted(SSH_OWN)))], {}
+        if os.path.realpath(ssh_dir) != ssh_dir:
+            return ["%s: %s is a symbolic link (to %s); the user's ~/.ssh must be a directory of its own"
+                    % (shown, ssh_dir, os.path.realpath(ssh_dir))], {}
+        problem = _paths.path_chars_problem(full)
+    else:
+        problem = _paths.written_path_problem(full, base, homes)
+    if problem:
+        return ["%s %s" % (shown, problem)], dict(name=name, path=full)
+    problems = []
+    targets = [full] + ([full + ".pub"] if kind == "key file" else []) + ([full + ".served"] if kind == "state file" else [])
+    record = dict(name=name, path=full, resolved=os.path.realpath(full), exists=os.path.lexists(full))
+    for target in targets:
+        real = os.path.realpath(target)
+        if real != _paths.normal_path(target) and kind != "ssh file":
+            problem = _paths.written_path_problem(real, base, homes)
+            if problem:
+                problems.append("%s leads through a symbolic link to %s, which %s" % (shown, real, problem))
+                continue
+        st = _lstat(target)
+        if st is None:
+            continue
+        if base == "file":
+            if stat.S_ISLNK(st.st_mode):
+                problems.append("%s: %s is a symbolic link (to %s); a file the roles write must be a plain file or"
+                                " absent" % (shown, target, real))
+            elif not stat.S_ISREG(st.st_mode):
+                problems.append("%s: %s exists and is not a plain file (a directory, device or socket)"
+                                % (shown, target))
+            elif kind == "state file":
+                problem = _state_problem(target)
+                if problem:
+                    problems.append("%s: %s %s" % (shown, target, problem))
+            continue
+        if not os.path.isdir(target):
+            problems.append("%s exists and is not a directory" % shown)
+        elif kind == "model directory":
+            problem = _model_problem(target)
+            if problem:
+                problems.append("%s %s" % (shown, problem))
+    return problems, record
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            paths=dict(type="list", elements="dict", required=True, options=dict(
+                name=dict(type="str", required=True),
+                path=dict(type="str", required=True),
+                kind=dict(type="str", default="directory", choices=list(KINDS)),
+                user=dict(type="str"),
+            )),
+        ),
+        supports_check_mode=True,
+    )
+    homes = node_homes()
+    problems, records = [], []
+    for entry in module.params["paths"]:
+        found, record = judge(entry["name"], entry["path"], entry["kind"], homes, entry["user"])
+        problems += found
+        records.append(record)
+    if problems:
+        module.fail_json(msg="%d path(s) the roles would write are refused: %s" % (len(problems), "; ".join(problems)),
+                         problems=problems, paths=records)
+    module.exit_json(changed=False, problems=[], paths=records)
+
+
+if __name__ == "__main__":
+    main()
