@@ -16,10 +16,12 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._run_lock import (
+    NOT_A_FILE,
     acquire_script,
     decide,
     lock_record,
     parse_lock,
+    path_problem,
     refusal_message,
     release_script,
     takeover_script,
@@ -80,6 +82,9 @@ class ActionModule(ActionBase):
         if args["timeout"] < 1:
             raise AnsibleActionFail("run_lock: timeout must be 1 or more seconds, got %d" % args["timeout"])
         host = (task_vars or {}).get("inventory_hostname", "the head")
+        problem = path_problem(args["path"])
+        if problem:
+            raise AnsibleActionFail("run_lock: %s" % problem)
         controller, pid, token = _run_identity()
         path = args["path"]
         result.update(changed=False, path=path, token=token)
@@ -107,6 +112,9 @@ class ActionModule(ActionBase):
 
         for _attempt in range(3):
             out = self._sh(acquire_script(path, record))
+            if out.startswith(NOT_A_FILE):
+                raise AnsibleActionFail("%s: %s is a directory, a link or another non-file; the deployment lock must be"
+                                        " a plain file (remove it, or set another path)" % (host, path))
             if out.startswith("ACQUIRED"):
                 result.update(acquired=True, reason="free")
                 return result
@@ -116,6 +124,9 @@ class ActionModule(ActionBase):
             if verdict == "refuse":
                 raise AnsibleActionFail(refusal_message(host, path, holder, now, args["timeout"]))
             out = self._sh(takeover_script(path, held_text, record))
+            if out.startswith(NOT_A_FILE):
+                raise AnsibleActionFail("%s: %s is a directory, a link or another non-file; the deployment lock must be"
+                                        " a plain file (remove it, or set another path)" % (host, path))
             if out.startswith("ACQUIRED"):
                 result.update(acquired=True, reason=why, previous=holder)
                 return result

@@ -6,13 +6,15 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._validate import check_int
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._validate import check_int, is_host_name
 
 # The group names every play and role targets: the one place they are decided (tests/unit checks the plays
 # and roles use no others). A play's hosts pattern is fixed when the playbook is parsed, before any inventory
 # variable exists, so the names are not variables: name the inventory's groups like this.
 ALL_GROUP = "spark"
+_IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$")
 HEAD_GROUP = "spark_head"
 WORKER_GROUP = "spark_workers"
 
@@ -71,6 +73,14 @@ def inventory_errors(hostvars, groups, head_group=HEAD_GROUP, worker_group=WORKE
         except ValueError:
             errors.append("%s: sparkfleet_fabric_subnet '%s' is not a CIDR network such as 192.168.200.0/24" % (host, raw))
             continue
+        if net.version == 6:
+            errors.append("%s: sparkfleet_fabric_subnet %s is IPv6; the deployment runs Ray, NCCL and the sync over an"
+                          " IPv4 fabric only: give the CX7 ports IPv4 addresses, e.g. 192.168.200.0/24" % (host, raw))
+            continue
+        if net.prefixlen < 8:
+            errors.append("%s: sparkfleet_fabric_subnet %s spans more than a /8; Ray's firewall allows the whole fabric"
+                          " subnet, so give the fabric's own network (e.g. 192.168.200.0/24)" % (host, raw))
+            continue
         if subnet is None:
             subnet, subnet_raw = net, raw
         elif net != subnet:
@@ -88,6 +98,14 @@ def inventory_errors(hostvars, groups, head_group=HEAD_GROUP, worker_group=WORKE
             addr = ipaddress.ip_address(str(raw))
         except ValueError:
             errors.append("%s: sparkfleet_fabric_ip '%s' is not an IP address" % (host, raw))
+            continue
+        if addr.version == 6:
+            errors.append("%s: sparkfleet_fabric_ip %s is IPv6; the deployment runs Ray, NCCL and the sync over an IPv4"
+                          " fabric only: give the CX7 port an IPv4 address in the fabric subnet" % (host, raw))
+            continue
+        if addr.is_unspecified or addr.is_loopback or addr.is_multicast:
+            errors.append("%s: sparkfleet_fabric_ip %s is not an address of the node (unspecified, loopback or"
+                          " multicast); set the node's own address on the fabric interface" % (host, raw))
             continue
         if addr.is_link_local:
             errors.append("%s: sparkfleet_fabric_ip %s is link-local (169.254.x.x); configure a static address in the"
@@ -107,6 +125,41 @@ def inventory_errors(hostvars, groups, head_group=HEAD_GROUP, worker_group=WORKE
         if not reach:
             errors.append("%s: the head has no reachable address; set ansible_host (or sparkfleet_mgmt_ip) to its"
                           " management address" % host)
+    for host in nodes:
+        for name in ("ansible_host", "sparkfleet_mgmt_ip"):
+            raw = _get(hostvars, host, name)
+            if raw is not None and not is_host_name(str(raw)):
+                errors.append("%s: %s %r is not an IP address or a host name (letters, digits, '-' and '.'); ssh and"
+                              " the roles would read the rest as options or commands" % (host, name, str(raw)))
+            elif raw is not None and name == "sparkfleet_mgmt_ip":
+                try:
+                    ipaddress.ip_address(str(raw))
+                except ValueError:
+                    errors.append("%s: sparkfleet_mgmt_ip %r is not an IP address" % (host, str(raw)))
+        iface = _get(hostvars, host, "sparkfleet_fabric_interface")
+        if iface is not None and not (isinstance(iface, str) and _IFNAME_RE.match(iface)):
+            errors.append("%s: sparkfleet_fabric_interface %r is not an interface name (1-15 letters, digits, '.', '_',"
+                          " '-'), e.g. enp1s0f1np1" % (host, iface))
+    # The management network must not be the fabric: Ray's firewall allows the whole fabric subnet, and the API key
+    # and Ray's ports would then face the management LAN.
+    exposure = _get(hostvars, heads[0], "sparkfleet_allow_ray_exposure") is True if heads else False
+    if subnet is not None and not exposure:
+        for host in nodes:
+            fabric_ip = str(_get(hostvars, host, "sparkfleet_fabric_ip", ""))
+            for name in ("sparkfleet_mgmt_ip", "ansible_host"):
+                raw = _get(hostvars, host, name)
+                try:
+                    addr = ipaddress.ip_address(str(raw))
+                except ValueError:
+                    continue
+                if name == "ansible_host" and str(addr) == fabric_ip:
+                    continue  # a node reached over the fabric itself (a worker through the head)
+                if addr.version == subnet.version and addr in subnet:
+                    errors.append("%s: %s %s lies inside sparkfleet_fabric_subnet %s: the fabric subnet overlaps the"
+                                  " management network, so Ray's firewall would let the management LAN reach Ray's"
+                                  " ports (which run code); give the fabric a subnet of its own, or set"
+                                  " sparkfleet_allow_ray_exposure: true to accept that" % (host, name, raw, subnet_raw))
+                    break
 
     # tensor x pipeline parallel = GPUs is checked with the vllm_serve variables (_validate.serving_errors).
     for host in nodes:

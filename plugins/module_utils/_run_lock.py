@@ -12,6 +12,19 @@ import json
 import shlex
 
 
+def path_problem(path):
+    """Why ``path`` cannot be the lock file (empty, relative, a directory's spelling), or None."""
+    if not isinstance(path, str) or not path.strip():
+        return "path is empty; give the lock file's absolute path, e.g. /run/sparkfleet/deploy.lock"
+    if not path.startswith("/"):
+        return "path %r is not absolute" % path
+    if path.endswith("/") or path.endswith("/.") or path.endswith("/.."):
+        return "path %r names a directory; give the lock file's path, e.g. /run/sparkfleet/deploy.lock" % path
+    if any(c in path for c in "\n\r\0"):
+        return "path %r holds a newline or NUL" % path
+    return None
+
+
 def lock_record(controller, pid, token, now, playbook=None):
     return {"controller": str(controller), "pid": int(pid), "token": str(token), "started": float(now),
             "playbook": playbook or ""}
@@ -57,19 +70,28 @@ def refusal_message(host, path, holder, now, timeout):
                age, timeout, path, host))
 
 
+NOT_A_FILE = "NOT_A_FILE"
+
+
+def _not_a_file(q):
+    """Shell that prints NOT_A_FILE when the lock path is a link, a directory or anything but a plain file."""
+    return "if [ -L %s ] || { [ -e %s ] && [ ! -f %s ]; }; then echo %s; else " % (q, q, q, NOT_A_FILE)
+
+
 def acquire_script(path, record_json):
     """Create the lock only if absent (noclobber), else print the holder. Exit 0 either way."""
     q = shlex.quote(path)
-    return ("umask 077; mkdir -p \"$(dirname %s)\" && if (set -C; printf '%%s' %s > %s) 2>/dev/null; "
-            "then echo ACQUIRED; else echo HELD; cat %s 2>/dev/null; fi" % (q, shlex.quote(record_json), q, q))
+    return ("umask 077; %smkdir -p \"$(dirname %s)\" && if (set -C; printf '%%s' %s > %s) 2>/dev/null; "
+            "then echo ACQUIRED; else echo HELD; cat %s 2>/dev/null; fi; fi"
+            % (_not_a_file(q), q, shlex.quote(record_json), q, q))
 
 
 def takeover_script(path, old_text, record_json):
     """Replace the lock only if it still holds what we judged stale (a compare-and-swap by content)."""
     q = shlex.quote(path)
-    return ("umask 077; if [ \"$(cat %s 2>/dev/null)\" = %s ]; then printf '%%s' %s > %s.$$ && mv -f %s.$$ %s "
-            "&& echo ACQUIRED; else echo HELD; cat %s 2>/dev/null; fi"
-            % (q, shlex.quote(old_text), shlex.quote(record_json), q, q, q, q))
+    return ("umask 077; %sif [ \"$(cat %s 2>/dev/null)\" = %s ]; then printf '%%s' %s > %s.$$ && mv -fT %s.$$ %s "
+            "&& echo ACQUIRED; else echo HELD; cat %s 2>/dev/null; fi; fi"
+            % (_not_a_file(q), q, shlex.quote(old_text), shlex.quote(record_json), q, q, q, q))
 
 
 def release_script(path, token):

@@ -24,12 +24,12 @@ author:
 options:
   path:
     description:
-      - The host directory, bound at the same path inside the container.
+      - The host directory (an absolute path), bound at the same path inside the container.
     type: path
     required: true
   container:
     description:
-      - Name or ID of the container.
+      - Name or ID of the container (docker's rule for names; never a word that starts with C(-)).
     type: str
     required: true
 notes:
@@ -94,6 +94,7 @@ container_links:
 """
 
 import os
+import re
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -113,8 +114,12 @@ def main():
         supports_check_mode=True,
     )
     path, container = module.params["path"], module.params["container"]
-    if not container.strip():
-        module.fail_json(msg="container must name a container, got an empty string")
+    # docker's own rule for names (IDs fit it too): never a word docker would read as an option such as --help
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", container):
+        module.fail_json(msg="container must be a container name or ID (a letter or digit, then letters, digits, '_',"
+                             " '.', '-'), got %r" % container)
+    if not path.startswith("/"):
+        module.fail_json(msg="path must be the absolute path of the host directory, got %r" % path)
     try:
         host_inode = os.stat(path).st_ino
     except OSError:

@@ -67,7 +67,7 @@ options:
     default: /var/lib/sparkfleet/image-checks
   timeout:
     description:
-      - Seconds the probe container may take (importing vLLM takes some seconds on a GB10).
+      - Seconds the probe container may take (importing vLLM takes some seconds on a GB10); at least 1.
     type: int
     default: 180
 notes:
@@ -214,6 +214,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    if p["timeout"] < 1:
+        module.fail_json(msg="timeout must be 1 or more seconds, got %d (0 would let the probe run forever)" % p["timeout"])
     problem = setting_names_problem(p["setting_names"])
     if problem:
         module.fail_json(msg=problem[0], hint=problem[1])

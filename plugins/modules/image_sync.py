@@ -73,7 +73,7 @@ options:
     default: [docker, load]
   timeout:
     description:
-      - Seconds for each ssh connection attempt (C(ConnectTimeout)); the transfer itself is not limited.
+      - Seconds for each ssh connection attempt (C(ConnectTimeout)), at least 1; the transfer itself is not limited.
     type: int
     default: 30
   progress_file:
@@ -220,6 +220,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    if p["timeout"] < 1:
+        module.fail_json(msg="timeout must be 1 or more seconds (ssh's ConnectTimeout), got %d" % p["timeout"])
     runner = Runner(module)
     docker = runner.bin("docker")
     bash = runner.bin("bash")

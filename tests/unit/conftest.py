@@ -49,3 +49,76 @@ def run_module(monkeypatch):
         raise AssertionError("module returned without calling exit_json or fail_json")
 
     return _run
+
+
+# --------------------------------------------------------------------------- the bad-input table
+# A unit test marked @pytest.mark.bad_input(name=..., expected=...) feeds one bad input (a variable, a filter or module
+# option) and asserts the refusal a user must see. Every run writes tests/output/bad-input-table.md with the same
+# columns as the lab's fault table (input, expected, observed, verdict, test, run); scripts/fault-table.py merges it
+# into the "Bad input" section of docs/fault-table.md. A parametrized test gives each case an id: it is the row's input.
+# The `observe` fixture records what the user saw (the refusal's text).
+
+import os  # noqa: E402  (kept with the part of the file that uses it)
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+BAD_INPUT_TABLE = Path(__file__).resolve().parents[2] / "tests" / "output" / "bad-input-table.md"
+_BAD_ROWS = []
+
+
+@pytest.fixture
+def observe(request):
+    """observe(text): note what the user saw, for the bad-input table's 'observed' column."""
+    notes = []
+    request.node.user_properties.append(("observed", notes))
+    return lambda text: notes.append(" ".join(str(text).split())[:300])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    mark = item.get_closest_marker("bad_input")
+    if mark is None or report.when != "call" and not (report.when == "setup" and report.failed):
+        return
+    notes = [n for k, v in item.user_properties if k == "observed" for n in v]
+    if report.passed:
+        verdict, seen = "pass", "; ".join(notes) or "as expected"
+    elif report.skipped:
+        verdict, seen = "skipped", "skipped"
+    else:
+        lines = [ln for ln in str(report.longrepr).splitlines() if ln.startswith("E ")]
+        verdict, seen = "FAIL", " ".join((lines[0] if lines else "error")[1:].split())[:300]
+    name = mark.kwargs.get("name") or item.name
+    case = getattr(getattr(item, "callspec", None), "id", None)
+    _BAD_ROWS.append(("%s: %s" % (name, case) if case else name, mark.kwargs.get("expected", ""), seen, verdict,
+                      item.nodeid, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())))
+
+
+def _commit():
+    git = ["git", "-C", str(BAD_INPUT_TABLE.parents[2])]
+    try:
+        head = subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=60)
+        dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return "commit unknown"
+    if head.returncode != 0 or not head.stdout.strip():
+        return "commit unknown"
+    return head.stdout.strip() + (" +changes" if dirty.stdout.strip() else "")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not _BAD_ROWS or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    BAD_INPUT_TABLE.parent.mkdir(parents=True, exist_ok=True)
+    cell = lambda text: str(text).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    commit = _commit()
+    lines = ["# Bad-input table", "",
+             "Written by the last run of the unit tests marked `bad_input` (%s, %d rows, commit %s);"
+             " `scripts/fault-table.py` merges these rows into docs/fault-table.md."
+             % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), len(_BAD_ROWS), commit), "",
+             "| fault / bad input | expected | observed | verdict | test | run |", "|---|---|---|---|---|---|"]
+    lines += ["| %s |" % " | ".join(cell(c) for c in row[:5] + ("%s, %s" % (row[5], commit),)) for row in _BAD_ROWS]
+    BAD_INPUT_TABLE.write_text("\n".join(lines) + "\n")

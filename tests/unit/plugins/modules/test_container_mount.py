@@ -104,7 +104,7 @@ def test_no_directory_on_the_host_or_no_docker_runs_nothing(node, tmp_path):
 
 def test_empty_container_name_is_refused(run_module, tmp_path):
     res = run_module(container_mount, {"path": str(tmp_path), "container": " "})
-    assert res["failed"] is True and "container must name a container" in res["msg"]
+    assert res["failed"] is True and "container must be a container name or ID" in res["msg"]
 
 
 def test_a_docker_that_does_not_answer_fails_naming_it(node):
