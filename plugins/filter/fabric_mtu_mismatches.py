@@ -16,7 +16,7 @@ def fabric_mtu_mismatches(hostvars, hosts):
     nodes = []
     for name in host_list(_WHERE, hosts):
         fabric = hostvar(_WHERE, hostvars, name, "sparkfleet_fabric")
-        if not fabric:
+        if not fabric or not isinstance(fabric, dict):
             # rdma_facts did not run there (tag skipped, host failed): nothing to compare.
             continue
         nodes.append({"name": name, "interface": fabric.get("interface"), "mtu": fabric.get("mtu"),

@@ -67,6 +67,13 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
     With history=True, instead: every unit systemd restarted by itself (it may have healed since)."""
     if not isinstance(nodes, dict):
         fail(_WHERE, "expects a dict of host: `date +%%s; systemctl show` output, got %s" % type(nodes).__name__)
+    for name, value in (("ray_unit", ray_unit), ("vllm_unit", vllm_unit)):
+        if not isinstance(value, str) or not value:
+            fail(_WHERE, "%s must be a unit name, got %r" % (name, value))
+    if not isinstance(history, bool):
+        fail(_WHERE, "history must be true or false, got %r" % (history,))
+    if not isinstance(head, str):
+        fail(_WHERE, "head must be the head's inventory name, got %r" % (head,))
     ray_id, vllm_id = ray_unit + ".service", vllm_unit + ".service"
     parsed, unreachable = {}, []
     for host in sorted(nodes):

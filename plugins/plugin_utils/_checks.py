@@ -62,10 +62,15 @@ def host_list(where, hosts, name="hosts"):
 def hostvar(where, hostvars, host, var):
     """``hostvars[host][var]`` (None when unset), failing when ``host`` is not an inventory host."""
     try:
+        if isinstance(hostvars, (str, bytes)):
+            raise TypeError(hostvars)
         values = hostvars[host]
-    except KeyError:
-        fail(where, "%s is not in hostvars (not a host of this inventory)" % (host,))
-    return values.get(var)
+    except (KeyError, TypeError, AttributeError, IndexError):
+        fail(where, "%r is not in hostvars (not a host of this inventory)" % (host,))
+    try:
+        return values.get(var)
+    except AttributeError:
+        fail(where, "hostvars[%r] is not a mapping of variables" % (host,))
 
 
 def env_name(key, where="environment"):
