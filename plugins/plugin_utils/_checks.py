@@ -66,7 +66,7 @@ def hostvar(where, hostvars, host, var):
             raise TypeError(hostvars)
         values = hostvars[host]
     except (KeyError, TypeError, AttributeError, IndexError):
-        fail(where, "%r is not in hostvars (not a host of this inventory)" % (host,))
+        fail(where, "%s is not in hostvars (not a host of this inventory)" % (host,))
     try:
         return values.get(var)
     except AttributeError:
