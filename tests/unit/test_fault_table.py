@@ -55,3 +55,16 @@ def test_a_table_without_the_run_column_is_refused(ft, tmp_path):
                    "| f | e | o | pass | t.py::a |\n")
     with pytest.raises(SystemExit, match="columns"):
         ft.read_rows(old)
+
+
+def test_the_bad_input_section_is_kept_apart_and_reads_back(ft, tmp_path):
+    # Issue 17: unit tests marked bad_input fill a section of their own below the lab's table.
+    faults = [["f", "x", "as expected", "pass", "t.py::a", "2026-12-01 02:05 UTC, 4b339ea"]]
+    bad = [["served_model_name: [qwen, --host=0.0.0.0]", "refused", "spark-1: ... has the element", "pass",
+            "tests/unit/x.py::t[a]", "2026-12-01 15:00 UTC, 1b4eddf"]]
+    text = ft.render(faults, [], bad, ["tests/unit/x.py::t[b]"])
+    kept = tmp_path / "kept.md"
+    kept.write_text(text)
+    assert list(ft.read_rows(kept).values()) == faults
+    assert list(ft.read_rows(kept, "bad").values()) == bad
+    assert text.index("## Bad input") > text.index("t.py::a") and "- `tests/unit/x.py::t[b]`" in text
