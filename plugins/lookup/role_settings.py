@@ -29,6 +29,13 @@ options:
     type: list
     elements: str
     default: []
+  only:
+    description:
+      - Template only these variables (every role's defaults are still read, as the values may refer to each other);
+        all when empty.
+    type: list
+    elements: str
+    default: []
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
 """
@@ -88,6 +95,7 @@ class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
         names = self.get_option("names") or []
+        only = set(self.get_option("only") or [])
         known = collection_roles()
         roles = [str(t) for t in terms] or known
         unknown = sorted(set(roles) - set(known))
@@ -108,6 +116,8 @@ class LookupModule(LookupBase):
             available_variables=ChainMap(variables, dict((k, v) for k, v in defaults.items() if k not in variables)))
         values, errors = {}, {}
         for name in list(defaults) + [n for n in names if n not in defaults]:
+            if only and name not in only:
+                continue
             if name not in defaults and name not in variables:
                 errors[name] = "it is not set; set it in the inventory"
                 continue

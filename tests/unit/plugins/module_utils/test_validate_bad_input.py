@@ -306,3 +306,14 @@ def test_inventory_refuses_what_broke_later(host_vars, words, observe):
 
 def test_ray_start_args_brackets_an_ipv6_head():
     assert ray_start_args("fd00::12", False, "fd00::11")[:2] == ["--address", "[fd00::11]:6379"]
+
+
+def test_preflight_templates_every_written_path_for_the_node_check():
+    from pathlib import Path
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[4]
+    listed = yaml.safe_load((repo / "roles/preflight/vars/main.yml").read_text())["_preflight_path_vars"]
+    users = {u for _kind, _where, u in v.WRITTEN_PATHS.values() if u}
+    assert sorted(listed) == sorted(set(v.WRITTEN_PATHS) | users)
