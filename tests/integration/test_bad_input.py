@@ -1,0 +1,69 @@
+"""Issue 17 on the lab: bad input of several roles, and a path that leads out through a link planted on a worker,
+stop site.yml in preflight with every problem named at once; nothing on any node changes, the GPU holder stays.
+
+The link is what only the node can tell (the controller sees an ordinary path): the worker's path_guard run resolves
+it. Quick (one failing preflight, no staging needed):
+SPARKLAB_NAME=me lab/labctl ctl -- .venv/bin/pytest tests/integration/test_bad_input.py -m lab
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+HEAD = "spark-1"
+HOLDER = "import time; f = open('/dev/nvidia0', 'rb'); time.sleep(300)"
+LINK = "/srv/sparkfleet-ray"
+
+
+def _node_state(lab, host):
+    """Everything plays 2-6 would change on a node, as text (with the planted link's target's listing)."""
+    probe = ("ls /etc/systemd/system | grep -i sparkfleet; ls -A /etc/sparkfleet /var/lib/sparkfleet 2>&1;"
+             " ls -lA ~spark/.ssh 2>&1; docker ps -a --no-trunc --format '{{.Names}} {{.ID}}' 2>&1;"
+             " systemctl is-active sparkfleet-ray sparkfleet-vllm 2>&1; nft list tables 2>&1")
+    return lab.host_exec(host, "sh", "-c", probe).stdout
+
+
+@pytest.mark.fault(name="bad input of several roles at once, and a Ray directory linked into ~/.ssh on a worker",
+                   expected="preflight names every problem (host, variable, fix) on both nodes; nothing changes")
+def test_bad_input_and_a_link_out_stop_site_in_preflight_with_nothing_changed(lab, tmp_path, observe):
+    worker = lab.hosts[-1]
+    lab.host_exec(worker, "sh", "-c", "mkdir -p /srv && ln -sfn ~spark/.ssh %s" % LINK)
+    started = lab.host_exec(HEAD, "sh", "-c", "setsid python3 -c \"%s\" >/dev/null 2>&1 < /dev/null & echo $!" % HOLDER)
+    pid = started.stdout.strip()
+    assert pid.isdigit(), started.stderr
+    try:
+        before = {h: _node_state(lab, h) for h in lab.hosts}
+        r, failures = lab.play(tmp_path, "site.yml", extravars={
+            "sparkfleet_ray_tmp_dir": LINK,
+            "vllm_serve_served_model_name": ["tiny", "--host=0.0.0.0"],
+            "ray_cluster_env": {"RAY_AUTH_MODE": "disabled"},
+            "ray_cluster_firewall_allow": ["0.0.0.0/1", "128.0.0.0/1"],
+            "gpu_cleanup_grace": -1,
+        })
+        assert r["status"] == "failed"
+        assert sorted(f["host"] for f in failures) == sorted(lab.hosts), json.dumps(failures)[:3000]
+        msgs = {f["host"]: f["res"]["msg"] for f in failures}
+        head, last = msgs[HEAD], msgs[worker]
+        assert any(m.startswith("%s: vllm_serve_served_model_name ['tiny', '--host=0.0.0.0'] has the element"
+                                " '--host=0.0.0.0'" % HEAD) for m in head), head
+        for host, msg in msgs.items():
+            msg = "\n".join(msg)
+            for part in ("%s: ray_cluster_env may not set RAY_AUTH_MODE" % host,
+                         "%s: ray_cluster_firewall_allow 0.0.0.0/1, 128.0.0.0/1 reaches beyond the fabric subnet" % host,
+                         "%s: gpu_cleanup_grace -1 must be at least 1" % host):
+                assert part in msg, (part, msg)
+        # only the worker has the link: its own path_guard run names where it leads
+        link_msg = "%s: sparkfleet_ray_tmp_dir %s leads through a symbolic link to /home/spark/.ssh" % (worker, LINK)
+        assert any(m.startswith(link_msg) for m in last), last
+        assert not any("leads through a symbolic link" in m for m in head), head
+        observe(next(m for m in last if m.startswith(link_msg)))
+        assert lab.changed_total(r) == 0
+        assert lab.host_exec(HEAD, "kill", "-0", pid).returncode == 0
+        assert {h: _node_state(lab, h) for h in lab.hosts} == before
+    finally:
+        lab.host_exec(HEAD, "kill", pid)
+        lab.host_exec(worker, "rm", "-f", LINK)
