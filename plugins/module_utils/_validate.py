@@ -14,7 +14,6 @@ import difflib
 import ipaddress
 import json
 import math
-import posixpath
 import re
 import unicodedata
 

@@ -27,14 +27,30 @@ author:
 options:
   paths:
     description:
-      - The paths, each a dict with the variable's C(name), its C(path), its C(kind) and, for a path that starts with
-        C(~/), the C(user) whose home it is in (default the connecting user).
-      - C(kind) is one of V(directory), V(model directory), V(file), V(key file) (also its C(.pub)),
-        V(state file) (also its C(.served) copy) or V(ssh file) (a file of ours in a user's C(~/.ssh), such as a
-        known-hosts file; never one ssh reads itself, never through a link).
+      - The paths the roles write on this node.
     type: list
     elements: dict
     required: true
+    suboptions:
+      name:
+        description: The variable that holds the path (named in every problem).
+        type: str
+        required: true
+      path:
+        description: The path as the role will use it; C(~/) is the home of O(paths[].user).
+        type: str
+        required: true
+      kind:
+        description:
+          - What the role writes there. V(key file) also checks its C(.pub), V(state file) its C(.served) copy;
+            V(ssh file) is a file of ours in a user's C(~/.ssh), such as a known-hosts file (never one ssh reads
+            itself, never through a link).
+        type: str
+        choices: [directory, model directory, file, key file, state file, ssh file]
+        default: directory
+      user:
+        description: The user whose home a C(~/) path is in; the connecting user when not set.
+        type: str
 notes:
   - The P(sparkfleet.vllm.node_paths#filter) filter builds O(paths) from the roles' variables.
 extends_documentation_fragment:
@@ -102,7 +118,7 @@ def expand(path, user):
     if not path.startswith("~/") and path != "~":
         return path
     try:
-        home = pwd.getpwnam(user).pw_dir if user else os.path.expanduser("~")
+        home = pwd.getpwnam(user).pw_dir if user else pwd.getpwuid(os.getuid()).pw_dir
     except KeyError:
         return None
     return home.rstrip("/") + path[1:]

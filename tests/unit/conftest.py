@@ -72,7 +72,10 @@ def observe(request):
     """observe(text): note what the user saw, for the bad-input table's 'observed' column."""
     notes = []
     request.node.user_properties.append(("observed", notes))
-    return lambda text: notes.append(" ".join(str(text).split())[:300])
+
+    def note(text):
+        notes.append(" ".join(str(text).split())[:300])
+    return note
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -99,9 +102,10 @@ def pytest_runtest_makereport(item, call):
 def _commit():
     git = ["git", "-C", str(BAD_INPUT_TABLE.parents[2])]
     try:
-        head = subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=60)
+        head = subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=60,
+                              check=False)
         dirty = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True,
-                               timeout=60)
+                               timeout=60, check=False)
     except (OSError, subprocess.SubprocessError):
         return "commit unknown"
     if head.returncode != 0 or not head.stdout.strip():
@@ -113,7 +117,9 @@ def pytest_sessionfinish(session, exitstatus):
     if not _BAD_ROWS or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     BAD_INPUT_TABLE.parent.mkdir(parents=True, exist_ok=True)
-    cell = lambda text: str(text).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+
+    def cell(text):
+        return str(text).replace("|", "\\|").replace("\n", " ")
     commit = _commit()
     lines = ["# Bad-input table", "",
              "Written by the last run of the unit tests marked `bad_input` (%s, %d rows, commit %s);"
