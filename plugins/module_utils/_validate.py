@@ -545,6 +545,31 @@ SSH_OWN_FILES = frozenset((".ssh/authorized_keys", ".ssh/authorized_keys2", ".ss
                            ".ssh/environment"))
 
 
+# Controller trees the failure logs never go into (the controller's homes, /root included, are fine: the default is
+# the directory ansible-playbook runs from).
+CONTROLLER_SYSTEM_TREES = ("/proc", "/sys", "/dev", "/boot", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32",
+                           "/lib64", "/var/lib", "/var/log", "/run")
+
+
+def check_controller_dir(value):
+    """A directory the roles write on the controller (the failure logs): absolute, no system tree, no dot-directory
+    of a home."""
+    problem = check_string(value)[1]
+    if problem:
+        return None, problem
+    if not value.startswith("/"):
+        return None, "must be an absolute path on the controller"
+    norm = normal_path(value)
+    for tree in CONTROLLER_SYSTEM_TREES:
+        if norm == tree or norm.startswith(tree + "/"):
+            return None, "lies under the system directory %s of the controller; use e.g. ./sparkfleet-logs" % tree
+    parts = norm.strip("/").split("/")
+    dot = parts[2] if parts[0] == "home" and len(parts) > 2 else parts[1] if parts[0] == "root" and len(parts) > 1 else ""
+    if dot.startswith("."):
+        return None, "lies in a home's dot-directory (%s); use e.g. ./sparkfleet-logs" % dot
+    return norm, None
+
+
 def check_read_path(value):
     """A path the roles only read (a tool, a sysfs root, a device directory): absolute and unmangled."""
     problem = _host_path_problem(value, "path")
@@ -921,7 +946,7 @@ SERVING_CHECKS = {
     "vllm_serve_cluster_wait_timeout": check_seconds,
     "vllm_serve_image_min_vllm_version": check_min_version,
     "vllm_serve_image_min_ray_version": check_min_version,
-    "vllm_serve_failure_logs_dir": check_string,
+    "vllm_serve_failure_logs_dir": check_controller_dir,
     "vllm_serve_failure_log_bytes": lambda v: check_int(v, 65536, None, "a number of bytes"),
     "vllm_serve_failure_log_files": check_count,
 }
@@ -1310,6 +1335,10 @@ def settings_errors(settings, host="head", template_errors=None, head=True, gpus
         else:
             errors += ["%s: %s" % (host, p) for p in firewall_allow_problems(
                 nets, settings.get("sparkfleet_fabric_subnet"), exposure)]
+    if settings.get("ray_cluster_firewall") is False and not exposure:
+        errors.append("%s: ray_cluster_firewall is false, which leaves Ray's ports (they run code for anyone who reaches"
+                      " them) open to every network the nodes are on; keep it true, or set sparkfleet_allow_ray_exposure:"
+                      " true as well to accept that" % host)
     if settings.get("ray_cluster_dashboard") is True and settings.get("ray_cluster_auth") is False and not exposure:
         errors.append("%s: ray_cluster_dashboard is true while ray_cluster_auth is false: the dashboard (which runs"
                       " code) would answer anyone on the node without a token; turn auth on, or set"

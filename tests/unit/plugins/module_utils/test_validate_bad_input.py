@@ -317,3 +317,18 @@ def test_preflight_templates_every_written_path_for_the_node_check():
     listed = yaml.safe_load((repo / "roles/preflight/vars/main.yml").read_text())["_preflight_path_vars"]
     users = {u for _kind, _where, u in v.WRITTEN_PATHS.values() if u}
     assert sorted(listed) == sorted(set(v.WRITTEN_PATHS) | users)
+
+
+@pytest.mark.bad_input(name="the node firewall turned off without the exposure opt-in",
+                       expected="refused: ray_cluster_firewall false needs sparkfleet_allow_ray_exposure too")
+def test_turning_the_firewall_off_needs_the_exposure_opt_in(observe):
+    message = _one({"ray_cluster_firewall": False}, "ray_cluster_firewall", "sparkfleet_allow_ray_exposure")
+    assert _errors({"ray_cluster_firewall": False, "sparkfleet_allow_ray_exposure": True}) == []
+    observe(message)
+
+
+@pytest.mark.parametrize("path, ok", [("/root/work/sparkfleet-logs", True), ("/home/u/p/sparkfleet-logs", True),
+                                      ("/runner/project/sparkfleet-logs", True), ("/etc/x", False),
+                                      ("/home/u/.ssh/logs", False), ("/root/.ansible/x", False), ("logs", False)])
+def test_the_controller_logs_directory(path, ok):
+    assert (v.check_controller_dir(path)[1] is None) is ok
