@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ansible.errors import AnsibleFilterError
 
-PROPS = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=120, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 FILTER_DIR = Path(__file__).resolve().parents[4] / "plugins" / "filter"
 ANY = st.recursive(
     st.none() | st.booleans() | st.integers(-2 ** 70, 2 ** 70) | st.floats() | st.text(max_size=24)
