@@ -103,6 +103,15 @@ MODEL_SUFFIXES = (".safetensors", ".json", ".bin", ".model", ".txt", ".py", ".ti
 MODEL_NAMES = frozenset((".cache", ".gitattributes", ".huggingface", "original", "LICENSE")) | frozenset(
     _paths.MODEL_FILES)
 STATE_PREFIX = b"fingerprint="
+# What to do, per kind (the variable is named in front of every problem).
+FIX = {
+    "directory": "set it to a directory of its own that leads nowhere else, e.g. under /var/lib/sparkfleet or /srv",
+    "model directory": "set it to the model's own directory, e.g. /models/<name>",
+    "file": "set it to a file of its own, e.g. under /etc/sparkfleet",
+    "key file": "set it to a file of its own, e.g. under /etc/sparkfleet",
+    "state file": "set it to a file of its own, e.g. /etc/sparkfleet/model.state",
+    "ssh file": "set it to a file of its own in the user's ~/.ssh, e.g. ~/.ssh/sparkfleet_known_hosts",
+}
 
 
 def node_homes():
@@ -161,7 +170,8 @@ def judge(name, path, kind, homes, user=None):
     shown = "%s %s" % (name, path)
     full = expand(path, user)
     if full is None:
-        return ["%s: the user %s (its home holds this path) does not exist on this node" % (shown, user)], {}
+        return ["%s: the user %s (its home holds this path) does not exist on this node; create the user or set the"
+                " variable that names it" % (shown, user)], {}
     base = "file" if kind in ("file", "key file", "state file", "ssh file") else kind
     if kind == "ssh file":
         # A file of ours in the user's ~/.ssh (the one dot-directory the roles write in): the rule is its own.

@@ -47,6 +47,7 @@ def test_a_link_out_of_the_allowed_places_is_refused(run_module, tree, target, k
     assert res["failed"] is True
     problem = res["problems"][0]
     assert problem.startswith("sparkfleet_cache_dir %s leads through a symbolic link to " % link) and why in problem
+    assert problem.endswith(path_guard.FIX[kind])  # the fix
     observe(problem)
 
 
