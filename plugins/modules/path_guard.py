@@ -237,7 +237,7 @@ def main():
     problems, records = [], []
     for entry in module.params["paths"]:
         found, record = judge(entry["name"], entry["path"], entry["kind"], homes, entry["user"])
-        problems += found
+        problems += [p if "does not exist on this node" in p else "%s; %s" % (p, FIX[entry["kind"]]) for p in found]
         records.append(record)
     if problems:
         module.fail_json(msg="%d path(s) the roles would write are refused: %s" % (len(problems), "; ".join(problems)),
