@@ -1238,8 +1238,9 @@ ROLE_CHECKS = {
     "healthcheck_allow_tcp_fallback": check_bool,
 }
 ROLE_CHECKS.update((var, check_port) for var in RAY_PORT_FLAGS.values())
-# The variables checked on the head only (the API, the engine and the checks of the served API run there).
-HEAD_ONLY_PREFIXES = ("vllm_serve_", "healthcheck_")
+# The variables checked on the head only (the API, the engine, the model state and the checks of the served API are
+# the head's).
+HEAD_ONLY_PREFIXES = ("vllm_serve_", "healthcheck_", "sparkfleet_api_", "sparkfleet_model_state_file")
 # Secrets: their value never appears in a message.
 SECRETS = frozenset(("vllm_serve_api_key", "healthcheck_api_key", "ray_cluster_auth_token", "model_sync_hf_token"))
 
@@ -1316,7 +1317,7 @@ def settings_errors(settings, host="head", template_errors=None, head=True, gpus
             errors.append("%s: %s %s %s" % (host, name, _shown(name, value), problem))
         else:
             good[name] = normal
-    for name in ("sparkfleet_ray_port", "sparkfleet_api_port"):
+    for name in ("sparkfleet_ray_port", "sparkfleet_api_port") if head else ("sparkfleet_ray_port",):
         if name not in good and name in settings and check_port(settings[name])[1] is None:
             good[name] = check_port(settings[name])[0]
     errors += ["%s: %s" % (host, p) for p in _ports_problems(good)]

@@ -332,3 +332,10 @@ def test_turning_the_firewall_off_needs_the_exposure_opt_in(observe):
                                       ("/home/u/.ssh/logs", False), ("/root/.ansible/x", False), ("logs", False)])
 def test_the_controller_logs_directory(path, ok):
     assert (v.check_controller_dir(path)[1] is None) is ok
+
+
+def test_a_worker_is_not_told_about_the_head_s_api():
+    settings = {"sparkfleet_api_port": 0, "sparkfleet_api_host": "x;y", "sparkfleet_model_state_file": "/etc/passwd",
+                "vllm_serve_gpu_memory_utilization": 2, "sparkfleet_ray_port": 0}
+    assert [e.split(" ")[1] for e in _errors(settings, head=False)] == ["sparkfleet_ray_port"]
+    assert len(_errors(settings, head=True)) == 5
