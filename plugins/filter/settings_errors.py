@@ -38,7 +38,8 @@ def settings_errors(data, host="head", head=True, gpus=None):
     values, errors = _split(data, "settings_errors")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int)):
         fail("settings_errors", "gpus must be a whole number, got %r" % (gpus,))
-    return v.settings_errors(values, str(host), errors, _flag("settings_errors", "head", head), gpus)
+    sources = data.get("sources") if isinstance(data, dict) and isinstance(data.get("sources"), dict) else {}
+    return v.settings_errors(values, str(host), errors, _flag("settings_errors", "head", head), gpus, sources)
 
 
 def node_paths(data, head=True, worker=False):

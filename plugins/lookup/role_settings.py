@@ -62,9 +62,15 @@ _raw:
       description: The variables whose value is the role's default (not set in the inventory or extra vars).
       type: list
       elements: str
+    sources:
+      description:
+        - For each defaulted variable whose default is a template, the variables it is made of (through the common
+          role's derived values such as C(sparkfleet_api_url)), so that a problem of the source is named once.
+      type: dict
 """
 
 import os
+import re
 from collections import ChainMap
 
 from ansible.errors import AnsibleError, AnsibleLookupError
@@ -79,6 +85,14 @@ def collection_roles():
     if not os.path.isdir(ROLES_DIR):
         return []
     return sorted(r for r in os.listdir(ROLES_DIR) if os.path.isfile(os.path.join(ROLES_DIR, r, "defaults", "main.yml")))
+
+
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _names_in(value):
+    """The identifiers in a default's text (a template refers to the variables it reads by these)."""
+    return set(_NAME_RE.findall(str(value))) if "{{" in str(value) else set()
 
 
 def _reason(exc):
@@ -126,4 +140,17 @@ class LookupModule(LookupBase):
             except AnsibleError as exc:
                 errors[name] = _reason(exc)
         defaulted = sorted(n for n in defaults if n not in variables)
-        return [dict(values=values, errors=errors, defaulted=defaulted)]
+        derived = dict(defaults)
+        common_vars = os.path.join(ROLES_DIR, "sparkfleet", "vars", "main.yml")
+        if os.path.isfile(common_vars):
+            derived.update(self._loader.load_from_file(common_vars) or {})
+        sources = {}
+        for name in defaulted:
+            found, todo = set(), _names_in(defaults[name])
+            for _level in range(3):
+                todo = set(n for n in todo if n in derived or n in variables) - found - {name}
+                found |= todo
+                todo = set().union(*[_names_in(derived.get(n, "")) for n in todo]) if todo else set()
+            if found:
+                sources[name] = sorted(found)
+        return [dict(values=values, errors=errors, defaulted=defaulted, sources=sources)]

@@ -1283,12 +1283,14 @@ def firewall_allow_problems(nets, subnet, allow_exposure):
             " sparkfleet_allow_ray_exposure: true to accept that" % (", ".join(wide), fabric)]
 
 
-def settings_errors(settings, host="head", template_errors=None, head=True, gpus=None):
+def settings_errors(settings, host="head", template_errors=None, head=True, gpus=None, sources=None):
     """Every problem with every role's variables on one host, each naming host, variable, value and fix.
 
     settings: variable -> value as the roles would read it (sparkfleet.vllm.role_settings); template_errors:
     variable -> templating error; head: whether host is the head (vllm_serve_* and healthcheck_* are checked
-    there only). Never raises. The serving variables go through serving_errors (the rule vllm_serve applies).
+    there only); sources: for a variable whose value is its role's default, the variables that default is made of
+    (a problem of a source is named once, not again in each value made from it). Never raises. The serving variables
+    go through serving_errors (the rule vllm_serve applies).
     """
     if not isinstance(settings, dict):
         return ["%s: the settings must be a dict of variables, got %s" % (host, type(settings).__name__)]
@@ -1344,11 +1346,16 @@ def settings_errors(settings, host="head", template_errors=None, head=True, gpus
         errors.append("%s: ray_cluster_dashboard is true while ray_cluster_auth is false: the dashboard (which runs"
                       " code) would answer anyone on the node without a token; turn auth on, or set"
                       " sparkfleet_allow_ray_exposure: true to accept that" % host)
+    named = set(e.split(" ", 2)[1].rstrip(":") for e in errors if e.startswith(host + ": ") and " " in e[len(host) + 2:])
+    sources = sources if isinstance(sources, dict) else {}
     seen, unique = set(), []
     for e in errors:
-        if e not in seen:
-            seen.add(e)
-            unique.append(e)
+        name = e[len(host) + 2:].split(" ", 1)[0].rstrip(":")
+        derived_from = sources.get(name) if isinstance(sources.get(name), list) else []
+        if e in seen or any(src in named for src in derived_from if src != name):
+            continue
+        seen.add(e)
+        unique.append(e)
     return unique
 
 

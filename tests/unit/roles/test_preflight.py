@@ -99,7 +99,7 @@ def test_bad_serving_values_fail_preflight_all_at_once(tmp_path, tags):
         "spark-1: vllm_serve_gpu_memory_utilization 1.5 must be in (0, 1]",
         "spark-1: sparkfleet_api_port 'x' must be a TCP port number",
         "spark-1: sparkfleet_ray_port 70000 must be between 1 and 65535",
-        "spark-1: vllm_serve_model '' must be the absolute path of the model directory",
+        "spark-1: sparkfleet_model_dir '' must be the absolute path of the model directory",  # vllm_serve_model is made of it
         "spark-1: vllm_serve_max_model_len cannot be templated: ''undefined_thing'' is undefined",
         "--tensor-paralel-size is not a vllm serve flag (did you mean --tensor-parallel-size?)",
         "--distributed-executor-backend is pinned",

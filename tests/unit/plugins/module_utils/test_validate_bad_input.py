@@ -339,3 +339,11 @@ def test_a_worker_is_not_told_about_the_head_s_api():
                 "vllm_serve_gpu_memory_utilization": 2, "sparkfleet_ray_port": 0}
     assert [e.split(" ")[1] for e in _errors(settings, head=False)] == ["sparkfleet_ray_port"]
     assert len(_errors(settings, head=True)) == 5
+
+
+def test_a_value_made_from_a_bad_variable_is_not_named_again():
+    settings = {"sparkfleet_api_port": 0, "healthcheck_url": "http://10.99.0.11:0", "sparkfleet_fabric_subnet": SUBNET}
+    both = v.settings_errors(settings, HOST)
+    assert [e.split(" ")[1] for e in both] == ["sparkfleet_api_port", "healthcheck_url"]
+    once = v.settings_errors(settings, HOST, sources={"healthcheck_url": ["sparkfleet_api_url", "sparkfleet_api_port"]})
+    assert [e.split(" ")[1] for e in once] == ["sparkfleet_api_port"]
