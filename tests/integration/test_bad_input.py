@@ -20,15 +20,17 @@ LINK = "/srv/sparkfleet-ray"
 
 
 def _node_state(lab, host):
-    """Everything plays 2-6 would change on a node, as text (with the planted link's target's listing)."""
+    """What the later plays would change on a node, as text: units, our directories, the link's target (~spark/.ssh:
+    names, modes, owners), containers, the firewall table (a container restarted by systemd meanwhile is not ours)."""
     probe = ("ls /etc/systemd/system | grep -i sparkfleet; ls -A /etc/sparkfleet /var/lib/sparkfleet 2>&1;"
-             " ls -lA ~spark/.ssh 2>&1; docker ps -a --no-trunc --format '{{.Names}} {{.ID}}' 2>&1;"
-             " systemctl is-active sparkfleet-ray sparkfleet-vllm 2>&1; nft list tables 2>&1")
+             " stat -c '%n %a %U:%G' ~spark/.ssh ~spark/.ssh/* 2>&1; docker ps -a --format '{{.Names}} {{.Image}}' 2>&1;"
+             " systemctl is-enabled sparkfleet-ray sparkfleet-vllm 2>&1; nft list tables 2>&1")
     return lab.host_exec(host, "sh", "-c", probe).stdout
 
 
-@pytest.mark.fault(name="bad input of several roles at once, and a Ray directory linked into ~/.ssh on a worker",
-                   expected="preflight names every problem (host, variable, fix) on both nodes; nothing changes")
+@pytest.mark.fault(name="bad input of several roles at once; then a Ray directory linked into ~/.ssh on a worker",
+                   expected="preflight names every bad variable (host, variable, fix), then the link on the worker; "
+                            "nothing changes")
 def test_bad_input_and_a_link_out_stop_site_in_preflight_with_nothing_changed(lab, tmp_path, observe):
     worker = lab.hosts[-1]
     lab.host_exec(worker, "sh", "-c", "mkdir -p /srv && ln -sfn ~spark/.ssh %s" % LINK)
@@ -37,8 +39,8 @@ def test_bad_input_and_a_link_out_stop_site_in_preflight_with_nothing_changed(la
     assert pid.isdigit(), started.stderr
     try:
         before = {h: _node_state(lab, h) for h in lab.hosts}
-        r, failures = lab.play(tmp_path, "site.yml", extravars={
-            "sparkfleet_ray_tmp_dir": LINK,
+        # 1. bad values of several roles: every host names all of its problems in one failure
+        r, failures = lab.play(tmp_path / "vars", "site.yml", extravars={
             "vllm_serve_served_model_name": ["tiny", "--host=0.0.0.0"],
             "ray_cluster_env": {"RAY_AUTH_MODE": "disabled"},
             "ray_cluster_firewall_allow": ["0.0.0.0/1", "128.0.0.0/1"],
@@ -47,20 +49,23 @@ def test_bad_input_and_a_link_out_stop_site_in_preflight_with_nothing_changed(la
         assert r["status"] == "failed"
         assert sorted(f["host"] for f in failures) == sorted(lab.hosts), json.dumps(failures)[:3000]
         msgs = {f["host"]: f["res"]["msg"] for f in failures}
-        head, last = msgs[HEAD], msgs[worker]
         assert any(m.startswith("%s: vllm_serve_served_model_name ['tiny', '--host=0.0.0.0'] has the element"
-                                " '--host=0.0.0.0'" % HEAD) for m in head), head
+                                " '--host=0.0.0.0'" % HEAD) for m in msgs[HEAD]), msgs[HEAD]
         for host, msg in msgs.items():
             msg = "\n".join(msg)
             for part in ("%s: ray_cluster_env may not set RAY_AUTH_MODE" % host,
                          "%s: ray_cluster_firewall_allow 0.0.0.0/1, 128.0.0.0/1 reaches beyond the fabric subnet" % host,
                          "%s: gpu_cleanup_grace -1 must be at least 1" % host):
                 assert part in msg, (part, msg)
-        # only the worker has the link: its own path_guard run names where it leads
+        assert lab.changed_total(r) == 0
+        # 2. a path that only the node can judge: the worker's path_guard run names where the link leads
+        r, failures = lab.play(tmp_path / "link", "site.yml", extravars={"sparkfleet_ray_tmp_dir": LINK})
+        assert r["status"] == "failed"
+        assert [f["host"] for f in failures] == [worker], json.dumps(failures)[:3000]
         link_msg = "%s: sparkfleet_ray_tmp_dir %s leads through a symbolic link to /home/spark/.ssh" % (worker, LINK)
-        assert any(m.startswith(link_msg) for m in last), last
-        assert not any("leads through a symbolic link" in m for m in head), head
-        observe(next(m for m in last if m.startswith(link_msg)))
+        problems = failures[0]["res"]["msg"]
+        assert len(problems) == 1 and problems[0].startswith(link_msg) and "set it to a directory" in problems[0], problems
+        observe(problems[0])
         assert lab.changed_total(r) == 0
         assert lab.host_exec(HEAD, "kill", "-0", pid).returncode == 0
         assert {h: _node_state(lab, h) for h in lab.hosts} == before
