@@ -42,6 +42,8 @@ def test_bad_input_and_a_link_out_stop_site_in_preflight_with_nothing_changed(la
         # 1. bad values of several roles: every host names all of its problems in one failure
         r, failures = lab.play(tmp_path / "vars", "site.yml", extravars={
             "vllm_serve_served_model_name": ["tiny", "--host=0.0.0.0"],
+            # the pre-issue-10 leak: the head's fabric interface in vLLM's driver environment
+            "vllm_serve_env": {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "VLLM_CONFIG_ROOT": "/nonexistent"},
             "ray_cluster_env": {"RAY_AUTH_MODE": "disabled"},
             "ray_cluster_firewall_allow": ["0.0.0.0/1", "128.0.0.0/1"],
             "gpu_cleanup_grace": -1,
@@ -51,6 +53,9 @@ def test_bad_input_and_a_link_out_stop_site_in_preflight_with_nothing_changed(la
         msgs = {f["host"]: f["res"]["msg"] for f in failures}
         assert any(m.startswith("%s: vllm_serve_served_model_name ['tiny', '--host=0.0.0.0'] has the element"
                                 " '--host=0.0.0.0'" % HEAD) for m in msgs[HEAD]), msgs[HEAD]
+        env = [m for m in msgs[HEAD] if m.startswith("%s: vllm_serve_env {NCCL_SOCKET_IFNAME: ..., VLLM_CONFIG_ROOT: ...}"
+                                                      % HEAD)]
+        assert len(env) == 1 and "may not set NCCL_SOCKET_IFNAME" in env[0] and "may not set VLLM_CONFIG_ROOT" in env[0], env
         for host, msg in msgs.items():
             msg = "\n".join(msg)
             for part in ("%s: ray_cluster_env may not set RAY_AUTH_MODE" % host,

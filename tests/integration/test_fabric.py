@@ -193,34 +193,9 @@ def test_a_worker_on_the_other_port_serves_with_its_own_interface(lab, other_por
     assert lab.serves(timeout=30)
 
 
-@pytest.mark.long
-@pytest.mark.fault(name="head's NCCL_SOCKET_IFNAME in vLLM's driver env, worker cabled on the other port",
-                   expected="vLLM copies it onto the worker, whose rendezvous fails; the default deployment serves")
-def test_a_leaked_head_interface_breaks_the_worker_on_the_other_port(lab, other_port, tmp_path, observe):
-    worker = other_port
-    # the pre-issue-10 deployment: the head's fabric variables in the driver's environment, no non-carry-over list
-    leak = {"NCCL_SOCKET_IFNAME": TWIN_A, "VLLM_CONFIG_ROOT": "/nonexistent"}
-    r, failures = lab.play(tmp_path / "leak", "site.yml",
-                           extravars={"vllm_serve_env": leak})
-    assert r["status"] == "failed" and failures, r["stats"]
-    res = failures[-1]["res"]
-    assert res["failure"]["class"] == "nccl_error", res.get("failure")
-    assert "NCCL_SOCKET_IFNAME" in res["hint"]
-    observe("%s: %s" % (res["failure"]["class"], res["msg"][:240]))
-    # the engine's log: vLLM copied the variable to the workers (as vLLM 0.17 logs it), and NCCL on the worker found
-    # no interface of that name (its fabric is on the other port)
-    log = lab.host_exec(HEAD, "journalctl", "-u", "sparkfleet-vllm", "--no-pager", "-n", "2000").stdout
-    assert "Copying the following environment variables to workers: [" in log and "'NCCL_SOCKET_IFNAME'" in log
-    on_worker = [line for line in log.splitlines() if "RayTaskError(NcclError): ray::RayWorkerWrapper" in line
-                 and "ip=%s," % lab.fabric_ip(worker) in line]
-    assert on_worker, log[-3000:]
-    assert "Bootstrap : no socket interface found (NCCL_SOCKET_IFNAME=%s)" % TWIN_A in log
-
-    # the same variable with the collection's ray_non_carry_over_env_vars.json in place: not copied, it serves
-    r, failures = lab.play(tmp_path / "listed", "site.yml",
-                           extravars={"vllm_serve_env": {"NCCL_SOCKET_IFNAME": TWIN_A}})
-    assert r["status"] == "successful" and not failures, failures[-1:]
-    assert lab.serves(timeout=30)
+# The pre-issue-10 leak (the head's NCCL_SOCKET_IFNAME in vLLM's driver environment, copied onto a worker cabled on the
+# other port) can no longer be set up through the inventory: preflight refuses the fabric variables in vllm_serve_env
+# (issue 17.3; tests/integration/test_bad_input.py).
 
 
 # ------------------------------------------------------------------------------------------------ power
