@@ -954,9 +954,13 @@ SERVING_CHECKS = {
 SERVING_PINNED = pinned_flags(("gpu_memory_utilization", "max_model_len", "load_format", "safetensors_load_strategy"))
 
 
+# Secrets: their value never appears in a message.
+SECRET_NAMES = frozenset(("vllm_serve_api_key", "healthcheck_api_key", "ray_cluster_auth_token", "model_sync_hf_token"))
+
+
 def _shown(name, value):
     """The value as a message shows it: never a secret, and an env dict by its names only (values may be tokens)."""
-    if name in ("vllm_serve_api_key", "healthcheck_api_key", "ray_cluster_auth_token", "model_sync_hf_token"):
+    if name in SECRET_NAMES:
         return "(hidden)"
     if name.endswith("_env") and isinstance(value, dict):
         return "{%s}" % ", ".join("%s: ..." % (k,) for k in sorted(value, key=str))
@@ -1138,7 +1142,6 @@ def check_optional_count(value):
     return (None, None) if value is None or value == "" else check_int(value, 1, None, "a whole number")
 
 
-seconds = check_seconds
 ROLE_CHECKS = {
     # roles/sparkfleet (the serving ones are in SERVING_CHECKS)
     "sparkfleet_gpus_per_node": check_count,
@@ -1153,14 +1156,14 @@ ROLE_CHECKS = {
     "sparkfleet_model_dir": check_model_dir,
     # roles/preflight
     "preflight_min_ansible_version": check_ansible_version,
-    "preflight_ping_timeout": seconds,
-    "preflight_fabric_timeout": seconds,
+    "preflight_ping_timeout": check_seconds,
+    "preflight_fabric_timeout": check_seconds,
     # roles/gpu_cleanup
     "gpu_cleanup_stale_units": check_globs,
     "gpu_cleanup_protect": check_globs,
     "gpu_cleanup_ours": check_globs,
-    "gpu_cleanup_grace": seconds,
-    "gpu_cleanup_timeout": seconds,
+    "gpu_cleanup_grace": check_seconds,
+    "gpu_cleanup_timeout": check_seconds,
     "gpu_cleanup_mask": check_bool,
     "gpu_cleanup_remove_containers": check_bool,
     "gpu_cleanup_nvidia_smi": check_choice("auto", "required", "skip"),
@@ -1185,19 +1188,19 @@ ROLE_CHECKS = {
     "model_sync_hf_token": check_optional_secret,
     "model_sync_model_id": check_model_id,
     "model_sync_image": check_image,
-    "model_sync_timeout": seconds,
+    "model_sync_timeout": check_seconds,
     "model_sync_verify_content": check_bool,
     # roles/runtime_image
     "runtime_image_name": check_image,
     "runtime_image_pull": check_bool,
-    "runtime_image_pull_timeout": seconds,
+    "runtime_image_pull_timeout": check_seconds,
     "runtime_image_sync_user": check_user,
     "runtime_image_sync_key": check_written_file,
     "runtime_image_known_hosts": check_written_file,
     "runtime_image_load_command": check_load_command,
-    "runtime_image_ssh_timeout": seconds,
-    "runtime_image_sync_timeout": seconds,
-    "runtime_image_progress_interval": seconds,
+    "runtime_image_ssh_timeout": check_seconds,
+    "runtime_image_sync_timeout": check_seconds,
+    "runtime_image_progress_interval": check_seconds,
     "runtime_image_progress_file": check_written_file,
     "runtime_image_wait": check_bool,
     # roles/ray_cluster (extra args, env and the firewall's networks are checked with their context below)
@@ -1215,12 +1218,12 @@ ROLE_CHECKS = {
     "ray_cluster_rdma": check_bool,
     "ray_cluster_env": None,
     "ray_cluster_extra_args": None,
-    "ray_cluster_join_timeout": seconds,
+    "ray_cluster_join_timeout": check_seconds,
     "ray_cluster_probe_object_mb": check_count,
-    "ray_cluster_probe_timeout": seconds,
+    "ray_cluster_probe_timeout": check_seconds,
     "ray_cluster_restart_sec": check_whole(0, "a whole number of seconds"),
-    "ray_cluster_restart_max_delay": seconds,
-    "ray_cluster_gcs_wait_timeout": seconds,
+    "ray_cluster_restart_max_delay": check_seconds,
+    "ray_cluster_gcs_wait_timeout": check_seconds,
     "ray_cluster_firewall": check_bool,
     "ray_cluster_firewall_allow": None,
     "ray_cluster_firewall_table": check_nft_table,
@@ -1232,7 +1235,7 @@ ROLE_CHECKS = {
     "healthcheck_model": check_string,
     "healthcheck_prompt": check_text,
     "healthcheck_max_tokens": check_count,
-    "healthcheck_timeout": seconds,
+    "healthcheck_timeout": check_seconds,
     "healthcheck_throughput_tokens": check_whole(0, "a number of tokens (0 turns the probe off)"),
     "healthcheck_ray_object_mb": check_count,
     "healthcheck_allow_tcp_fallback": check_bool,
@@ -1241,8 +1244,6 @@ ROLE_CHECKS.update((var, check_port) for var in RAY_PORT_FLAGS.values())
 # The variables checked on the head only (the API, the engine, the model state and the checks of the served API are
 # the head's).
 HEAD_ONLY_PREFIXES = ("vllm_serve_", "healthcheck_", "sparkfleet_api_", "sparkfleet_model_state_file")
-# Secrets: their value never appears in a message.
-SECRETS = frozenset(("vllm_serve_api_key", "healthcheck_api_key", "ray_cluster_auth_token", "model_sync_hf_token"))
 
 
 def _ports_problems(good):
