@@ -70,6 +70,11 @@ def qualify_report(nodes, serving=None, context=None):
         fail("qualify_report", "the input must map each host to its measurements, got %r" % (type(nodes).__name__,))
     if serving is not None and not isinstance(serving, Mapping):
         fail("qualify_report", "serving must be the serving_bench result (a dict), got %r" % (serving,))
+    bad = sorted(str(host) for host, value in nodes.items() if not isinstance(value, Mapping))
+    if bad:
+        fail("qualify_report", "each host's measurements must be a dict, not so for %s" % ", ".join(bad))
+    if context is not None and not isinstance(context, Mapping):
+        fail("qualify_report", "context must be a dict, got %r" % (context,))
     section = _qualify.judge(dict(nodes), dict(serving) if serving else None, dict(context or {}))
     section["table"] = _qualify.table(section)
     return section

@@ -42,7 +42,7 @@ def _defaults(role):
 
 
 # Role vars that hold variable names as text (hints, renamed variables): names, not reads.
-NAMES_ONLY = {"sparkfleet_setting_names", "_preflight_renamed_vars", "_preflight_path_vars"}
+NAMES_ONLY = {"sparkfleet_setting_names", "_preflight_renamed_vars", "_preflight_path_vars", "_preflight_checked_roles"}
 
 
 def _read(path):

@@ -2,13 +2,15 @@
 message starts with the filter's name, so the user reads which filter and which argument. Never a traceback.
 
 The filters are found in plugins/filter/*.py (each FilterModule's filters()), so a new filter is covered without
-editing this file; its arguments are drawn from its signature (positional and keyword).
+editing this file; its arguments are drawn from its signature (positional and keyword). CI draws the same examples
+every run (derandomize); SPARKFLEET_PROPERTY_EXAMPLES=600 draws that many random ones instead.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,8 @@ from hypothesis import strategies as st
 
 from ansible.errors import AnsibleFilterError
 
-PROPS = settings(max_examples=120, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=int(os.environ.get("SPARKFLEET_PROPERTY_EXAMPLES", "120")), deadline=None, database=None,
+                 derandomize=not os.environ.get("SPARKFLEET_PROPERTY_EXAMPLES"), suppress_health_check=[HealthCheck.too_slow])
 FILTER_DIR = Path(__file__).resolve().parents[4] / "plugins" / "filter"
 ANY = st.recursive(
     st.none() | st.booleans() | st.integers(-2 ** 70, 2 ** 70) | st.floats() | st.text(max_size=24)
