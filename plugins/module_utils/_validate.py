@@ -1034,6 +1034,7 @@ _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 _GLOB_RE = re.compile(r"^[A-Za-z0-9_.@:*?\[\]-]+$")
 _TABLE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _LOAD_COMMAND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._/=-]*$")
 
 
@@ -1077,6 +1078,21 @@ def check_globs(value):
         if not is_string(item) or not _GLOB_RE.match(item) or item.startswith("-"):
             return None, ("has %r, which is not a unit or container name or glob (letters, digits, '_', '.', '@',"
                           " ':', '-', '*', '?', '[', ']')" % (item,))
+    return value, None
+
+
+def check_port_needs(value):
+    """gpu_cleanup_ports: a list of {port, setting} (preflight builds it; a hand-set one is checked alike)."""
+    if not isinstance(value, list):
+        return None, "must be a list of {port: N, setting: NAME}, e.g. [{port: 6379, setting: sparkfleet_ray_port}]"
+    for item in value:
+        if not isinstance(item, dict) or "port" not in item or set(item) - {"port", "setting"}:
+            return None, "has %r, which is not {port: N, setting: NAME} (only those two keys)" % (item,)
+        port, problem = check_port(item["port"])
+        if problem:
+            return None, "has port %r, which %s" % (item["port"], problem)
+        if "setting" in item and not (is_string(item["setting"]) and _VAR_RE.match(item["setting"])):
+            return None, "has setting %r, which is not a variable name" % (item["setting"],)
     return value, None
 
 
@@ -1162,6 +1178,8 @@ ROLE_CHECKS = {
     "gpu_cleanup_stale_units": check_globs,
     "gpu_cleanup_protect": check_globs,
     "gpu_cleanup_ours": check_globs,
+    "gpu_cleanup_stale_containers": check_globs,
+    "gpu_cleanup_ports": check_port_needs,
     "gpu_cleanup_grace": check_seconds,
     "gpu_cleanup_timeout": check_seconds,
     "gpu_cleanup_mask": check_bool,
