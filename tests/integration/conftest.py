@@ -32,6 +32,8 @@ VENV_BIN = REPO / ".venv" / "bin"
 # The same addresses in every lab instance (they exist only inside its namespaces).
 API = "http://10.99.0.11:30000"
 MODEL = "sparklab/tiny-moe"
+# A playbook run through ansible-runner: the subprocess bound; the runner ends the playbook 40 s before it.
+RUNNER_TIMEOUT = 600
 # The lab inventory's API key (its password lookup, for every lab instance): read it, never write it.
 API_KEY_FILE = Path("/var/tmp/sparklab/lab/api-key")
 # The runtime image's tag as lab/runtime/build.sh wrote it for this lab instance (each instance keeps its own).
@@ -97,14 +99,16 @@ class Lab:
         code = (
             "import json, sys, ansible_runner\n"
             "kw = json.loads(sys.argv[1])\n"
-            "r = ansible_runner.run(quiet=True, **kw)\n"
+            # ansible-runner's own timeout ends the playbook (a session of its own that a killed parent leaves
+            # running, holding the deploy lock for the tests after it) before the subprocess bound below.
+            "r = ansible_runner.run(quiet=True, timeout=kw.pop('runner_timeout'), **kw)\n"
             "ev = [dict(event=e['event'], host=e.get('event_data', {}).get('host'),\n"
             "           res=e.get('event_data', {}).get('res')) for e in r.events\n"
             "      if e.get('event', '').startswith('runner_on_')]\n"
             "print(json.dumps(dict(status=r.status, rc=r.rc, stats=r.stats, events=ev), default=str))\n"
         )
-        p = subprocess.run([str(LABCTL), "ctl", "--", str(VENV_BIN / "python"), "-c", code, json.dumps(kwargs)],
-                           capture_output=True, text=True, timeout=600, env=env, cwd=str(REPO))
+        p = subprocess.run([str(LABCTL), "ctl", "--", str(VENV_BIN / "python"), "-c", code, json.dumps(dict(kwargs, runner_timeout=RUNNER_TIMEOUT - 40))],
+                           capture_output=True, text=True, timeout=RUNNER_TIMEOUT, env=env, cwd=str(REPO))
         assert p.returncode == 0, "ansible-runner crashed:\n%s\n%s" % (p.stdout[-3000:], p.stderr[-3000:])
         return json.loads(p.stdout.strip().splitlines()[-1])
 

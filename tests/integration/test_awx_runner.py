@@ -32,7 +32,8 @@ ASSETS = "extensions/awx/sparkfleet-vllm.json"
 
 RUNNER = r"""
 import json, sys, ansible_runner
-r = ansible_runner.run(private_data_dir=sys.argv[1], playbook=sys.argv[2], quiet=True)
+# timeout: the runner ends the job itself (a playbook whose runner is killed runs on, holding the deploy lock).
+r = ansible_runner.run(private_data_dir=sys.argv[1], playbook=sys.argv[2], quiet=True, timeout=860)
 stats_ev = [e for e in r.events if e.get("event") == "playbook_on_stats"]
 fails = [dict(host=e["event_data"].get("host"), task=e["event_data"].get("task"),
               msg=str((e["event_data"].get("res") or {}).get("msg", ""))[:500])
