@@ -107,7 +107,8 @@ class Lab:
             "      if e.get('event', '').startswith('runner_on_')]\n"
             "print(json.dumps(dict(status=r.status, rc=r.rc, stats=r.stats, events=ev), default=str))\n"
         )
-        p = subprocess.run([str(LABCTL), "ctl", "--", str(VENV_BIN / "python"), "-c", code, json.dumps(dict(kwargs, runner_timeout=RUNNER_TIMEOUT - 40))],
+        kwargs = dict(kwargs, runner_timeout=RUNNER_TIMEOUT - 40)
+        p = subprocess.run([str(LABCTL), "ctl", "--", str(VENV_BIN / "python"), "-c", code, json.dumps(kwargs)],
                            capture_output=True, text=True, timeout=RUNNER_TIMEOUT, env=env, cwd=str(REPO))
         assert p.returncode == 0, "ansible-runner crashed:\n%s\n%s" % (p.stdout[-3000:], p.stderr[-3000:])
         return json.loads(p.stdout.strip().splitlines()[-1])
