@@ -13,9 +13,9 @@ version_added: 0.3.0
 description:
   - Reads, in one module run on the node, what preflight and the roles would otherwise ask it one task at a time
     (each task one ssh round trip with become and a Python start, even on a re-run that changes nothing) - the
-    fabric, whether nft works, the small files the roles read, the image IDs, the systemd version - and returns it as
-    the C(sparkfleet_node) fact (and C(sparkfleet_fabric) when O(fabric) is asked). The roles use these answers
-    instead of asking again, and ask again themselves when run without them (a playbook of their own).
+    fabric, whether nft works, the small files the roles read, the image IDs, the systemd version - and returns the
+    answers (register them), with the fabric also as the C(sparkfleet_fabric) fact when O(fabric) is asked. The
+    roles use these answers instead of asking again, and ask again themselves when run without them.
   - Only reads. A question it cannot answer is answered as such (an absent file, an image the node lacks, nft's
     error); the role decides what that means, with the same messages as before. The fabric is the exception: a node
     whose fabric cannot be chosen fails here, with the same message and hint as M(sparkfleet.vllm.rdma_facts).
@@ -50,7 +50,7 @@ options:
         default: /dev/infiniband
   nft:
     description:
-      - Path or name of C(nft); runs C(nft list tables) and reports whether it works (RV(ansible_facts.sparkfleet_node.nft)).
+      - Path or name of C(nft); runs C(nft list tables) and reports whether it works (RV(nft)).
     type: str
   nft_tables:
     description:
@@ -119,43 +119,46 @@ EXAMPLES = r"""
     files: [/proc/sys/net/ipv4/ip_local_port_range, /root/.ssh/sparkfleet-sync.pub]
     images: ["{{ sparkfleet_image }}"]
     systemd_version: true
+  register: node
 
 - name: Use an answer
   ansible.builtin.debug:
-    msg: "{{ sparkfleet_node.files['/proc/sys/net/ipv4/ip_local_port_range'].content }}"
+    msg: "{{ node.files['/proc/sys/net/ipv4/ip_local_port_range'].content }}"
 """
 
 RETURN = r"""
-ansible_facts:
-  description: The answers.
+files:
+  description: Per path asked, C(exists), C(type) (V(file), V(directory), V(other)), C(mode) (octal string), C(owner),
+    C(group), C(size) and C(content) (None when not returned).
   returned: always
+  type: dict
+  sample: {"/proc/sys/net/ipv4/ip_local_port_range": {"exists": true, "type": "file", "mode": "0644", "owner": "root",
+           "group": "root", "size": 0, "content": "32768\t60999\n"}}
+images:
+  description: Per image asked, its ID here (empty when absent).
+  returned: always
+  type: dict
+  sample: {"vllm/vllm-openai:v0.17.1": "sha256:4f2a"}
+nft:
+  description: C(nft list tables) as run (C(usable), C(rc), C(stdout), C(stderr), C(msg)).
+  returned: when O(nft) is set
+  type: dict
+nft_tables:
+  description: Per table asked (C(FAMILY NAME)), C(rc) and C(stdout) of C(nft list table).
+  returned: when O(nft) is set
+  type: dict
+systemd_version:
+  description: The systemd version (None when it could not be read).
+  returned: when O(systemd_version=true)
+  type: int
+  sample: 252
+ansible_facts:
+  description: The fabric, when O(fabric) was asked.
+  returned: when O(fabric) is set
   type: complex
   contains:
-    sparkfleet_node:
-      description: Every answer, under the question's name.
-      type: complex
-      contains:
-        files:
-          description: Per path asked, C(exists), C(type) (V(file), V(directory), V(other)), C(mode) (octal string),
-            C(owner), C(group), C(size) and C(content) (None when not returned).
-          type: dict
-          sample: {"/proc/sys/net/ipv4/ip_local_port_range": {"exists": true, "type": "file", "mode": "0644",
-                   "owner": "root", "group": "root", "size": 0, "content": "32768\t60999\n"}}
-        images:
-          description: Per image asked, its ID here (empty when absent).
-          type: dict
-          sample: {"vllm/vllm-openai:v0.17.1": "sha256:4f2a"}
-        nft:
-          description: C(nft list tables) as run (C(usable), C(rc), C(stdout), C(stderr), C(msg)); absent unless asked.
-          type: dict
-        nft_tables:
-          description: Per table asked (C(FAMILY NAME)), C(rc) and C(stdout) of C(nft list table).
-          type: dict
-        systemd_version:
-          description: The systemd version (an int; None when it could not be read); absent unless asked.
-          type: int
     sparkfleet_fabric:
-      description: The fabric as M(sparkfleet.vllm.rdma_facts) returns it, when O(fabric) was asked.
+      description: The fabric as M(sparkfleet.vllm.rdma_facts) returns it.
       type: dict
 """
 
@@ -254,7 +257,7 @@ def main():
     runner = Runner(module)
     node = {"files": dict((f, look(f, p["max_bytes"])) for f in p["files"]),
             "images": image_ids(runner, p["images"])}
-    facts = {"sparkfleet_node": node}
+    facts = {}
     if p["nft"]:
         nft = runner.bin(p["nft"], required=False) if "/" not in p["nft"] else p["nft"]
         if not nft or not os.path.exists(nft):
@@ -278,7 +281,7 @@ def main():
         facts["sparkfleet_fabric"] = gather_fabric(module, runner, sysfs_root=f["sysfs_root"],
                                                    interface=f["interface"], subnet=f["subnet"], ip=f["ip"],
                                                    min_mtu=f["min_mtu"], dev_dir=f["dev_dir"])
-    module.exit_json(changed=False, ansible_facts=facts)
+    module.exit_json(changed=False, ansible_facts=facts, **node)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def test_answers_every_question_in_one_run(node, tmp_path):
     assert not result.get("failed"), result
     assert result["changed"] is False
     facts = result["ansible_facts"]
-    n = facts["sparkfleet_node"]
+    n = result
     assert n["files"][str(small)]["content"] == "ssh-ed25519 AAAA sparkfleet model sync\n"
     assert (n["files"][str(small)]["type"], n["files"][str(small)]["mode"]) == ("file", "0644")
     assert (n["files"][str(tmp_path / "dir")]["type"], n["files"][str(tmp_path / "dir")]["mode"]) == ("directory", "0750")
@@ -107,7 +107,7 @@ def test_fabric_failure_names_the_fix_as_rdma_facts_does(node):
 
 def test_nft_that_does_not_work_is_an_answer_not_a_failure(node):
     result = node({"nft": "nft", "nft_tables": [{"name": "sparkfleet"}]}, nft_ok=False)
-    n = result["ansible_facts"]["sparkfleet_node"]
+    n = result
     assert not result.get("failed")
     assert n["nft"]["usable"] is False and n["nft"]["rc"] == 1 and "not permitted" in n["nft"]["stderr"]
     assert n["nft_tables"]["inet sparkfleet"]["rc"] is None  # not asked of an nft that does not work
@@ -115,12 +115,12 @@ def test_nft_that_does_not_work_is_an_answer_not_a_failure(node):
 
 def test_no_docker_means_no_image(node):
     result = node({"images": ["x:1"]}, docker=False)
-    assert result["ansible_facts"]["sparkfleet_node"]["images"] == {"x:1": ""}
+    assert result["images"] == {"x:1": ""}
 
 
 def test_check_mode_reads_all_the_same(node):
     result = node({"systemd_version": True}, check_mode=True)
-    assert result["ansible_facts"]["sparkfleet_node"]["systemd_version"] == 252
+    assert result["systemd_version"] == 252
 
 
 @pytest.mark.parametrize("args, words", [
