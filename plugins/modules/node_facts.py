@@ -92,6 +92,13 @@ options:
       - Report the systemd version (C(systemctl --version)).
     type: bool
     default: false
+  units:
+    description:
+      - systemd units whose state is reported (C(systemctl show)): whether systemd knows them, runs them, starts them at
+        boot, and whether their file changed on disk since systemd last read it (it then needs a C(daemon-reload)).
+    type: list
+    elements: str
+    default: []
 notes:
   - Safe in check mode: it changes nothing, so it reads in check mode as well.
 extends_documentation_fragment:
@@ -152,6 +159,13 @@ systemd_version:
   returned: when O(systemd_version=true)
   type: int
   sample: 252
+units:
+  description: Per unit asked, C(load_state), C(active_state), C(sub_state), C(unit_file_state) and C(need_daemon_reload)
+    (a bool), as C(systemctl show) reports them (an unknown unit has C(load_state=not-found)).
+  returned: always
+  type: dict
+  sample: {"sparkfleet-ray.service": {"load_state": "loaded", "active_state": "active", "sub_state": "running",
+           "unit_file_state": "enabled", "need_daemon_reload": false}}
 ansible_facts:
   description: The fabric, when O(fabric) was asked.
   returned: when O(fabric) is set
@@ -223,6 +237,36 @@ def systemd_version(runner):
     return int(m.group(1)) if m else None
 
 
+UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState", "NeedDaemonReload")
+
+
+def parse_systemctl_show(text):
+    """`systemctl show -p Id,... UNIT...` (a block per unit, blank-line separated) -> {Id: {property: value}}."""
+    units = {}
+    for block in (text or "").strip().split("\n\n"):
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if props.get("Id"):
+            units[props["Id"]] = props
+    return units
+
+
+def unit_states(module, runner, names):
+    if not names:
+        return {}
+    res = runner.run([runner.bin("systemctl"), "show", "--property=" + ",".join(UNIT_PROPERTIES)] + list(names))
+    if not res.ok:
+        runner.fail(res, "`systemctl show` failed")
+    shown = parse_systemctl_show(res.stdout)
+    out = {}
+    for name in names:
+        key = name if "." in name else name + ".service"
+        props = shown.get(key, {})
+        out[name] = {"load_state": props.get("LoadState") or "not-found", "active_state": props.get("ActiveState"),
+                     "sub_state": props.get("SubState"), "unit_file_state": props.get("UnitFileState") or None,
+                     "need_daemon_reload": props.get("NeedDaemonReload") == "yes"}
+    return out
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -243,6 +287,7 @@ def main():
             max_bytes=dict(type="int", default=65536),
             images=dict(type="list", elements="str", default=[]),
             systemd_version=dict(type="bool", default=False),
+            units=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -276,6 +321,7 @@ def main():
                 node["nft_tables"][key] = {"rc": None, "stdout": ""}
     if p["systemd_version"]:
         node["systemd_version"] = systemd_version(runner)
+    node["units"] = unit_states(module, runner, p["units"])
     if p["fabric"] is not None:
         f = p["fabric"]
         facts["sparkfleet_fabric"] = gather_fabric(module, runner, sysfs_root=f["sysfs_root"],

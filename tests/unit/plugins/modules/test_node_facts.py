@@ -25,7 +25,7 @@ def node(monkeypatch, run_module):
     """run(args, images={ref: id}, nft=True): node_facts with the node's commands answered from captures."""
     calls = []
 
-    def _run(args, images=None, nft_ok=True, docker=True, check_mode=False):
+    def _run(args, images=None, nft_ok=True, docker=True, check_mode=False, show="systemctl-show.txt"):
         images = images or {}
         with open(os.path.join(RDMA, "lab_spark1", "ip-addr.json")) as handle:
             ip_json = handle.read()
@@ -35,6 +35,8 @@ def node(monkeypatch, run_module):
             tool = os.path.basename(cmd[0])
             if tool == "ip":
                 return 0, ip_json, ""
+            if tool == "systemctl" and cmd[1] == "show":
+                return 0, _text(show), ""
             if tool == "systemctl":
                 return 0, _text("systemctl-version.txt"), ""
             if tool == "nft" and cmd[1:] == ["list", "tables"]:
@@ -132,3 +134,17 @@ def test_bad_arguments_fail_before_anything_is_read(node, args, words):
     result = node(args)
     assert result["failed"] and words in result["msg"]
     assert node.calls == []
+
+
+def test_unit_states_from_one_systemctl_show(node):
+    result = node({"units": ["sparkfleet-ray", "sparkfleet-vllm.service", "nosuch.service"]})
+    u = result["units"]
+    assert u["sparkfleet-ray"] == {"load_state": "loaded", "active_state": "active", "sub_state": "running",
+                                   "unit_file_state": "enabled", "need_daemon_reload": False}
+    assert u["nosuch.service"]["load_state"] == "not-found" and u["nosuch.service"]["unit_file_state"] is None
+    assert sum(1 for c in node.calls if c[1] == "show") == 1
+
+
+def test_a_unit_file_changed_on_disk_needs_a_reload(node):
+    result = node({"units": ["sparkfleet-vllm.service"]}, show="systemctl-show-need-reload.txt")
+    assert result["units"]["sparkfleet-vllm.service"]["need_daemon_reload"] is True
