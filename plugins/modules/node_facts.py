@@ -99,6 +99,22 @@ options:
     type: list
     elements: str
     default: []
+  mounts:
+    description:
+      - Host directories bound at the same path into a container, each reported as M(sparkfleet.vllm.container_mount)
+        reports it (whether the running container still sees the host's directory, or holds one deleted since).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      path:
+        description: The host directory (an absolute path).
+        type: path
+        required: true
+      container:
+        description: Name or ID of the container.
+        type: str
+        required: true
 notes:
   - Safe in check mode: it changes nothing, so it reads in check mode as well.
 extends_documentation_fragment:
@@ -166,6 +182,13 @@ units:
   type: dict
   sample: {"sparkfleet-ray.service": {"load_state": "loaded", "active_state": "active", "sub_state": "running",
            "unit_file_state": "enabled", "need_daemon_reload": false}}
+mounts:
+  description: Per mount asked (C(CONTAINER:PATH)), what M(sparkfleet.vllm.container_mount) returns (C(state), C(stale),
+    C(msg), the inodes).
+  returned: always
+  type: dict
+  sample: {"sparkfleet-ray:/models/tiny": {"state": "same", "stale": false, "msg": "sparkfleet-ray sees this node's
+           /models/tiny", "host_inode": 1311, "container_inode": 1311, "container_links": 2}}
 ansible_facts:
   description: The fabric, when O(fabric) was asked.
   returned: when O(fabric) is set
@@ -185,6 +208,7 @@ import stat
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._mounts import read_bind
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import gather_fabric
 
 _SYSTEMD_RE = re.compile(r"^systemd (\d+)", re.M)
@@ -288,6 +312,10 @@ def main():
             images=dict(type="list", elements="str", default=[]),
             systemd_version=dict(type="bool", default=False),
             units=dict(type="list", elements="str", default=[]),
+            mounts=dict(type="list", elements="dict", default=[], options=dict(
+                path=dict(type="path", required=True),
+                container=dict(type="str", required=True),
+            )),
         ),
         supports_check_mode=True,
     )
@@ -297,6 +325,9 @@ def main():
         module.fail_json(msg="files must be absolute paths, got %s" % ", ".join(relative))
     if p["nft_tables"] and not p["nft"]:
         module.fail_json(msg="nft_tables needs nft (the path or name of the nft command)")
+    blank = [m["path"] for m in p["mounts"] if not m["container"].strip()]
+    if blank:
+        module.fail_json(msg="mounts: container must name a container, got an empty string for %s" % ", ".join(blank))
     if p["max_bytes"] < 0:
         module.fail_json(msg="max_bytes must be 0 or more, got %d" % p["max_bytes"])
     runner = Runner(module)
@@ -322,6 +353,8 @@ def main():
     if p["systemd_version"]:
         node["systemd_version"] = systemd_version(runner)
     node["units"] = unit_states(module, runner, p["units"])
+    node["mounts"] = dict(("%s:%s" % (m["container"], m["path"]), read_bind(runner, m["path"], m["container"]))
+                          for m in p["mounts"])
     if p["fabric"] is not None:
         f = p["fabric"]
         facts["sparkfleet_fabric"] = gather_fabric(module, runner, sysfs_root=f["sysfs_root"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
@@ -32,6 +33,8 @@ def node(monkeypatch, run_module):
 
         def run_command(self, cmd, **kwargs):
             calls.append(cmd)
+            if os.path.basename(cmd[0]) == "timeout":  # a bounded docker call: timeout -k 5 30 docker ...
+                cmd = cmd[4:]
             tool = os.path.basename(cmd[0])
             if tool == "ip":
                 return 0, ip_json, ""
@@ -45,6 +48,11 @@ def node(monkeypatch, run_module):
                 return 0, _text("nft-list-table-sparkfleet.txt"), ""
             if tool == "nft":
                 return 1, "", _text("nft-list-table-missing.stderr")
+            if tool == "docker" and cmd[1] == "inspect" and cmd[2] == "-f":
+                return 0, "true\n", ""
+            if tool == "docker" and cmd[1] == "exec":  # the container sees the host's directory: the real stat
+                out = subprocess.run(["stat", "-c", "%i:%h", "--", cmd[-1]], capture_output=True, text=True)
+                return out.returncode, out.stdout, out.stderr
             if tool == "docker":
                 ref = cmd[-1]
                 return (0, images[ref] + "\n", "") if ref in images else (1, "", "Error: No such image: %s" % ref)
@@ -148,3 +156,18 @@ def test_unit_states_from_one_systemctl_show(node):
 def test_a_unit_file_changed_on_disk_needs_a_reload(node):
     result = node({"units": ["sparkfleet-vllm.service"]}, show="systemctl-show-need-reload.txt")
     assert result["units"]["sparkfleet-vllm.service"]["need_daemon_reload"] is True
+
+
+def test_mounts_answer_as_container_mount_does(node, tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    result = node({"mounts": [{"path": str(models), "container": "sparkfleet-ray"},
+                              {"path": str(tmp_path / "gone"), "container": "sparkfleet-ray"}]})
+    seen = result["mounts"]["sparkfleet-ray:%s" % models]
+    assert seen["state"] == "same" and seen["stale"] is False and seen["host_inode"] == os.stat(models).st_ino
+    assert result["mounts"]["sparkfleet-ray:%s" % (tmp_path / "gone")]["state"] == "absent"
+
+
+def test_a_mount_without_a_container_name_is_refused(node, tmp_path):
+    result = node({"mounts": [{"path": str(tmp_path), "container": " "}]})
+    assert result["failed"] and "must name a container" in result["msg"]
