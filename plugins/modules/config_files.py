@@ -37,10 +37,10 @@ options:
         description:
           - V(file), a regular file holding O(files[].content); V(directory), a directory (parents created as needed,
             with the default mode; only the last one gets O(files[].mode)); V(line), a file that holds O(files[].line)
-            among its other lines (as M(ansible.builtin.lineinfile) with C(create=true)): the last line that matches
-            O(files[].regexp) is replaced by it, or it is added at the end when none matches and it is not there yet.
-            A missing file is created, and a missing parent directory with mode C(0700) and the entry's owner and
-            group (an C(.ssh) directory).
+            among its other lines, as M(ansible.builtin.lineinfile) with C(create=true) keeps one - the last line that
+            matches O(files[].regexp) is replaced by it, or it is added at the end when none matches and it is not
+            there yet. A missing file is created, and a missing parent directory with mode C(0700) and the entry's
+            owner and group (an C(.ssh) directory).
         type: str
         choices: [file, directory, line]
         default: file
