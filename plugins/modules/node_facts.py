@@ -17,7 +17,7 @@ description:
     answers (register them), with the fabric also as the C(sparkfleet_fabric) fact when O(fabric) is asked. The
     roles use these answers instead of asking again, and ask again themselves when run without them.
   - Only reads. A question it cannot answer is answered as such (an absent file, an image the node lacks, nft's
-    error); the role decides what that means, with the same messages as before. The fabric is the exception: a node
+    error); the role decides what that means, with the same messages as before. The fabric is the exception, as a node
     whose fabric cannot be chosen fails here, with the same message and hint as M(sparkfleet.vllm.rdma_facts).
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
@@ -94,7 +94,7 @@ options:
     default: false
   units:
     description:
-      - systemd units whose state is reported (C(systemctl show)): whether systemd knows them, runs them, starts them at
+      - systemd units whose state is reported (C(systemctl show)) - whether systemd knows them, runs them, starts them at
         boot, and whether their file changed on disk since systemd last read it (it then needs a C(daemon-reload)).
     type: list
     elements: str

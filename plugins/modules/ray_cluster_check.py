@@ -76,7 +76,7 @@ options:
   probe_if_complete:
     description:
       - With O(probe=false), move the objects anyway when the cluster is whole (exactly the O(expected) nodes alive),
-        in the same run: a wait that polls without probing (a cluster still forming can hang a probe) ends with the
+        in the same run. A wait that polls without probing (a cluster still forming can hang a probe) so ends with the
         proof when the cluster is complete at once, as on a re-run. RV(probed) says whether it did.
     type: bool
     default: false
