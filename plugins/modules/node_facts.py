@@ -116,7 +116,7 @@ options:
         type: str
         required: true
 notes:
-  - Safe in check mode: it changes nothing, so it reads in check mode as well.
+  - Safe in check mode, as it changes nothing; it reads in check mode as well.
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
   - sparkfleet.vllm.attributes.facts
