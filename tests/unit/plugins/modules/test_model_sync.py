@@ -18,6 +18,7 @@ import time
 import pytest
 
 from ansible_collections.sparkfleet.vllm.plugins.modules import model_sync
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _model_sync_run as model_sync_run
 from ansible_collections.sparkfleet.vllm.tests.unit.support.model_files import write_safetensors
 
 pytestmark = pytest.mark.skipif(
@@ -208,8 +209,8 @@ def test_missing_shard_named_in_index_fails(run_module, lab):
 
 
 def test_no_room_on_a_destination_fails_before_copying_with_numbers(run_module, lab, monkeypatch):
-    real = model_sync.parse_df_avail
-    monkeypatch.setattr(model_sync, "parse_df_avail", lambda text: min(real(text), 1000))
+    real = model_sync_run.parse_df_avail
+    monkeypatch.setattr(model_sync_run, "parse_df_avail", lambda text: min(real(text), 1000))
     res = run_module(model_sync, lab.args(destinations=["10.99.1.12", "10.99.1.13"]))
     assert res["failed"] is True
     assert "has 1000 bytes" in res["msg"] and "needs %d bytes" % sum(
@@ -270,7 +271,7 @@ def test_verify_catches_a_destination_file_damaged_behind_rsyncs_back(run_module
     # listing; make the size check the one that catches it by skipping the transfer.
     target = os.path.join(lab.dest("10.99.1.12"), "model-00001-of-00004.safetensors")
     os.truncate(target, 10)
-    monkeypatch.setattr(model_sync.ModelSync, "transfer", lambda self, f, t, m, info: (True, None))
+    monkeypatch.setattr(model_sync_run.ModelSync, "transfer", lambda self, f, t, m, info: (True, None))
     res = run_module(model_sync, lab.args())
     assert res["failed"] is True
     assert "model-00001-of-00004.safetensors is 10 bytes" in res["msg"]
@@ -509,8 +510,8 @@ def test_a_first_tcp_sync_hashes_the_source_while_sending_and_nothing_twice(run_
     from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import fingerprint
     from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import destination_commands, list_files
     hashed_up_front = []
-    real = model_sync.ModelSync.local_hashes
-    monkeypatch.setattr(model_sync.ModelSync, "local_hashes",
+    real = model_sync_run.ModelSync.local_hashes
+    monkeypatch.setattr(model_sync_run.ModelSync, "local_hashes",
                         lambda self, names, fail=True: hashed_up_front.extend(names) or real(self, names, fail))
     res = run_module(model_sync, lab.args())
     assert res.get("failed") is not True, res
