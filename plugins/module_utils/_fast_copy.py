@@ -44,14 +44,24 @@ import time
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import environ, tail
 
 FAST_SCRIPT = r'''
-import hashlib, hmac, json, mmap, os, secrets, socket, struct, sys, threading, time
+import errno, fcntl, hashlib, hmac, json, mmap, os, secrets, socket, struct, sys, threading, time
 STAGE, MARK, BUF, ALGO = ".sparkfleet-sync", ".sparkfleet-model", 1 << 20, "sha256"
 
 
 def die(msg, rc=2):
-    sys.stderr.write("sparkfleet fast copy: %s\n" % msg)
-    sys.stderr.flush()
-    os._exit(rc)
+    try:
+        sys.stderr.write("sparkfleet fast copy: %s\n" % msg)
+        sys.stderr.flush()
+    finally:
+        os._exit(rc)
+
+
+def quiet_thread_errors(args):
+    # A thread never prints a traceback: whatever a peer sends, one line says what went wrong.
+    sys.stderr.write("sparkfleet fast copy: %s: %s\n" % (args.exc_type.__name__, args.exc_value))
+
+
+threading.excepthook = quiet_thread_errors
 
 
 def emit(obj):
@@ -64,6 +74,27 @@ def good_name(n):
         return False
     parts = n.split("/")
     return not any(p in ("", ".", "..") for p in parts) and parts[0] not in (STAGE, MARK)
+
+
+def whole(v, low=0):
+    # An integer from JSON (not a bool, not a float), at least low.
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise ValueError("%r is not a whole number >= %d" % (v, low))
+    return v
+
+
+def link_roots(root):
+    # Where a symlink under root may lead: root, and a Hugging Face snapshot's blobs (<repo>/snapshots/<rev>).
+    real = os.path.realpath(root)
+    parent = os.path.dirname(real)
+    roots = [real]
+    if os.path.basename(parent) == "snapshots":
+        roots.append(os.path.join(os.path.dirname(parent), "blobs"))
+    return roots
+
+
+def inside(path, roots):
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
 def stage_name(name, size, mtime):
@@ -84,7 +115,13 @@ def read_msg(sock):
     (n,) = struct.unpack(">I", recv_exact(sock, 4))
     if n > 65536:
         raise ValueError("message too long")
-    return json.loads(recv_exact(sock, n).decode("ascii"))
+    try:
+        obj = json.loads(recv_exact(sock, n).decode("ascii"))
+    except RecursionError:
+        raise ValueError("message nested too deep")
+    if not isinstance(obj, dict):
+        raise ValueError("message is not a JSON object")
+    return obj
 
 
 def send_msg(sock, obj):
@@ -104,9 +141,12 @@ def file_mac(key, name, size, digest):
 def read_request():
     line = sys.stdin.buffer.readline(16 << 20)
     try:
-        return json.loads(line.decode("utf-8"))
-    except ValueError:
+        req = json.loads(line.decode("utf-8"))
+    except (ValueError, RecursionError):
         die("no request on stdin")
+    if not isinstance(req, dict):
+        die("the request on stdin is not a JSON object")
+    return req
 
 
 def cache_path(root):
@@ -119,19 +159,19 @@ def stat_key(st):
 
 
 def load_cache(root, real):
-    """The hash cache HASH_SCRIPT keeps (module_utils/_content_hash.py): {relpath: [stat key, digest]}."""
+    # The hash cache HASH_SCRIPT keeps (module_utils/_content_hash.py): {relpath: [stat key, digest]}.
     try:
         with open(cache_path(root)) as fh:
             cache = json.load(fh)
         if cache.get("root") == real and cache.get("algorithm") == ALGO and isinstance(cache.get("files"), dict):
             return cache["files"]
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         pass
     return {}
 
 
 def write_cache(root, real, fresh):
-    """Add {relpath: [stat key, digest]} to the cache HASH_SCRIPT reads, so nothing is read twice."""
+    # Add {relpath: [stat key, digest]} to the cache HASH_SCRIPT reads, so nothing is read twice.
     if not fresh:
         return 0
     path = cache_path(root)
@@ -148,16 +188,58 @@ def write_cache(root, real, fresh):
         return None
 
 
+def write_marker(real, text):
+    # The state of this node's copy (model_sync's copy_state), never written through a symlink in its place.
+    tmp = os.path.join(real, MARK + ".new")
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, text.encode("utf-8", "replace")[:4096])
+    finally:
+        os.close(fd)
+    os.replace(tmp, os.path.join(real, MARK))
+
+
+def listing(real):
+    # {relpath: size} of the regular files under real (no symlink followed, staging and marker aside).
+    out = {}
+    for dp, dn, fn in os.walk(real):
+        if dp == real:
+            dn[:] = [d for d in dn if d != STAGE]
+        for n in fn:
+            full = os.path.join(dp, n)
+            rel = os.path.relpath(full, real)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            if rel != MARK and (st.st_mode & 0o170000) == 0o100000:
+                out[rel] = st.st_size
+    return out
+
+
 def receive(dest):
     req = read_request()
     files = {}
-    for name, size, mtime, mode, digest in req["files"]:
-        if not good_name(name):
-            die("refused file name %r" % name)
-        files[name] = (int(size), int(mtime), int(mode) & 0o777, digest)
-    want_hash = bool(req.get("hash")) or any(f[3] for f in files.values())
-    streams = max(1, min(64, int(req.get("streams", 1))))
-    timeout = max(5, int(req.get("timeout", 60)))
+    try:
+        for entry in req["files"]:
+            name, size, mtime, mode, digest = entry
+            if not good_name(name):
+                die("refused file name %r" % (name,))
+            if digest is not None and not isinstance(digest, str):
+                raise ValueError("digest of %r" % name)
+            files[name] = (whole(size), whole(mtime, -(1 << 62)), whole(mode) & 0o777, digest)
+        want_hash = bool(req.get("hash")) or any(f[3] for f in files.values())
+        streams = max(1, min(64, whole(req.get("streams", 1))))
+        timeout = max(5, whole(req.get("timeout", 60)))
+        state_text = req.get("state")
+        if state_text is not None and not isinstance(state_text, str):
+            raise ValueError("state")
+    except (KeyError, TypeError, ValueError) as exc:
+        die("bad request on stdin: %s" % exc)
     try:
         os.makedirs(dest, exist_ok=True)  # model_sync's guard has checked dest (like rsync --mkpath)
     except OSError as exc:
@@ -169,6 +251,19 @@ def receive(dest):
     if os.path.islink(stage) or (os.path.exists(stage) and not os.path.isdir(stage)):
         os.unlink(stage)
     os.makedirs(stage, mode=0o700, exist_ok=True)
+    # One transfer into dest at a time: a receiver left over from a killed run holds the lock until its ssh drops.
+    sfd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    waited = time.time() + min(30, timeout)
+    while True:
+        try:
+            fcntl.flock(sfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.time() > waited:
+                die("another transfer into %s is running on this node (its staging directory is locked)" % dest, 6)
+            time.sleep(0.2)
+    if state_text:
+        write_marker(real, state_text)  # the copy is incomplete from here until model_sync has verified it
     keep = dict((stage_name(n, f[0], f[1]), n) for n, f in files.items())
     offsets = {}
     for entry in os.listdir(stage):
@@ -189,14 +284,19 @@ def receive(dest):
             os.unlink(path)
     conn_env = os.environ.get("SSH_CONNECTION", "").split()
     bind = conn_env[2] if len(conn_env) == 4 else req.get("bind")
-    if not bind:
+    if not bind or not isinstance(bind, str):
         die("no address to listen on (not run through ssh)")
     lsock = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET, socket.SOCK_STREAM)
     lsock.bind((bind, 0))
-    lsock.listen(streams)
+    lsock.listen(64)
     key = secrets.token_bytes(32)
-    state = {"done": False, "bytes": 0, "last": time.time(), "ok": {}, "failed": {}, "ended": 0, "claimed": set()}
+    state = {"done": False, "bytes": 0, "last": time.time(), "ok": {}, "failed": {}, "ended": 0, "claimed": set(),
+             "streams": 0, "nospace": False, "refused": 0}
     lock = threading.Lock()
+    all_ended = threading.Condition(lock)
+    pending = {}  # source address -> handshakes under way
+    per_source, total_pending = max(8, streams), 64 + streams
+    handshake_s = min(10, timeout)
 
     def watch_stdin():
         sys.stdin.buffer.read()
@@ -207,6 +307,8 @@ def receive(dest):
         while True:
             time.sleep(1)
             if time.time() - state["last"] > timeout:
+                if not state["streams"]:
+                    die("no stream connected within %d s" % timeout, 4)
                 die("no data for %d s" % timeout, 4)
 
     def write_all(fd, view):
@@ -215,11 +317,11 @@ def receive(dest):
             view = view[n:]
 
     def one_file(conn, msg, buf):
-        name, off, length = msg["name"], int(msg["offset"]), int(msg["length"])
-        if name not in files:
-            raise ValueError("file %r was not announced" % name)
+        name, off, length = msg.get("name"), whole(msg.get("offset")), whole(msg.get("length"))
+        if not isinstance(name, str) or name not in files:
+            raise ValueError("file %r was not announced" % (name,))
         size, mtime, mode, digest = files[name]
-        if off < 0 or length < 0 or off + length != size:
+        if off + length != size:
             raise ValueError("bad range for %s" % name)
         with lock:
             if name in state["claimed"]:
@@ -263,6 +365,8 @@ def receive(dest):
             sent_digest = trailer.get("digest")
             mac = trailer.get("mac")
             keep_part = False
+            if sent_digest is not None and not isinstance(sent_digest, str):
+                raise ValueError("%s: the trailer's digest is not a string" % name)
             if not isinstance(mac, str) or not hmac.compare_digest(mac, file_mac(key, name, size, sent_digest)):
                 raise ValueError("%s: the trailer's MAC does not check out (not from the sender of this run)" % name)
             why = None
@@ -301,55 +405,93 @@ def receive(dest):
 
     def serve(conn):
         buf = bytearray(BUF)
+        name = "(stream)"
         try:
             while True:
                 msg = read_msg(conn)
-                if msg.get("end"):
+                if msg.get("end") is True:
                     break
-                try:
-                    one_file(conn, msg, buf)
-                except (OSError, ValueError, EOFError) as exc:
-                    with lock:
-                        state["failed"][str(msg.get("name"))] = str(exc)
-                    raise
-        except (OSError, ValueError, EOFError, KeyError, TypeError) as exc:
+                name = str(msg.get("name"))[:200]
+                one_file(conn, msg, buf)
+                name = "(stream)"
+        except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                state["nospace"] = True
             with lock:
-                state["failed"].setdefault("(stream)", str(exc))
+                state["failed"].setdefault(name, "%s" % (exc,) or type(exc).__name__)
         finally:
-            conn.close()
+            try:
+                conn.close()
+            except OSError:
+                pass
             with lock:
                 state["ended"] += 1
+                all_ended.notify_all()
 
-    threading.Thread(target=watch_stdin, daemon=True).start()
-    threading.Thread(target=watchdog, daemon=True).start()
-    emit({"port": lsock.getsockname()[1], "key": key.hex(), "offsets": offsets, "bind": bind})
-    threads, bad = [], 0
-    lsock.settimeout(timeout)
-    while len(threads) < streams:
+    def handshake(conn, peer):
+        ok = False
         try:
-            conn, _peer = lsock.accept()
-        except socket.timeout:
-            die("no stream connected within %d s" % timeout, 4)
-        conn.settimeout(timeout)
-        try:
+            conn.settimeout(handshake_s)
             nonce = secrets.token_bytes(32)
             conn.sendall(nonce)
             if not hmac.compare_digest(recv_exact(conn, 32), answer(key, nonce)):
                 raise ValueError("bad answer")
+            with lock:
+                if state["streams"] >= streams:
+                    raise ValueError("every stream is in")
+                state["streams"] += 1
+                ok = True
             conn.sendall(answer(key, b"receiver" + nonce))  # and this end proves it holds the secret too
-        except (OSError, ValueError, EOFError):
-            conn.close()
-            bad += 1
-            if bad > 16:
-                die("too many unauthenticated connections", 5)
-            continue
+        except Exception:
+            pass
+        finally:
+            with lock:
+                pending[peer] -= 1
+                if not ok:
+                    state["refused"] += 1
+        if not ok:
+            try:
+                conn.close()
+            except OSError:
+                pass
+            return
         state["last"] = time.time()
-        t = threading.Thread(target=serve, args=(conn,), daemon=True)
-        t.start()
-        threads.append(t)
+        conn.settimeout(timeout)
+        serve(conn)
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    threading.Thread(target=watchdog, daemon=True).start()
+    emit({"port": lsock.getsockname()[1], "key": key.hex(), "offsets": offsets, "bind": bind})
+    lsock.settimeout(0.5)
+    # Handshakes run in threads of their own, bounded per source address and in all, each with its own deadline: a
+    # peer that connects and says nothing, or a flood of wrong answers, never holds up the real sender's streams,
+    # and never ends the receiver (its watchdog does, when no stream of this run comes in time).
+    while True:
+        with lock:
+            if state["streams"] >= streams:
+                break
+        try:
+            conn, addr = lsock.accept()
+        except socket.timeout:
+            continue
+        except OSError:
+            time.sleep(0.1)
+            continue
+        peer = addr[0]
+        with lock:
+            busy = pending.get(peer, 0) >= per_source or sum(pending.values()) >= total_pending
+            if not busy:
+                pending[peer] = pending.get(peer, 0) + 1
+            else:
+                state["refused"] += 1
+        if busy:
+            conn.close()
+            continue
+        threading.Thread(target=handshake, args=(conn, peer), daemon=True).start()
     lsock.close()
-    for t in threads:
-        t.join()
+    with lock:
+        while state["ended"] < streams:
+            all_ended.wait(1)
     state["done"] = True
     fresh = {}
     for name, d in state["ok"].items():
@@ -359,12 +501,25 @@ def receive(dest):
             except OSError:
                 pass
     cache = write_cache(dest, real, fresh) if fresh else None
-    emit({"ok": sorted(state["ok"]), "failed": state["failed"], "bytes": state["bytes"],
-          "resumed": sum(offsets.values()), "cache": cache, "hashed": want_hash})
+    out = {"ok": sorted(state["ok"]), "failed": state["failed"], "bytes": state["bytes"],
+           "resumed": sum(offsets.values()), "cache": cache, "hashed": want_hash, "refused": state["refused"],
+           "listing": listing(real)}
+    if state["nospace"]:
+        st = os.statvfs(real)
+        staged = {}
+        for entry in os.listdir(stage):
+            if entry in keep:
+                try:
+                    staged[keep[entry]] = os.path.getsize(os.path.join(stage, entry))
+                except OSError:
+                    pass
+        out["nospace"] = {"free": st.f_bavail * st.f_frsize,
+                          "needed": sum(f[0] - staged.get(n, 0) for n, f in files.items() if n not in state["ok"])}
+    emit(out)
 
 
 class Digest(object):
-    """One file's hash, computed by a stream's hasher thread while the stream sends the file."""
+    # One file's hash, computed by a stream's hasher thread while the stream sends the file.
 
     def __init__(self):
         self.ready = threading.Event()
@@ -374,15 +529,19 @@ class Digest(object):
 def send(root):
     req = read_request()
     real = os.path.realpath(root)
-    host, port, key = str(req["host"]), int(req["port"]), bytes.fromhex(req["key"])
-    timeout = max(5, int(req.get("timeout", 60)))
-    rate = max(0, int(req.get("bwlimit", 0)))  # bytes per second per stream, 0 = no limit
-    want_hash = bool(req.get("hash"))
-    bins = req["bins"]
-    for b in bins:
-        for name, off, size in b:
-            if not good_name(name) or int(off) < 0 or int(off) > int(size):
-                die("refused file entry %r" % name)
+    roots = link_roots(root)
+    try:
+        host, port, key = str(req["host"]), whole(req["port"]), bytes.fromhex(req["key"])
+        timeout = max(5, whole(req.get("timeout", 60)))
+        rate = whole(req.get("bwlimit", 0))  # bytes per second per stream, 0 = no limit
+        want_hash = bool(req.get("hash"))
+        bins = req["bins"]
+        for b in bins:
+            for name, off, size in b:
+                if not good_name(name) or whole(off) > whole(size):
+                    die("refused file entry %r" % (name,))
+    except (KeyError, TypeError, ValueError) as exc:
+        die("bad request on stdin: %s" % exc)
     out = {"bytes": 0, "files": 0, "errors": [], "digests": {}}
     cached = load_cache(root, real) if want_hash else {}
     fresh = {}
@@ -394,10 +553,17 @@ def send(root):
         if not watching["done"]:
             die("the run ended (stdin closed)", 3)
 
+    def path_of(name):
+        # A symlink out of the model directory is never followed: a link planted in a copy sends nothing.
+        path = os.path.realpath(os.path.join(real, name))
+        if not inside(path, roots):
+            raise ValueError("%s is a symlink out of %s: not sent" % (name, root))
+        return path
+
     def hasher(items, digests):
         for (name, _off, _size), dg in zip(items, digests):
             try:
-                with open(os.path.join(real, name), "rb", buffering=0) as fh:
+                with open(path_of(name), "rb", buffering=0) as fh:
                     before = os.fstat(fh.fileno())
                     hit = cached.get(name)
                     if isinstance(hit, list) and len(hit) == 2 and hit[0] == stat_key(before):
@@ -420,7 +586,7 @@ def send(root):
                     if stat_key(after) == stat_key(before) and pos == after.st_size:
                         with lock:
                             fresh[name] = [stat_key(after), dg.value]
-            except (OSError, ValueError) as exc:
+            except Exception as exc:
                 dg.error = "%s: %s" % (name, exc)
             finally:
                 dg.ready.set()
@@ -453,7 +619,7 @@ def send(root):
             sent = 0
             for (name, off, size), dg in zip(items, digests):
                 off, size = int(off), int(size)
-                with open(os.path.join(real, name), "rb") as fh:
+                with open(path_of(name), "rb") as fh:
                     have = os.fstat(fh.fileno()).st_size
                     if have != size:
                         raise ValueError("%s is %d bytes, the manifest says %d (changed during the sync?)"
@@ -487,7 +653,7 @@ def send(root):
             send_msg(sock, {"end": True})
             sock.shutdown(socket.SHUT_WR)
             sock.recv(1)  # the receiver closes once the last file is renamed
-        except (OSError, ValueError, EOFError) as exc:
+        except Exception as exc:
             with lock:
                 out["errors"].append(str(exc))
         finally:
@@ -508,10 +674,13 @@ def send(root):
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] not in ("receive", "send"):
         die("usage: receive DEST | send ROOT")
-    if sys.argv[1] == "receive":
-        receive(sys.argv[2])
-    else:
-        send(sys.argv[2])
+    try:
+        if sys.argv[1] == "receive":
+            receive(sys.argv[2])
+        else:
+            send(sys.argv[2])
+    except Exception as exc:  # never a traceback, whatever the input: one line on stderr
+        die("%s: %s" % (type(exc).__name__, exc))
     sys.stdout.flush()
     os._exit(0)
 '''
