@@ -706,10 +706,15 @@ class LineProc(object):
         self.err = []
         threading.Thread(target=self._pump_out, daemon=True).start()
         threading.Thread(target=self._pump_err, daemon=True).start()
+        if request is not None:
+            self.send(request)
+
+    def send(self, request):
+        """Write the request line (a process started early gets it once it is known)."""
         try:
             self.proc.stdin.write((json.dumps(request) + "\n").encode("utf-8", "surrogateescape"))
             self.proc.stdin.flush()
-        except (IOError, OSError):
+        except (IOError, OSError, ValueError):
             pass
 
     def _pump_out(self):
@@ -739,7 +744,7 @@ class LineProc(object):
     def close(self, wait_s=10):
         try:
             self.proc.stdin.close()
-        except (IOError, OSError):
+        except (IOError, OSError, ValueError):
             pass
         deadline = time.time() + wait_s
         while self.proc.poll() is None and time.time() < deadline:

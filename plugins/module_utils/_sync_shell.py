@@ -48,7 +48,8 @@ _CIPHERS = re.compile(r"^[A-Za-z0-9@.,_-]+$")
 # ssh user names (POSIX portable user names) and host names / IP literals model_sync accepts.
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252})$")
-_IPV6 = re.compile(r"^\[?[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(?:%[A-Za-z0-9_.-]+)?\]?$")
+_IPV6 = re.compile(r"^(?:\[[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(?:%[A-Za-z0-9_.-]+)?\]"
+                   r"|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(?:%[A-Za-z0-9_.-]+)?)$")
 
 
 def ssh_host_problem(host, what="destination"):
