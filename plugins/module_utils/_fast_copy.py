@@ -441,6 +441,11 @@ def receive(dest):
                     raise ValueError("every stream is in")
                 state["streams"] += 1
                 ok = True
+                if state["streams"] == streams:
+                    try:
+                        lsock.shutdown(socket.SHUT_RDWR)  # nobody else connects from here (and accept() wakes up)
+                    except OSError:
+                        pass
             conn.sendall(answer(key, b"receiver" + nonce))  # and this end proves it holds the secret too
         except Exception:
             pass
