@@ -209,6 +209,23 @@ def check_model_dir(root):
     return report, problems
 
 
+def model_completeness(path):
+    """model_check's answer for a directory: {complete, problems, files, bytes, weight_files, msg}."""
+    if not path or not str(path).strip():
+        problems, report = ["the model directory is empty"], {"files": [], "weight_files": []}
+    else:
+        report, problems = check_model_dir(os.path.normpath(str(path)))
+    nbytes = sum(s for _n, s in report["files"])
+    if problems:
+        msg = "%s is incomplete: %s%s" % (path, "; ".join(problems[:5]),
+                                          " (and %d more)" % (len(problems) - 5) if len(problems) > 5 else "")
+    else:
+        msg = "%s is complete: %d files, %.1f GB, %d weight files" % (path, len(report["files"]), nbytes / 1e9,
+                                                                      len(report["weight_files"]))
+    return {"complete": not problems, "problems": problems, "files": len(report["files"]), "bytes": nbytes,
+            "weight_files": len(report["weight_files"]), "msg": msg}
+
+
 # --------------------------------------------------------------------------- stream packing
 
 def pack_bins(items, streams):
