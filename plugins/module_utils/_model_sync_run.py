@@ -215,6 +215,8 @@ class ModelSync(object):
         self.hash_verified = {}
         self.listed = {}
         self.no_space = {}
+        # CPU-seconds the tcp transport's processes spent on each destination (receiver, and sender when it feeds).
+        self.remote_cpu = {}
         # Per destination, one ssh master connection for the run's control commands (probe, receiver, list, state).
         self.control_dir = None
         self.contacted = set()
@@ -485,6 +487,9 @@ class ModelSync(object):
                 self.hash_verified.setdefault(target, set()).update(delivered)
             if isinstance(rres.get("listing"), dict):
                 self.listed[target] = rres["listing"]
+            for host, got in ((target, rres.get("cpu")), (feeder, sres.get("cpu") if feeder != SOURCE else None)):
+                if isinstance(got, (int, float)):
+                    self.remote_cpu[host] = round(self.remote_cpu.get(host, 0.0) + got, 3)
         sent, resumed = int(rres.get("bytes", sres.get("bytes", 0))), int(rres.get("resumed", 0))
         missing = [n for n, _s in moved if n not in delivered]
         if missing:
@@ -679,6 +684,7 @@ class ModelSync(object):
     def run(self):
         m = self.module
         started = time.time()
+        self.cpu_start = os.times()
         hosts = self.check_params()
         mark = time.time()
         phases = {}
@@ -697,7 +703,8 @@ class ModelSync(object):
         self.plan_stats = dict((rel, (st.st_size, st.st_mtime_ns)) for rel, st in self.stats.items())
         result = {"changed": False, "files_total": len(expected), "files_transferred": 0,
                   "bytes_transferred": 0, "seconds": 0.0, "transfer_seconds": 0.0, "mb_per_s": 0.0,
-                  "rounds": [], "destinations": {}, "fingerprint": None, "phase_seconds": {}, "verified": False}
+                  "rounds": [], "destinations": {}, "fingerprint": None, "phase_seconds": {}, "verified": False,
+                  "cpu_seconds": {}}
         phases["checks"] = round(time.time() - mark, 2)
         if not m.check_mode:
             self.take_lock()
@@ -857,6 +864,8 @@ class ModelSync(object):
             phases["drop_cache"] = round(time.time() - mark, 2)
         result["phase_seconds"] = phases
         result["seconds"] = round(time.time() - started, 2)
+        now = os.times()
+        result["cpu_seconds"] = dict(self.remote_cpu, source=round(sum(now[:4]) - sum(self.cpu_start[:4]), 3))
         for w in warnings:
             m.warn(w)
         self._strip(result)

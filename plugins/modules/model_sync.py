@@ -18,10 +18,19 @@ description:
     C(model.safetensors.index.json) exists, is non-empty, its safetensors header parses, its data offsets
     cover the file exactly, and it holds the tensors the index puts there) and every destination must have
     room for the files that differ. Either failure stops the run before a byte moves, with the numbers.
+  - A symlink in O(src) is followed only when it leads inside O(src) (or, for a Hugging Face cache snapshot, into
+    that repository's C(blobs)); a link out of it (say to a key) stops the run, naming the link, and is never sent.
+    Neither the receiver nor a destination feeding another ever follows a symlink out of O(dest).
+  - O(destinations) and O(ssh_user) are checked before any connection; a value ssh would read as an option (such as
+    C(-oProxyCommand=...)), a C(user@) in a destination or a space is refused, and every ssh command line ends its
+    options with C(--) before the host. One host written two ways (C(10.99.1.12) and C(10.99.1.12.), upper and
+    lower case, IPv6 forms, a name and the address it resolves to) is one destination, synced once.
   - Transfers only files that differ (size and modification time, or full checksum with C(checksum=true)),
     in C(streams) parallel streams per destination (files packed largest-first into streams of similar total
-    size). What differs is decided by an rsync dry run over ssh; the bytes move over the transport of
-    O(transport).
+    size). What differs is decided from one listing of each destination (size and modification time of every
+    file), read by the same ssh command that checks O(dest) (an rsync dry run with O(checksum=true)); the bytes move
+    over the transport of O(transport). The run's control commands to a destination share one ssh connection
+    (an ssh master for the run, closed at its end); data streams never go through it.
   - The C(tcp) transport (tried first by default) moves the bytes over plain TCP on the fabric, unencrypted and
     without an ssh cipher in the way. For each destination a receiver is started through ssh for this run only.
     It listens on the address the ssh connection reached (the fabric IP), on a free port, only once the run
@@ -35,11 +44,22 @@ description:
     name only after its size (and, with O(verify_content=true), its hash against the trailer's) has been checked
     on the destination; a file that does not check out is deleted, never renamed. The checked hashes go into
     the hash caches on both ends, so nothing is read twice and the verify pass does not hash those files again.
+  - The receiver holds against hostile peers on the fabric. Each connection's challenge runs in a thread of its own
+    with a deadline, at most a few unanswered connections per source address are held at once (more are closed at
+    once), a wrong answer or a silent peer never ends the receiver nor delays the run's own streams, and any bytes
+    after authentication end that stream with one line, never a traceback. Its disk filling up is reported with
+    the bytes still needed and the bytes free (no fallback to ssh into the same disk).
   - With the C(ssh) transport (the fallback when the receiver cannot start or no stream can connect, for
     example a firewall), the bytes go through rsync over ssh, C(--whole-file), no compression.
   - Resumable. A killed run never leaves a partial file under its final name; the next run skips every
     finished file. With C(tcp) a partial file of the same version (same name, size and mtime) is continued from
     where it stopped, so only the missing bytes are sent; rsync's staging directory is cleared instead.
+  - One run at a time per O(dest). A run takes a lock on the source (under C(~/.cache/sparkfleet/)); a transfer of an
+    earlier run still going (its controller was killed, its module kept running) is stopped with everything it
+    started before this run begins, with a warning. On a destination only one receiver writes into O(dest).
+  - The state of every destination's copy is recorded in C(DEST/.sparkfleet-model) (key=value lines, C(copy)
+    complete or incomplete, C(verified) yes or no, C(fingerprint), C(updated), C(reason)). It is incomplete before the
+    first byte moves (so a killed run leaves it so), complete only once this run has checked it.
   - Several destinations fan out as a tree. A destination that has finished feeds the next one, so the holders
     double every round and the time grows with log2(N + 1), not N. Over C(tcp) the feeder runs the fixed sender
     command on its own copy. With O(transport=ssh) the feeder runs rsync (C(ssh feeder rsync ... target:)) and
@@ -47,7 +67,7 @@ description:
     the length of the transfer, killed when the module ends; the key is added with a lifetime so it expires even
     if the module is killed); if no key can be loaded, every destination is fed from the source. A fallback from
     C(tcp) to ssh sends from the source. No key file is ever copied to a worker.
-  - In check mode, lists per destination what would be transferred or deleted (an rsync dry run) and the
+  - In check mode, lists per destination what would be transferred or deleted (from the same listing) and the
     space needed, and changes nothing.
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
@@ -69,13 +89,16 @@ options:
     required: true
   destinations:
     description:
-      - Hosts to push to, as reachable from this node and from each other (fabric IPs or host names).
+      - Hosts to push to, as reachable from this node and from each other (fabric IPs or host names). Each is a host
+        name or an IP address only (no C(user@), no spaces, not starting with C(-)); one host given twice, in any
+        spelling, is synced once.
     type: list
     elements: str
     required: true
   ssh_user:
     description:
-      - Remote user on the destinations. Defaults to the ssh client's default (the current user).
+      - Remote user on the destinations. Defaults to the ssh client's default (the current user). Letters, digits,
+        C(_), C(.) and C(-), not starting with C(-).
     type: str
   ssh_key:
     description:
@@ -237,6 +260,24 @@ mb_per_s:
   returned: always
   type: float
   sample: 625.8
+verified:
+  description:
+    - Whether this run checked every destination's copy (every source file there with the source's size, and with
+      O(verify_content=true) its content hash) and found it complete. False when O(verify=false), in check mode and
+      when the run failed; a copy this run did not check is never reported verified.
+  returned: always
+  type: bool
+  sample: true
+  version_added: 0.2.0
+cpu_seconds:
+  description:
+    - CPU-seconds (user + system) the run spent, per node. C(source) is this module and the processes it waited
+      for (the sender, rsync, ssh); each destination's figure is its tcp receiver (and its sender when it fed another
+      node), as the receiver measured itself. For the CPU cost per GB of a copy.
+  returned: always
+  type: dict
+  sample: {source: 1.92, 10.99.1.12: 2.41}
+  version_added: 0.2.0
 fingerprint:
   description:
     - Digest of the source model's content (every file's path, size and content hash). It changes when any
@@ -253,7 +294,9 @@ rounds:
   elements: list
   sample: [[["source", "10.99.1.12"]], [["source", "10.99.1.13"], ["10.99.1.12", "10.99.1.14"]]]
 destinations:
-  description: Per destination details.
+  description:
+    - Per destination details. C(copy) is what the run recorded in C(DEST/.sparkfleet-model) (complete or
+      incomplete; absent in check mode and when the run stopped before the transfer).
   returned: always
   type: dict
   sample:
@@ -274,6 +317,7 @@ destinations:
       would_transfer: []
       would_delete: []
       content_mismatch: []
+      copy: complete
 """
 
 from ansible.module_utils.basic import AnsibleModule
