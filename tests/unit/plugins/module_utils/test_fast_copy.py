@@ -484,3 +484,25 @@ def test_a_second_receiver_into_the_same_directory_waits_for_the_first(tmp_path,
     third = Receiver(dest, files)  # once the first is gone, the lock is free
     sent = send(src, third.first, fast_bins([(f[0], f[1]) for f in files], {}, 1))
     assert sent["errors"] == [] and third.result()["ok"] == sorted(blobs)
+
+
+@pytest.mark.parametrize("cut", [(1 << 20) + 123, 4095, 7])
+def test_a_part_cut_mid_block_is_continued_to_the_same_bytes(tmp_path, model, cut):
+    """Writes go to disk in whole blocks (O_DIRECT where the filesystem takes it); a part that ends mid-block is
+    continued up to the next block boundary first, then in whole blocks again."""
+    src, blobs, files = model
+    name, data = "a.safetensors", blobs["a.safetensors"]
+    dest = tmp_path / "dest"
+    recv = Receiver(dest, files, hash=True)
+    raw = RawSender(recv.first)
+    raw.msg({"name": name, "offset": 0, "length": len(data)})
+    raw.sock.sendall(data[:cut])
+    time.sleep(0.3)
+    raw.close()
+    recv.result()
+    again = Receiver(dest, files, hash=True)
+    assert again.first["offsets"] == {name: cut}
+    sent = send(src, again.first, fast_bins([(f[0], f[1]) for f in files], again.first["offsets"], 1), hash=True)
+    assert sent["errors"] == []
+    assert again.result()["ok"] == sorted(blobs)
+    assert (dest / name).read_bytes() == data
