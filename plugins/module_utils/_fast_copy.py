@@ -44,7 +44,7 @@ import time
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import environ, tail
 
 FAST_SCRIPT = r'''
-import errno, fcntl, hashlib, hmac, json, mmap, os, resource, secrets, socket, struct, sys, threading, time
+import errno, fcntl, hashlib, hmac, json, mmap, os, resource, secrets, select, socket, struct, sys, threading, time
 STAGE, MARK, BUF, ALGO = ".sparkfleet-sync", ".sparkfleet-model", 4 << 20, "sha256"
 ALIGN = 4096  # O_DIRECT: buffer, offset and length in whole blocks
 try:  # fallocate(2) with FALLOC_FL_KEEP_SIZE: a file's blocks reserved up front (fewer allocations, a full disk at once)
@@ -117,6 +117,12 @@ def link_roots(root):
 
 def inside(path, roots):
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def pwrite_all(fd, view, pos):
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], pos + done)
 
 
 def stage_name(name, size, mtime):
@@ -369,38 +375,46 @@ def receive(dest):
                     dfd = os.open(path, os.O_WRONLY | os.O_DIRECT | os.O_NOFOLLOW)
                 except OSError:
                     dfd = None
-            pos, left = off, length
+            pos, left, fill, eof = off, length, 0, False
             view = memoryview(buf)
-            if dfd is not None and pos % ALIGN:
-                head = min(left, ALIGN - pos % ALIGN)  # a resumed part ends mid-block: up to the next block boundary
-            else:
-                head = None
-            while left:
-                want = min(len(buf), left) if head is None else head
-                head = None
-                k, eof = 0, False
-                while k < want:
-                    got = conn.recv_into(view[k:], want - k)
-                    if not got:
-                        eof = True
-                        break
-                    k += got
-                    if dfd is None:
-                        break  # through the page cache: write what came
-                if k:
-                    if h is not None:
-                        h.update(view[:k])
-                    direct = k - k % ALIGN if (dfd is not None and pos % ALIGN == 0) else 0
-                    done = 0
-                    while done < direct:
-                        done += os.pwrite(dfd, view[done:direct], pos + done)
-                    while done < k:
-                        done += os.pwrite(fd, view[done:k], pos + done)
+            ready = select.poll()
+            ready.register(conn.fileno(), select.POLLIN)
+            while left or fill:
+                if left:
+                    # One wait for data, then whatever more is already there: big writes while the bytes flow, small
+                    # ones while they trickle (a cut stream loses at most what was not written yet).
+                    got = conn.recv_into(view[fill:], min(len(buf) - fill, left))
+                    while got:
+                        if h is not None:
+                            h.update(view[fill:fill + got])
+                        fill += got
+                        left -= got
+                        with lock:
+                            state["bytes"] += got
+                            state["last"] = time.time()
+                        if not left or fill == len(buf) or not ready.poll(0):
+                            break
+                        got = conn.recv_into(view[fill:], min(len(buf) - fill, left))
+                    eof = not got and bool(left)
+                final = eof or not left
+                if dfd is not None and pos % ALIGN and fill:
+                    k = min(fill, ALIGN - pos % ALIGN)  # a resumed part ends mid-block: up to the next block
+                    pwrite_all(fd, view[:k], pos)
                     pos += k
-                    left -= k
-                    with lock:
-                        state["bytes"] += k
-                        state["last"] = time.time()
+                    fill -= k
+                    view[:fill] = bytes(view[k:k + fill])
+                n = fill - fill % ALIGN if dfd is not None else fill
+                if n:
+                    pwrite_all(dfd if dfd is not None else fd, view[:n], pos)
+                    pos += n
+                rest = fill - n
+                if rest and final:
+                    pwrite_all(fd, view[n:fill], pos)
+                    pos += rest
+                    rest = 0
+                if rest:
+                    view[:rest] = bytes(view[n:fill])  # less than a block, kept for the next write
+                fill = rest
                 if eof:
                     raise EOFError("%s: connection closed with %d bytes to go" % (name, left))
             have = os.fstat(fd).st_size

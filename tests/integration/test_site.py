@@ -101,13 +101,15 @@ def test_the_sync_key_runs_only_model_sync_commands(lab, deployed, observe):
     worker = lab.fabric_ip(lab.hosts[-1])
     ssh = ("ssh -i /etc/sparkfleet/model-sync_ed25519 -o BatchMode=yes -o StrictHostKeyChecking=no "
            "-o UserKnownHostsFile=/dev/null spark@%s " % worker)
+    # Issue 17.4: rsync receiving into the model itself, but keeping symlinks (-l), is refused too.
     for command in ("id", "sudo -n id", "'cat /etc/shadow'",
-                    "'rsync --server -Wtpre.iLsfxCIvu --mkpath . /etc/'"):
+                    "'rsync --server -Wtpre.iLsfxCIvu --mkpath . /etc/'",
+                    "'rsync --server -lWtpre.iLsfxCIvu --log-format=%i --mkpath . /models/sparklab-tiny/'"):
         p = lab.host_exec(HEAD, "sh", "-c", ssh + command, timeout=60)
         assert p.returncode == 126 and "sparkfleet sync key: refused" in p.stderr, (command, p.returncode, p.stderr)
         assert "uid=" not in p.stdout and "root:" not in p.stdout
     observe(p.stderr.strip().splitlines()[-1])
-    # One of model_sync's own commands still runs (the marker is written by the 'finish' command).
+    # One of model_sync's own commands still runs.
     allowed = json.loads(lab.host_exec(lab.hosts[-1], "cat", "/usr/local/lib/sparkfleet/model-sync.allowed.json").stdout)
     listing = next(c for c in allowed if c.startswith("cd ") and "-printf" in c)
     p = lab.host_exec(HEAD, "sh", "-c", ssh + "'" + listing.replace("'", "'\\''") + "'", timeout=60)
