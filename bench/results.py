@@ -92,11 +92,39 @@ def b1_section(data, dated=False):
         if "phases" in data else ""))
     if dated and data.get("machine"):
         w("")
-        w("Measured %s%s: %s%s." % (
-            data.get("date") or "(date not logged)", " beside the baseline %s" % data["baseline"][:12]
+        w("Measured %s%s%s: %s%s." % (
+            data.get("date") or "(date not logged)", " at commit %s" % data["commit"] if data.get("commit") else "",
+            " beside the baseline %s" % data["baseline"][:12]
             if data.get("baseline") else "", data["machine"],
             "; at the end %s" % " ".join(data["load_end"]) if data.get("load_end") else ""))
-    if data["rows"]:
+    floor = data.get("floor") or {}
+    if floor:
+        # Ratio to the floor first: the floors are measured in the same run, on the same lab, under the same load.
+        w("")
+        w("Floors measured in this run%s: CPU %s; copy %s; whole run %s." % (
+            " (medians of %d rounds)" % data["repeat"] if data.get("repeat", 1) > 1 else "",
+            "%.2f CPU-s/GB (raw TCP copy, both ends, %.2f + two SHA-256 passes at %.2f each, hashlib in the run)"
+            % (floor["cpu_s_per_gb"], floor["tcp_cpu_s_per_gb"], floor["hash_s_per_gb"])
+            if "cpu_s_per_gb" in floor else "not measured",
+            "%.2f s (the raw TCP copy of the same bytes)" % floor["copy_s"] if "copy_s" in floor else "not measured",
+            "%.2f s (an `ansible -m ping` round trip, what every module run pays)" % floor["ansible_s"]
+            if "ansible_s" in floor else "not measured"))
+        w("")
+        w("| case | CPU-s/GB / floor | copy s / floor | whole run s - ansible floor | CPU-s/GB | s (copy) | s (whole run) "
+          "| MB/s (copy) | MB/s (whole run) |")
+        w("|---|---|---|---|---|---|---|---|---|")
+        per_gb = data.get("cpu_per_gb") or {}
+        for key, r in data["rows"].items():
+            cpu = per_gb.get(key)
+            w("| %s | %s | %s | %s | %s | %.2f | %.2f | %.0f | %.0f |" % (
+                B1_NAMES.get(key, key),
+                "%.2fx" % (cpu / floor["cpu_s_per_gb"]) if cpu and "cpu_s_per_gb" in floor and key != "tcp" else "-",
+                "%.2fx" % (r["seconds_copy"] / floor["copy_s"]) if "copy_s" in floor and key not in ("ops", "tcp")
+                else "-",
+                "%.2f" % (r["seconds_all"] - floor["ansible_s"]) if "ansible_s" in floor and key.startswith("module")
+                else "-",
+                "%.2f" % cpu if cpu else "-", r["seconds_copy"], r["seconds_all"], r["mbs_copy"], r["mbs_all"]))
+    elif data["rows"]:
         w("")
         w("| case | MB/s (copy) | MB/s (whole run) |")
         w("|---|---|---|")
