@@ -11,64 +11,41 @@ module: model_sync
 short_description: Push a model directory from this node to other nodes over the fabric, fast and verified
 version_added: 0.1.0
 description:
-  - Runs on the node that holds the model (the source) and pushes C(src) to C(dest) on every host in
-    C(destinations), addressed by their fabric IPs. The controller never carries model bytes.
-  - Before anything is copied, O(src) and O(dest) must be model directories (see O(dest)) and the source must
-    be complete (C(config.json) parses; every shard named in
-    C(model.safetensors.index.json) exists, is non-empty, its safetensors header parses, its data offsets
-    cover the file exactly, and it holds the tensors the index puts there) and every destination must have
-    room for the files that differ. Either failure stops the run before a byte moves, with the numbers.
-  - A symlink in O(src) is followed only when it leads inside O(src) (or, for a Hugging Face cache snapshot, into
-    that repository's C(blobs)); a link out of it (say to a key) stops the run, naming the link, and is never sent.
-    Neither the receiver nor a destination feeding another ever follows a symlink out of O(dest).
-  - O(destinations) and O(ssh_user) are checked before any connection; a value ssh would read as an option (such as
-    C(-oProxyCommand=...)), a C(user@) in a destination or a space is refused, and every ssh command line ends its
-    options with C(--) before the host. One host written two ways (C(10.99.1.12) and C(10.99.1.12.), upper and
-    lower case, IPv6 forms, a name and the address it resolves to) is one destination, synced once.
-  - Transfers only files that differ (size and modification time, or full checksum with C(checksum=true)),
-    in C(streams) parallel streams per destination (files packed largest-first into streams of similar total
-    size). What differs is decided from one listing of each destination (size and modification time of every
-    file), read by the same ssh command that checks O(dest) (an rsync dry run with O(checksum=true)); the bytes move
-    over the transport of O(transport). The run's control commands to a destination share one ssh connection
-    (an ssh master for the run, closed at its end); data streams never go through it.
-  - The C(tcp) transport (tried first by default) moves the bytes over plain TCP on the fabric, unencrypted and
-    without an ssh cipher in the way. For each destination a receiver is started through ssh for this run only.
-    It listens on the address the ssh connection reached (the fabric IP), on a free port, only once the run
-    needs it; a connection must answer a challenge with an HMAC of a random per-run secret that only the ssh
-    channel carries; the listening socket closes once every stream is in, and the receiver exits when the run
-    ends, when ssh drops (a killed run), or after O(timeout) seconds without data. The sender uses
-    C(sendfile(2)) and, with O(verify_content=true), hashes each file (SHA-256) in a thread of its own while it
-    sends it, so the source's hashes cost no time before the copy. After each file's bytes comes a trailer with
-    the source's hash and an HMAC (per-run secret) over name, size and hash, so the connection is authenticated once
-    and each file end to end. Every file lands in C(DEST/.sparkfleet-sync), hashed as it arrives, and gets its final
-    name only after its size (and, with O(verify_content=true), its hash against the trailer's) has been checked
-    on the destination; a file that does not check out is deleted, never renamed. The checked hashes go into
-    the hash caches on both ends, so nothing is read twice and the verify pass does not hash those files again.
-  - The receiver holds against hostile peers on the fabric. Each connection's challenge runs in a thread of its own
-    with a deadline, at most a few unanswered connections per source address are held at once (more are closed at
-    once), a wrong answer or a silent peer never ends the receiver nor delays the run's own streams, and any bytes
-    after authentication end that stream with one line, never a traceback. Its disk filling up is reported with
-    the bytes still needed and the bytes free (no fallback to ssh into the same disk).
-  - With the C(ssh) transport (the fallback when the receiver cannot start or no stream can connect, for
-    example a firewall), the bytes go through rsync over ssh, C(--whole-file), no compression.
-  - Resumable. A killed run never leaves a partial file under its final name; the next run skips every
-    finished file. With C(tcp) a partial file of the same version (same name, size and mtime) is continued from
-    where it stopped, so only the missing bytes are sent; rsync's staging directory is cleared instead.
-  - One run at a time per O(dest). A run takes a lock on the source (under C(~/.cache/sparkfleet/)); a transfer of an
-    earlier run still going (its controller was killed, its module kept running) is stopped with everything it
-    started before this run begins, with a warning. On a destination only one receiver writes into O(dest).
-  - The state of every destination's copy is recorded in C(DEST/.sparkfleet-model) (key=value lines, C(copy)
-    complete or incomplete, C(verified) yes or no, C(fingerprint), C(updated), C(reason)). It is incomplete before the
-    first byte moves (so a killed run leaves it so), complete only once this run has checked it.
-  - Several destinations fan out as a tree. A destination that has finished feeds the next one, so the holders
-    double every round and the time grows with log2(N + 1), not N. Over C(tcp) the feeder runs the fixed sender
-    command on its own copy. With O(transport=ssh) the feeder runs rsync (C(ssh feeder rsync ... target:)) and
-    the hop authenticates through a per-run ssh-agent that holds only C(ssh_key) (forwarded with C(ssh -A) for
-    the length of the transfer, killed when the module ends; the key is added with a lifetime so it expires even
-    if the module is killed); if no key can be loaded, every destination is fed from the source. A fallback from
-    C(tcp) to ssh sends from the source. No key file is ever copied to a worker.
-  - In check mode, lists per destination what would be transferred or deleted (from the same listing) and the
-    space needed, and changes nothing.
+  - Runs on the node that holds the model (the source) and pushes O(src) to O(dest) on every host in
+    O(destinations), addressed by their fabric IPs. The controller never carries model bytes.
+  - Before a byte moves, O(src) and O(dest) must be model directories (see O(dest)), the source must be complete
+    (C(config.json) parses; every shard the index names exists, its safetensors header parses, its data offsets cover
+    the file exactly, it holds the tensors the index puts there) and every destination must have room for what
+    differs. A symlink in O(src) is followed only inside it (or a Hugging Face snapshot's C(blobs)); a link out of it
+    stops the run. O(destinations) and O(ssh_user) that ssh would read as an option (C(-oProxyCommand=...)), a
+    C(user@) or a space are refused; every ssh command ends its options with C(--). One host written two ways
+    (C(10.99.1.12) and C(10.99.1.12.), case, IPv6 forms, a name and its address) is synced once.
+  - Sends only files that differ (size and modification time from one listing of each destination, read with the
+    O(dest) check; an rsync dry run with O(checksum=true)), in O(streams) parallel streams packed largest-first. The
+    run's control commands to a destination share one ssh connection; data never goes through it.
+  - The C(tcp) transport (tried first) moves the bytes over plain TCP on the fabric. A receiver started through ssh
+    for this run only listens on the fabric IP the ssh connection reached; a connection must answer a challenge with
+    an HMAC of a per-run secret only the ssh channel carries; each challenge runs with a deadline, a few unanswered
+    connections per source at most, so wrong secrets or silent peers never end the receiver nor delay the run, and no
+    input gives a traceback. The listener closes once every stream is in; the receiver exits when the run ends or
+    ssh drops, or after O(timeout) seconds without data. The sender uses C(sendfile(2)) and hashes (SHA-256, with
+    O(verify_content=true)) each file while sending it; after its bytes comes a trailer with that hash and an HMAC
+    over name, size and hash. Each file lands in C(DEST/.sparkfleet-sync) (written with C(O_DIRECT) where the
+    filesystem allows), hashed as it arrives, and gets its name only once size and hash check out; otherwise it is
+    deleted. The checked hashes go into both ends' caches. A disk that fills is reported with the bytes still needed
+    and free (no fallback into the same disk). With C(ssh) (the fallback when the receiver cannot start or no stream
+    connects) the bytes go through rsync over ssh, C(--whole-file), no compression.
+  - Resumable, one run at a time. A killed run never leaves a partial file under its final name; a partial file of
+    the same version is continued (tcp). A run locks O(dest) on the source (under C(~/.cache/sparkfleet/)) and stops
+    a transfer an earlier run left running (its controller killed), with a warning; one receiver per O(dest).
+  - Each destination's copy is recorded in C(DEST/.sparkfleet-model) (key=value lines C(copy) complete|incomplete,
+    C(verified) yes|no, C(fingerprint), C(updated), C(reason)), incomplete before its first byte moves and complete
+    only once this run checked it.
+  - Several destinations fan out as a tree (holders double each round). Over C(tcp) a finished destination runs the
+    fixed sender on its copy; with O(transport=ssh) it runs rsync through a per-run ssh-agent holding only
+    O(ssh_key) (forwarded for the transfer, with a lifetime); a fallback to ssh sends from the source. No key file is
+    copied to a worker, and no destination follows a symlink out of O(dest).
+  - In check mode, lists per destination what would be transferred or deleted and the space needed; changes nothing.
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
 options:
@@ -248,7 +225,7 @@ transfer_seconds:
 phase_seconds:
   description:
     - Wall-clock seconds per phase, where the run's time went. C(checks) the source model's checks, C(plan) the
-      destination guard, free space and the dry run that decides what differs, C(hash) the source's hashes not
+      destination guard, free space and the listing that decides what differs, C(hash) the source's hashes not
       computed during the transfer (files that would be skipped, files sent over ssh), C(transfer), C(verify)
       and, with O(drop_cache=true), C(drop_cache).
   returned: always
@@ -300,24 +277,10 @@ destinations:
   returned: always
   type: dict
   sample:
-    10.99.1.12:
-      status: synced
-      fed_from: source
-      files_transferred: 47
-      bytes_transferred: 119000000000
-      files_deleted: 0
-      bytes_needed: 119000000000
-      bytes_available: 3500000000000
-      seconds: 190.2
-      mb_per_s: 625.8
-      streams: 4
-      transport: tcp
-      bytes_resumed: 0
-      verified: true
-      would_transfer: []
-      would_delete: []
-      content_mismatch: []
-      copy: complete
+    10.99.1.12: {status: synced, fed_from: source, files_transferred: 47, bytes_transferred: 119000000000,
+                 files_deleted: 0, bytes_needed: 119000000000, bytes_available: 3500000000000, seconds: 190.2,
+                 mb_per_s: 625.8, streams: 4, transport: tcp, bytes_resumed: 0, verified: true, would_transfer: [],
+                 would_delete: [], content_mismatch: [], copy: complete}
 """
 
 from ansible.module_utils.basic import AnsibleModule
