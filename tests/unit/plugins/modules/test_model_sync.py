@@ -59,10 +59,10 @@ if os.environ.get("SHIM_NO_SSH_CONNECTION") != "1":
 # A destination whose disk is this small (bytes) while its receiver runs: a tmpfs over the directory, seen by the
 # receiver only (its own mount namespace).
 small = os.environ.get("SHIM_SMALL_DISK")
-if small and " receive " in cmd:
+if small and (" receive " in cmd or cmd.startswith("rsync --server")):
     where = hosts[host] + dest
     os.makedirs(where, exist_ok=True)
-    cmd = "mount -t tmpfs -o size=%%s tmpfs %%s && %%s" %% (small, where, cmd)
+    cmd = "mount -t tmpfs -o size=%%s tmpfs %%s && mkdir %%s/.sparkfleet-sync && %%s" %% (small, where, where, cmd)
     os.execvp("unshare", ["unshare", "-m", "sh", "-c", cmd])
 os.execvp("sh", ["sh", "-c", cmd])
 '''
@@ -777,3 +777,14 @@ def test_a_killed_transfer_leaves_the_copy_marked_incomplete(run_module, lab, tm
     from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import parse_copy_state
     state = parse_copy_state(open(marker).read())
     assert state["copy"] == "incomplete" and state["verified"] == "no", state
+
+
+def test_a_disk_that_fills_under_rsync_is_named_with_its_numbers_too(run_module, lab, monkeypatch):
+    if subprocess.call(["unshare", "-m", "true"], stderr=subprocess.DEVNULL) != 0:
+        pytest.skip("needs unshare -m (root) for a small filesystem")
+    monkeypatch.setenv("SHIM_SMALL_DISK", "256k")
+    res = run_module(model_sync, lab.args(transport="ssh"))
+    assert res["failed"] is True, res
+    assert "10.99.1.12 ran out of space under %s during the sync" % DEST in res["msg"], res["msg"]
+    assert "still to write there" in res["msg"] and "No space left on device" not in res["msg"]
+    assert "Free at least" in res["hint"]
