@@ -319,7 +319,7 @@ def cpu_cost(dst="spark-2", streams=4):
 def arrived(host):
     """Bytes of the model's files under their final names on host (staging and marker aside)."""
     return int(hexec(host, "find %s -path %s/.sparkfleet-sync -prune -o -type f ! -name .sparkfleet-model "
-                           "-printf '%%s\\n' 2>/dev/null | awk '{s+=$1} END {print s+0}'" % (DST, DST)).split()[0])
+                           "-printf '%%s\\n' 2>/dev/null | awk '{s+=$1} END {printf \"%%.0f\\n\", s}'" % (DST, DST)).split()[0])
 
 
 def clean(hosts):

@@ -683,10 +683,10 @@ def rsync_argv(rsync_bin, rsh, src_dir, target, checksum=False, bwlimit=0, dry_r
     refused every link out of the model first); a relay from a worker passes False and follows no symlink at all.
     ignore_times sends every listed file even when size and mtime match (a content mismatch found by hash).
     """
-    argv = [rsync_bin, "--recursive"] + (["--copy-links"] if copy_links else []) + ["--perms", "--times", "--whole-file",
-            "--mkpath", "--out-format=" + OUT_FORMAT, "--exclude=/%s/" % TEMP_DIR_NAME,
-            "--exclude=/%s" % MARKER_NAME,
-            "--rsh=" + " ".join(shlex.quote(a) for a in rsh)]
+    argv = [rsync_bin, "--recursive"] + (["--copy-links"] if copy_links else [])
+    argv += ["--perms", "--times", "--whole-file", "--mkpath", "--out-format=" + OUT_FORMAT,
+             "--exclude=/%s/" % TEMP_DIR_NAME, "--exclude=/%s" % MARKER_NAME,
+             "--rsh=" + " ".join(shlex.quote(a) for a in rsh)]
     if not dry_run:
         argv.append("--temp-dir=" + TEMP_DIR_NAME)
     if compress:
