@@ -25,9 +25,10 @@ FAST_SCRIPT is a self-contained Python 3 program (standard library only). model_
     timeout.
   - ``send ROOT`` on the source (locally) or on a destination that already holds the model (through ssh, a fixed
     command with ROOT = DEST). It reads one JSON request line on stdin: host, port, key, ``hash`` and the streams
-    (lists of [name, offset, size]); each stream is one TCP connection sending its files with sendfile(2) (zero
-    copy from the page cache) while a thread of its own hashes the same files (or takes the hash from the cache
-    under ~/.cache/sparkfleet when size, mtime, inode and ctime are unchanged), so hashing overlaps the sending.
+    (lists of [name, offset, size]); each stream is one TCP connection. A file whose hash is asked and not in the cache
+    under ~/.cache/sparkfleet (size, mtime, inode and ctime unchanged) is read once, from the disk into the stream's
+    buffer (O_DIRECT where the filesystem allows: no second copy in the page cache), hashed and sent from that buffer;
+    any other file goes with sendfile(2) (no copy through the process).
     Prints one JSON result line with the digests it sent; the new ones go into that cache.
 Nothing here is a shell: names are checked to be plain relative paths inside the directory.
 """
@@ -584,14 +585,6 @@ def receive(dest):
     emit(out)
 
 
-class Digest(object):
-    # One file's hash, computed by a stream's hasher thread while the stream sends the file.
-
-    def __init__(self):
-        self.ready = threading.Event()
-        self.value = self.error = None
-
-
 def send(root):
     req = read_request()
     real = os.path.realpath(root)
@@ -626,37 +619,6 @@ def send(root):
             raise ValueError("%s is a symlink out of %s: not sent" % (name, root))
         return path
 
-    def hasher(items, digests):
-        for (name, _off, _size), dg in zip(items, digests):
-            try:
-                with open(path_of(name), "rb", buffering=0) as fh:
-                    before = os.fstat(fh.fileno())
-                    hit = cached.get(name)
-                    if isinstance(hit, list) and len(hit) == 2 and hit[0] == stat_key(before):
-                        dg.value = hit[1]
-                        continue
-                    # Hashed straight from the page cache (mapped, not copied): the pages sendfile(2) reads too.
-                    h = hashlib.new(ALGO)
-                    pos = 0
-                    if before.st_size:
-                        with mmap.mmap(fh.fileno(), before.st_size, prot=mmap.PROT_READ) as mm:
-                            view = memoryview(mm)
-                            try:
-                                while pos < before.st_size:
-                                    h.update(view[pos:pos + (8 << 20)])
-                                    pos = min(before.st_size, pos + (8 << 20))
-                            finally:
-                                view.release()
-                    after = os.fstat(fh.fileno())
-                    dg.value = h.hexdigest()
-                    if stat_key(after) == stat_key(before) and pos == after.st_size:
-                        with lock:
-                            fresh[name] = [stat_key(after), dg.value]
-            except Exception as exc:
-                dg.error = "%s: %s" % (name, exc)
-            finally:
-                dg.ready.set()
-
     def stream(items):
         try:
             sock = socket.create_connection((host, port), timeout=timeout)
@@ -665,7 +627,6 @@ def send(root):
                 out["errors"].append("connect %s:%d: %s" % (host, port, exc))
                 out["connect_failed"] = True
             return
-        digests = [Digest() for _i in items]
         try:
             nonce = recv_exact(sock, 32)
             sock.sendall(answer(key, nonce))
@@ -679,38 +640,75 @@ def send(root):
             # timeout makes it fail (SO_SNDTIMEO), like the receiver's watchdog on its side.
             sock.settimeout(None)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", timeout, 0))
-            if want_hash:
-                threading.Thread(target=hasher, args=(items, digests), daemon=True).start()
+            view = memoryview(mmap.mmap(-1, BUF))  # page-aligned, as O_DIRECT wants
             start = time.time()
             sent = 0
-            for (name, off, size), dg in zip(items, digests):
+
+            def pace(n):
+                with lock:
+                    out["bytes"] += n
+                if rate:
+                    ahead = sent / float(rate) - (time.time() - start)
+                    if ahead > 0:
+                        time.sleep(ahead)
+
+            for name, off, size in items:
                 off, size = int(off), int(size)
-                with open(path_of(name), "rb") as fh:
-                    have = os.fstat(fh.fileno()).st_size
-                    if have != size:
+                path = path_of(name)
+                with open(path, "rb", buffering=0) as fh:
+                    before = os.fstat(fh.fileno())
+                    if before.st_size != size:
                         raise ValueError("%s is %d bytes, the manifest says %d (changed during the sync?)"
-                                         % (name, have, size))
+                                         % (name, before.st_size, size))
+                    value = None
+                    hit = cached.get(name) if want_hash else None
+                    if isinstance(hit, list) and len(hit) == 2 and hit[0] == stat_key(before):
+                        value = hit[1]
                     send_msg(sock, {"name": name, "offset": off, "length": size - off})
-                    pos = off
-                    while pos < size:
-                        step = size - pos if not rate else min(size - pos, max(1 << 16, rate // 10))
-                        n = os.sendfile(sock.fileno(), fh.fileno(), pos, step)
-                        if not n:
-                            raise EOFError("%s: short send" % name)
-                        pos += n
-                        sent += n
-                        with lock:
-                            out["bytes"] += n
-                        if rate:
-                            ahead = sent / float(rate) - (time.time() - start)
-                            if ahead > 0:
-                                time.sleep(ahead)
-                value = None
+                    if want_hash and value is None:
+                        # Each byte read once, from the disk into this buffer (O_DIRECT where the filesystem allows:
+                        # no page cache on the head either), hashed, then sent from the same buffer.
+                        h = hashlib.new(ALGO)
+                        rfd = None
+                        if hasattr(os, "O_DIRECT"):
+                            try:
+                                rfd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+                            except OSError:
+                                rfd = None
+                        try:
+                            pos = 0
+                            while pos < size:
+                                fd = rfd if rfd is not None and pos % ALIGN == 0 else fh.fileno()
+                                n = min(os.preadv(fd, [view], pos), size - pos)
+                                if n <= 0:
+                                    raise EOFError("%s: short read at %d of %d bytes" % (name, pos, size))
+                                h.update(view[:n])
+                                lo = max(0, off - pos)
+                                if lo < n:
+                                    sock.sendall(view[lo:n])
+                                    sent += n - lo
+                                    pace(n - lo)
+                                pos += n
+                        finally:
+                            if rfd is not None:
+                                os.close(rfd)
+                        value = h.hexdigest()
+                        after = os.fstat(fh.fileno())
+                        if stat_key(after) == stat_key(before):
+                            with lock:
+                                fresh[name] = [stat_key(after), value]
+                    else:
+                        # Nothing to hash (cached, or not asked): sendfile(2), no copy through this process.
+                        pos = off
+                        while pos < size:
+                            step = size - pos if not rate else min(size - pos, max(1 << 16, rate // 10))
+                            n = os.sendfile(sock.fileno(), fh.fileno(), pos, step)
+                            if not n:
+                                raise EOFError("%s: short send" % name)
+                            pos += n
+                            sent += n
+                            pace(n)
                 if want_hash:
-                    dg.ready.wait()
-                    if dg.error:
-                        raise OSError(dg.error)
-                    value = dg.value
                     with lock:
                         out["digests"][name] = value
                 send_msg(sock, {"digest": value, "mac": file_mac(key, name, size, value)})
