@@ -31,8 +31,9 @@ description:
     ssh drops, or after O(timeout) seconds without data. The sender reads each file once (C(O_DIRECT) where
     allowed), hashes it (SHA-256, with O(verify_content=true)) and sends it from the same buffer (C(sendfile(2)) when
     its hash is cached); after its bytes comes a trailer with that hash and an HMAC over name, size and hash. Each
-    file lands in C(DEST/.sparkfleet-sync) (written with C(O_DIRECT) where the filesystem allows), hashed as it arrives, and gets its name only once size and hash check out; otherwise it is
-    deleted. The checked hashes go into both ends' caches. A disk that fills is reported with the bytes still needed
+    file lands in C(DEST/.sparkfleet-sync) (written with C(O_DIRECT) where the filesystem allows), hashed as it
+    arrives, and gets its name only once size and hash check out; otherwise it is deleted. The checked hashes go into
+    both ends' caches. A disk that fills is reported with the bytes still needed
     and free (no fallback into the same disk). With C(ssh) (the fallback when the receiver cannot start or no stream
     connects) the bytes go through rsync over ssh, C(--whole-file), no compression.
   - Resumable, one run at a time. A killed run never leaves a partial file under its final name; a partial file of
