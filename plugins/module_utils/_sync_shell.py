@@ -58,7 +58,7 @@ def ssh_host_problem(host, what="destination"):
         return "the %s is empty" % what
     if host.startswith("-"):
         return "the %s %r starts with '-': ssh would read it as an option" % (what, host)
-    if _IPV6.match(host) or _HOSTNAME.match(host):
+    if _IPV6.fullmatch(host) or _HOSTNAME.fullmatch(host):
         return None
     return "the %s %r is not a host name or an IP address (letters, digits, '.', '-', ':' only)" % (what, host)
 
@@ -67,7 +67,7 @@ def ssh_user_problem(user, what="ssh_user"):
     """Why ``user`` cannot be an ssh login name, or None (None and '' mean the ssh client's default)."""
     if user is None or user == "":
         return None
-    if not isinstance(user, str) or user.startswith("-") or not _USER.match(user):
+    if not isinstance(user, str) or user.startswith("-") or not _USER.fullmatch(user):
         return ("%s %r is not a user name (letters, digits, '_', '.', '-'; not starting with '-')" % (what, user))
     return None
 
@@ -117,7 +117,7 @@ def _check_rsh(value):
             if key not in _SSH_OPTION_KEYS:
                 return "ssh option %s is not allowed" % key
             i += 2
-        elif opt == "-c" and i + 1 < len(argv) and _CIPHERS.match(argv[i + 1]):
+        elif opt == "-c" and i + 1 < len(argv) and _CIPHERS.fullmatch(argv[i + 1]):
             i += 2
         else:
             return "ssh argument %r is not allowed" % opt
@@ -130,7 +130,7 @@ def _check_server(argv, dest):
         return "refuse", "the sync key only receives (no --sender)"
     if len(argv) < 5 or argv[1] != "--server" or argv[-2] != ".":
         return "refuse", "unexpected rsync --server arguments"
-    m = _SERVER_CLUSTER.match(argv[2])
+    m = _SERVER_CLUSTER.fullmatch(argv[2])
     if not m:
         return "refuse", "rsync option %s is not allowed" % argv[2]
     letters, caps = m.groups()
@@ -143,7 +143,7 @@ def _check_server(argv, dest):
         opt = opts[i]
         if opt == "--temp-dir" and i + 1 < len(opts) and opts[i + 1] == TEMP_DIR_NAME:
             name, i = opt, i + 2
-        elif _SERVER_OPTS.match(opt):
+        elif _SERVER_OPTS.fullmatch(opt):
             name, i = opt.split("=", 1)[0], i + 1
         else:
             return "refuse", "rsync option %s is not allowed" % opt
@@ -165,7 +165,7 @@ def _check_relay(argv, dest):
             if why:
                 return "refuse", why
             name = "--rsh"
-        elif _CLIENT_OPTS.match(opt):
+        elif _CLIENT_OPTS.fullmatch(opt):
             name = opt.split("=", 1)[0] if not opt.startswith("--exclude=") else opt
         else:
             return "refuse", "rsync option %s is not allowed in a relay" % opt
@@ -177,7 +177,7 @@ def _check_relay(argv, dest):
     host, sep, path = positional[1].rpartition(":")
     if host.startswith("[") and not sep:
         host = ""
-    if not sep or not _HOST.match(host) or not _is_dest(path, dest.rstrip("/") + "/"):
+    if not sep or not _HOST.fullmatch(host) or not _is_dest(path, dest.rstrip("/") + "/"):
         return "refuse", "a relay may only send to another node's %s/" % dest.rstrip("/")
     return "exec", argv
 

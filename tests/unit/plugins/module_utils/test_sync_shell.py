@@ -79,6 +79,12 @@ REFUSED = [
      "--copy-unsafe-links is not allowed"),
     (RELAY.format(src=DEST + "/", dst=DEST + "/").replace("spark@10.99.1.13", "-oProxyCommand=x"),
      "-oProxyCommand=x:/models/Qwen3.5-122B-A10B-FP8/ is not allowed"),
+    # A newline at the end of a quoted argument matches no pattern ('$' alone would let it through).
+    ("rsync --server '-Wtpre.iLsfxCIvu\n' --mkpath . " + DEST + "/", "is not allowed"),
+    ("rsync --server -Wtpre.iLsfxCIvu '--timeout=60\n' --mkpath . " + DEST + "/", "is not allowed"),
+    (RELAY.format(src=DEST + "/", dst=DEST + "/").replace("spark@10.99.1.13:" + DEST + "/",
+                                                          "'spark@10.99.1.13\n:" + DEST + "/'"),
+     "another node's " + DEST),
 ]
 
 
@@ -128,3 +134,13 @@ def test_the_state_command_never_writes_through_a_planted_symlink(tmp_path):
     assert victim.read_text() == "keep"
     assert not os.path.islink(str(dest / ".sparkfleet-model"))
     assert (dest / ".sparkfleet-model").read_text() == "copy=incomplete\n"
+
+
+@pytest.mark.parametrize("host", ["10.99.1.12\n", "spark-2\n", "fe80::1\n"])
+def test_a_host_with_a_trailing_newline_is_refused(host):
+    assert "not a host name" in _sync_shell.ssh_host_problem(host)
+
+
+@pytest.mark.parametrize("user", ["spark\n", "0\n"])
+def test_a_user_with_a_trailing_newline_is_refused(user):
+    assert "ssh_user" in _sync_shell.ssh_user_problem(user)
