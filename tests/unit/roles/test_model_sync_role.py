@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shlex
@@ -18,10 +17,12 @@ TASKS = REPO / "roles" / "model_sync" / "tasks" / "main.yml"
 
 
 def _authorized_line():
+    """The authorized_keys line the role writes on a worker (an entry of its one config_files run)."""
     for task in yaml.safe_load(TASKS.read_text()):
-        if task.get("name", "").startswith("Authorize the head's sync key"):
-            return task["ansible.builtin.lineinfile"]["line"]
-    raise AssertionError("no authorize task in %s" % TASKS)
+        for entry in (task.get("sparkfleet.vllm.config_files") or {}).get("files", []):
+            if entry.get("state") == "line" and entry["path"].endswith("/.ssh/authorized_keys"):
+                return entry["line"]
+    raise AssertionError("no authorized_keys line in %s" % TASKS)
 
 
 def _sshd_command(line):
@@ -46,7 +47,7 @@ def test_a_quote_in_the_model_dir_never_breaks_the_keys_forced_command(tmp_path,
         "vars": {"sparkfleet_fabric_subnet": "10.99.1.0/24", "model_sync_forced_command": "/usr/local/lib/s.py",
                  "model_sync_dest": dest, "model_sync_allowed_commands": "/usr/local/lib/a.json",
                  "sparkfleet_head_host": "localhost"},
-        "tasks": [{"ansible.builtin.set_fact": {"_model_sync_pub": {"content": base64.b64encode(pub.encode()).decode()}}},
+        "tasks": [{"ansible.builtin.set_fact": {"_model_sync_pub_key": pub}},
                   {"ansible.builtin.copy": {"content": _authorized_line(), "dest": str(tmp_path / "line")}}],
     }]))
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
