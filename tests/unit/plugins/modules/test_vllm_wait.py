@@ -6,6 +6,7 @@ import atexit
 import gzip
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -16,6 +17,7 @@ import pytest
 
 from ansible.module_utils import basic
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _vllm_wait
 from ansible_collections.sparkfleet.vllm.plugins.modules import vllm_wait
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "vllm_wait")
@@ -168,16 +170,35 @@ def test_placement_wait_lines_do_not_count_as_progress(run_module, tmp_path):
 # ---- journal and docker, with the commands' real output shapes ----
 
 class FakeCommands(object):
-    """Stands in for run_command: answers journalctl / systemctl / docker like the real tools."""
+    """Stands in for run_command: answers journalctl / systemctl / docker like the real tools.
+
+    The wrappers the module puts around a read are applied as the real ones would: coreutils' ``timeout`` (taken
+    off, its seconds kept in ``limits``) and ``bash -c '"$@" [2>&1] | tail -c N'`` (the tool's output merged and
+    cut to its last N bytes). ``calls`` holds the tools' own argv."""
 
     def __init__(self, responses):
         self.responses = responses
         self.calls = []
+        self.limits = []
 
     def __call__(self, module_self, args, **kwargs):
+        args = list(args)
+        if os.path.basename(args[0]) == "timeout":
+            at = 3 if args[1] == "-k" else 1
+            self.limits.append(float(args[at]))
+            args = args[at + 1:]
+        script = None
+        if os.path.basename(args[0]) == "bash" and args[1] == "-c":
+            script, args = args[2], args[4:]
         self.calls.append(list(args))
-        tool = os.path.basename(args[0])
-        return self.responses[tool](args)
+        rc, out, err = self.responses[os.path.basename(args[0])](args)
+        if script is not None:
+            m = re.search(r"tail -c (\d+)", script)
+            if "2>&1" in script:
+                out, err = out + err, ""
+            raw = out.encode("utf-8", "surrogateescape")[-int(m.group(1)):]
+            out = raw.decode("utf-8", "surrogateescape")
+        return rc, out, err
 
 
 @pytest.fixture
@@ -207,7 +228,8 @@ def test_unit_journal_progress_and_cursor(run_module, fake_bins):
     res = run_module(vllm_wait, {"unit": "vllm-serve.service", "since": "2026-11-29 10:00:00", "timeout": 0})
     assert res["phase"] == "loading_weights"
     assert res["cursor"] == "s=3e1c;i=8f2;b=1a;m=2d;t=5f;x=77"
-    assert ["--since", "2026-11-29 10:00:00"] == fake.calls[0][-2:]
+    # the node's local time, passed on as epoch seconds (docker and journalctl spell times differently)
+    assert ["--since", "@%d" % time.mktime((2026, 11, 29, 10, 0, 0, 0, 0, -1))] == fake.calls[0][-2:]
     res = run_module(vllm_wait, {"unit": "vllm-serve.service", "cursor": res["cursor"], "timeout": 0})
     assert fake.calls[-2][-2:] == ["--after-cursor", "s=3e1c;i=8f2;b=1a;m=2d;t=5f;x=77"]
 
@@ -215,7 +237,7 @@ def test_unit_journal_progress_and_cursor(run_module, fake_bins):
 def _journal(body, last_unix):
     """journalctl: the log with -o cat, the last entry's time with -n 1 -o short-unix."""
     def answer(args):
-        if "-n" in args:
+        if "short-unix" in args:
             return 0, "%.6f spark-1 vllm[2211]: last line\n" % last_unix, ""
         return 0, body + "-- cursor: s=1\n", ""
     return answer
@@ -551,12 +573,12 @@ def test_timeout_bounds_a_long_parse(run_module, tmp_path, monkeypatch):
     log = tmp_path / "serve.log"
     unit = _text("progress_v1_midload.log")
     log.write_text(unit * (4 * 1024 * 1024 // len(unit)))
-    real_feed = vllm_wait.VllmLogParser.feed
+    real_feed = _vllm_wait.VllmLogParser.feed
 
     def slow_feed(self, text):
         time.sleep(0.2)
         return real_feed(self, text)
-    monkeypatch.setattr(vllm_wait.VllmLogParser, "feed", slow_feed)
+    monkeypatch.setattr(_vllm_wait.VllmLogParser, "feed", slow_feed)
     res = run_module(vllm_wait, {"log_file": str(log), "timeout": 1, "poll_interval": 0.2, "stall_timeout": 0})
     assert res["timed_out"] is True
     assert res["bytes_read"] < os.path.getsize(str(log))
@@ -672,14 +694,16 @@ def test_a_long_journal_is_parsed_from_its_tail(run_module, fake_bins):
     })
     res = run_module(vllm_wait, {"unit": "vllm-serve.service", "timeout": 0, "max_bytes": 1048576})
     assert res["failure"]["class"] == "cuda_oom"
-    assert res["skipped_chars"] >= len(body) - 1048576
+    # journalctl's output is cut to the last max_bytes before the module holds it: the rest never arrives
+    assert res["lines"] * 100 < 1048576 < len(body)
+    assert res["skipped_chars"] > 0  # the line the byte cut split
 
 
 @pytest.mark.parametrize("args, why", [
     ({"url": "ftp://x"}, "url must be http://HOST[:PORT]"),
     ({"url": "10.0.0.1:30000"}, "url must be"),
-    ({"url": "http://10.0.0.1:30000", "timeout": -1}, "timeout must be 0 or more"),
-    ({"url": "http://10.0.0.1:30000", "stall_timeout": -5}, "stall_timeout must be 0 or more"),
+    ({"url": "http://10.0.0.1:30000", "timeout": -1}, "timeout must be 0 to 604800 seconds"),
+    ({"url": "http://10.0.0.1:30000", "stall_timeout": -5}, "stall_timeout must be 0 to 604800 seconds"),
 ])
 def test_bad_arguments_are_refused_before_anything_is_read(run_module, args, why):
     res = run_module(vllm_wait, args)
