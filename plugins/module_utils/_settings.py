@@ -30,6 +30,7 @@ SETTINGS = {
     "fabric_mtu": "9000",
     "gpu_cleanup": "a GPU cleanup",
     "gpu_memory_utilization": "--gpu-memory-utilization",
+    "gpus_per_node": "ray start --num-gpus on each node",
     "image": "the server's image",
     "images": "the server's and every Ray node's image",
     "max_model_len": "--max-model-len",

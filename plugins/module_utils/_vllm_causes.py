@@ -126,6 +126,52 @@ CAUSES = [
             "Ray could not place the workers. Check `ray status` shows every node and GPU, and that VLLM_HOST_IP "
             "equals each node's Ray IP ({ray_node_ip}); {tensor_parallel_size} x {pipeline_parallel_size} must equal "
             "the cluster's GPUs, and no stale engine may hold a GPU.")),
+    # NCCL's bootstrap and collectives, named before the generic rendezvous and NCCL classes: when one rank fails
+    # there, the others report a broken store or a generic NCCL error, and the specific cause must win.
+    Cause(
+        "nccl_duplicate_gpu", 56,
+        strong=re.compile(r"Duplicate GPU detected"),
+        weak=None,
+        hint=(
+            "Two ranks of the engine landed on one GPU, which NCCL refuses. Each node must give Ray exactly its own "
+            "GPUs ({gpus_per_node}), {tensor_parallel_size} x {pipeline_parallel_size} must equal the cluster's GPUs, "
+            "and no stale engine or second Ray node may run on a node ({gpu_cleanup})."),
+        doc="two ranks on one GPU"),
+    Cause(
+        "nccl_no_interface", 57,
+        strong=re.compile(r"no socket interface found|NET/Socket : no interface found|"
+                          r"NCCL_SOCKET_IFNAME.{0,200}?(?:no|not) (?:usable |matching )?interface"),
+        weak=None,
+        hint=(
+            "NCCL found no network interface it may use (NCCL_SOCKET_IFNAME names one the container does not have), "
+            "so its bootstrap cannot start. It must name the fabric interface ({fabric_interface}) as `ip -o link` "
+            "shows it inside the container (which runs with --network host), on every node."),
+        doc="NCCL_SOCKET_IFNAME names no interface"),
+    Cause(
+        "nccl_net_unavailable", 58,
+        strong=re.compile(r"Failed to initialize any NET plugin|[Nn]etwork (?:IB|IBext\w{0,20}|Socket) not found|"
+                          r"NCCL_IB_HCA.{0,200}?(?:no|not) (?:device|HCA)"),
+        weak=None,
+        hint=(
+            "NCCL was made to use a network it cannot open: RDMA forced (NCCL_NET=IB, or NCCL_IB_HCA naming devices "
+            "that are not there) without a usable RDMA device in the container. Give the container the devices "
+            "({container_rdma}) with NCCL_IB_HCA following {fabric_interface}'s devices, or allow the TCP path "
+            "({allow_tcp_fallback})."),
+        doc="RDMA forced without a usable device"),
+    Cause(
+        "collective_failed", 59,
+        strong=re.compile(
+            r"Watchdog caught collective operation timeout|watchdog thread terminated with exception|"
+            r"failure detected by watchdog|Some NCCL operations have failed or timed out|"
+            r"NCCL communicator was aborted|[Cc]ollective operation timeout|"
+            r"Cuda failure (?:\d{1,4} )?'|remote process exited or there was a network error"),
+        weak=None,
+        hint=(
+            "A collective (all-reduce) did not finish on every rank and torch's NCCL watchdog stopped the engine. "
+            "Usually one rank died or hangs (find the first error in every node's log: an OOM kill, a GPU fault "
+            "shown as a CUDA error), or the fabric drops large packets ({fabric_mtu} on every port and switch); "
+            "rerun with {nccl_debug} for NCCL's view."),
+        doc="a collective stopped by the NCCL watchdog or a GPU fault"),
     Cause(
         "rendezvous_failed", 60,
         strong=re.compile(

@@ -103,7 +103,7 @@ _API_ADDR_RE = re.compile(r"(?:Starting vLLM (?:API )?server(?: \d+)? on|Uvicorn
 _ENGINE_BROKEN_RE = re.compile(
     r"EngineDeadError|EngineCore encountered a fatal error|Engine core proc .{0,200}? died|RayTaskError|"
     r"RayActorError|ActorDiedError|failed to import on the worker|Version mismatch: The cluster|"
-    r"Can't get attribute '")
+    r"Can't get attribute '|" + CAUSE["collective_failed"].strong.pattern)
 _AFTER_READY_CAUSE_RE = re.compile(_ENGINE_BROKEN_RE.pattern + r"|ModuleNotFoundError|No module named|ImportError|"
                                    r"invalid device function|no kernel image|out of memory|OutOfMemoryError")
 _AFTER_READY_RE = re.compile(r"rrno|in use|vLLM API server version|non-default args|args: Namespace|"
@@ -125,6 +125,15 @@ _BENIGN_RE = re.compile(
 )
 
 _RAY_OOM_RE = CAUSE["ray_oom_killed"].strong
+# NCCL prints the specific reason for a failure as a WARN line (NCCL WARN Duplicate GPU detected ...), while the
+# exception that ends the startup may say only "NCCL error: invalid usage": such warnings are evidence for the
+# class, never a failure by themselves (a healthy start's INFO and WARN lines are never causes).
+_EVIDENCE_CLASSES = ("nccl_duplicate_gpu", "nccl_no_interface", "nccl_net_unavailable", "collective_failed")
+_WARNING_ONLY_EVIDENCE_RE = re.compile("|".join(CAUSE[c].strong.pattern for c in _EVIDENCE_CLASSES))
+# Lines of at most this many characters (no carriage return) are counted, not parsed: none can show a phase, a
+# cause or progress ("Killed", the shortest that matters, has 6), and a log of millions of them (2-byte lines)
+# must cost no more than a log of a few.
+_SHORT_LINES_RE = re.compile(r"(?m)^[^\r\n]{0,5}\n")
 # Warnings that are weak evidence of a cause (vLLM logs tolerated problems at WARNING, but these explain
 # the error that follows them).
 _WARNING_EVIDENCE_RE = re.compile(
@@ -308,6 +317,12 @@ class VllmLogParser(object):
                 self._cut_unfinished()
             return
         body, rest = text.rsplit("\n", 1)
+        nl = body.find("\n")
+        if nl >= 0 and len(body) - nl > 4096:
+            # Count (not parse) the short lines after the first newline (the first may continue the buffer).
+            tail, dropped = _SHORT_LINES_RE.subn("", body[nl + 1:] + "\n")
+            self.lines_seen += dropped
+            body = body[:nl + 1] + tail[:-1] if tail else body[:nl]
         first = True
         for physical in body.split("\n"):
             if first:
@@ -543,6 +558,9 @@ class VllmLogParser(object):
         if line.level in ("INFO", "DEBUG", "WARNING") and not _SYSTEMD_EXIT_RE.search(text):
             # vLLM logs tolerated problems at WARNING; INFO never ends a startup. Ray's OOM notice
             # is the exception: it arrives as a WARNING from the raylet.
+            if line.level == "WARNING" and _WARNING_ONLY_EVIDENCE_RE.search(text):
+                self._evidence(line)
+                return
             if not (line.level == "WARNING" and _WARNING_EVIDENCE_RE.search(text)):
                 return
         if _BENIGN_RE.search(text):
@@ -594,6 +612,15 @@ class VllmLogParser(object):
                 "phase": self.phase, "seq": self._seq,
             })
 
+    def _evidence(self, line):
+        """A warning that names a cause without ending the startup: it classifies a failure other lines end."""
+        for cls in _EVIDENCE_CLASSES:
+            if CAUSE[cls].strong.search(line.text):
+                self._seq += 1
+                self.candidates.append({"cls": cls, "line": self._ev(line), "strong": False, "evidence": True,
+                                        "phase": self.phase, "seq": self._seq})
+                return
+
     def _ev(self, line):
         return line.raw.strip()[:500]
 
@@ -604,7 +631,7 @@ class VllmLogParser(object):
 
     # ----- output -----
     def _weak_candidates(self):
-        return [c for c in self.candidates if not c["strong"]]
+        return [c for c in self.candidates if not c["strong"] and not c.get("evidence")]
 
     @property
     def weak_cause_pending(self):
