@@ -114,6 +114,16 @@ CAUSES = [
             "units/containers), then adjust {gpu_memory_utilization} (lower it when free memory is short at startup, "
             "raise it when no KV cache blocks fit) or reduce {max_model_len}.")),
     Cause(
+        "ray_object_store_full", 27,
+        strong=re.compile(r"OutOfDiskError|ObjectStoreFullError|"
+                          r"object cannot be created because the local object store is full|Local disk is full"),
+        weak=None,
+        hint=(
+            "Ray's object store was full and it could not spill to disk: the disk of Ray's directory ({ray_tmp_dir}) "
+            "is (over 95%) full, or the container's /dev/shm is too small. Free space there or point it at a larger "
+            "disk, and give the containers a larger /dev/shm (docker --shm-size)."),
+        doc="Ray could neither store nor spill an object"),
+    Cause(
         "placement_group", 70,
         strong=re.compile(
             r"Cannot provide a placement group|No available node types can fulfill resource request|"
@@ -200,6 +210,26 @@ CAUSES = [
             "NCCL failed to initialise or communicate. Check NCCL_SOCKET_IFNAME / NCCL_IB_HCA follow "
             "{fabric_interface} on each node, MTU {fabric_mtu} on both ends, and /dev/shm size in the container; "
             "rerun with {nccl_debug} for detail.")),
+    # Ray refusing the caller's token, checked before ray_unreachable: the driver then also "fails to connect".
+    Cause(
+        "ray_auth_failed", 52,
+        strong=re.compile(r"InvalidAuthToken|Authentication token is missing or incorrect|"
+                          r"ray\.exceptions\.AuthenticationError"),
+        weak=None,
+        hint=(
+            "Ray refused the token: the cluster runs with token authentication and this process's RAY_AUTH_TOKEN is "
+            "missing or differs from the head's. Use one token on every node and in the server ({ray_auth_token}), "
+            "then restart the Ray cluster ({ray_cluster}) and the server."),
+        doc="the Ray token is missing or wrong"),
+    Cause(
+        "raylet_died", 54,
+        strong=re.compile(r"Raylet is terminated|[Rr]aylet (?:process )?(?:has )?(?:died|exited unexpectedly)"),
+        weak=None,
+        hint=(
+            "A node's Ray (its raylet) died while the engine ran, and the ranks on that node with it. Find why on that "
+            "node (the Ray unit's journal, the kernel log for the OOM killer: lower {gpu_memory_utilization} if memory "
+            "ran out), then restart the Ray cluster ({ray_cluster}) and the server."),
+        doc="the Ray of a node died under the engine"),
     Cause(
         "ray_unreachable", 55,
         strong=re.compile(
@@ -207,7 +237,7 @@ CAUSES = [
             r"Failed to connect to GCS within|"
             r"Failed to get the system config from raylet|RaySystemError|"
             r"GCS (?:server )?(?:is not|could not be) (?:reachable|reached)|"
-            r"Failed to connect to the Ray cluster|Raylet is terminated|Failed to register worker.{0,400}? to Raylet|"
+            r"Failed to connect to the Ray cluster|Failed to register worker.{0,400}? to Raylet|"
             r"ray\.init\(\) .{0,400}?failed|Can't find a `node_ip_address\.json`|"
             r"ray client connection timeout"),
         weak=re.compile(r"Unable to connect to GCS|Failed to connect to GCS"),

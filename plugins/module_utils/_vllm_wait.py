@@ -371,6 +371,8 @@ class JournalSource(object):
         return (not gone), ev
 
     def last_write(self):
+        if self.error:
+            return None  # the journal did not answer the read: do not wait on it twice in one poll
         cmd = [self.journalctl, "-u", self.unit, "-n", "1", "-o", "short-unix", "--no-pager", "-q"]
         res = self.runner.run(cmd, timeout=int(self.limit()), kill_after=2)
         try:
