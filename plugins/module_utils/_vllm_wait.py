@@ -67,7 +67,9 @@ MAX_OFFSET = 2 ** 62
 _UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]{1,255}$")
 _CONTAINER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
 _CURSOR_RE = re.compile(r"^[\x21-\x7e]{1,512}$")
-_SINCE_ABS_RE = re.compile(r"^(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d(?::\d\d)?)$")
+# "2026-11-29 10:55[:00]", or systemd's "Sun 2026-11-29 10:55:00 UTC" (local time with the zone's abbreviation)
+_SINCE_ABS_RE = re.compile(
+    r"^(?:[A-Z][a-z]{2} )?(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d(?::\d\d)?)(?: ([A-Za-z0-9+-]{1,8}))?$")
 _SINCE_REL_RE = re.compile(r"^-?(\d{1,7})([smhd])$")
 _SINCE_EPOCH_RE = re.compile(r"^@?(\d{1,12})(?:\.\d{1,9})?$")
 _DOCKER_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?\S*)\s")
@@ -77,8 +79,9 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # ----- options -----
 
 def since_epoch(text, now=None):
-    """``since`` as epoch seconds: "2026-11-29 10:55[:00]" (the node's local time), "@1764413700" or
-    "1764413700", or "10m" / "-10m" (ago; s, m, h, d). None when it is none of these."""
+    """``since`` as epoch seconds: "2026-11-29 10:55[:00]" (the node's local time), systemd's "Sun 2026-11-29
+    10:55:00 UTC", "@1764413700" or "1764413700", or "10m" / "-10m" (ago; s, m, h, d). None when it is none of
+    these."""
     text = (text or "").strip()
     now = time.time() if now is None else now
     m = _SINCE_EPOCH_RE.match(text)
@@ -91,7 +94,8 @@ def since_epoch(text, now=None):
     if m:
         hms = m.group(2) if m.group(2).count(":") == 2 else m.group(2) + ":00"
         try:
-            return int(time.mktime(time.strptime("%s %s" % (m.group(1), hms), "%Y-%m-%d %H:%M:%S")))
+            parsed = time.strptime("%s %s" % (m.group(1), hms), "%Y-%m-%d %H:%M:%S")
+            return int(calendar.timegm(parsed) if m.group(3) in ("UTC", "GMT") else time.mktime(parsed))
         except (ValueError, OverflowError):
             return None
     return None
