@@ -754,3 +754,106 @@ def test_api_hints_name_the_settings_as_the_caller_says(run_module, api):
 def test_bad_setting_names_are_refused(run_module, names, why):
     res = run_module(vllm_wait, {"log_file": fixture("ok_v1_010_ray.log"), "timeout": 0, "setting_names": names})
     assert res["failed"] is True and why in res["msg"], res
+
+
+# ---- issue 17 defect 8: journal and docker logs read from the end, bounded in memory and time ----
+
+@pytest.fixture
+def held_outputs(monkeypatch):
+    """The size of every command output the module held (what reached Python, after any tail -c)."""
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils import _command
+    sizes = []
+    real = _command.Runner.run
+
+    def run(self, argv, *args, **kwargs):
+        res = real(self, argv, *args, **kwargs)
+        sizes.append(len(res.stdout) + len(res.stderr))
+        return res
+    monkeypatch.setattr(_command.Runner, "run", run)
+    return sizes
+
+
+def test_a_huge_journal_never_reaches_the_module_whole(run_module, fake_bins, held_outputs):
+    # 24 MB of serving log before the failure: journalctl is asked for its newest entries only (-n), and its output
+    # is cut to max_bytes before the module holds it.
+    noise = "(APIServer pid=1) INFO 08-20 10:20:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0\n" * 250000
+    body = noise + _text("fail_cuda_oom_v1_profiling.log")
+    fake = fake_bins({
+        "journalctl": _journal(body, time.time()),
+        "systemctl": lambda a: (0, "ActiveState=failed\nSubState=failed\nResult=exit-code\nExecMainStatus=1\n", ""),
+    })
+    res = run_module(vllm_wait, {"unit": "vllm-serve.service", "timeout": 0, "max_bytes": 1048576})
+    assert res["failure"]["class"] == "cuda_oom"
+    read = [c for c in fake.calls if c[0].endswith("journalctl") and "cat" in c]
+    assert "-n" in read[0]
+    assert max(held_outputs) <= 1048576 + 1
+
+
+def test_a_huge_container_log_never_reaches_the_module_whole(run_module, fake_bins, held_outputs):
+    out, err = _docker_split("fail_cuda_oom_v1_profiling.log")
+    filler = "".join("2026-11-29T09:00:%02d.%09dZ (APIServer pid=1) INFO 08-20 10:20:00 [loggers.py:123] Avg prompt "
+                     "throughput: 0.0\n" % (i % 60, i) for i in range(200000))
+    fake = fake_bins({"docker": lambda a: (0, filler + out, err) if a[1] == "logs" else (0, "exited 1 false\n", "")})
+    res = run_module(vllm_wait, {"container": "vllm", "timeout": 0, "max_bytes": 1048576})
+    assert res["failure"]["class"] == "cuda_oom"
+    logs = [c for c in fake.calls if c[1] == "logs"]
+    assert "--tail" in logs[0]
+    assert max(held_outputs) <= 1048576 + 1
+
+
+def _tool(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_journal_that_does_not_answer_cannot_hold_the_call_past_its_timeout(run_module, tmp_path, monkeypatch):
+    # A journalctl that hangs (a huge or broken journal): the read is killed when the call's time is up.
+    tools = {"journalctl": _tool(tmp_path, "journalctl", "exec sleep 120"),
+             "systemctl": _tool(tmp_path, "systemctl", "echo ActiveState=active; echo SubState=running")}
+    real = basic.AnsibleModule.get_bin_path
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
+                        lambda self, name, required=False, opt_dirs=None: tools.get(name) or real(self, name, required))
+    t0 = time.monotonic()
+    res = run_module(vllm_wait, {"unit": "vllm-serve.service", "timeout": 2, "poll_interval": 1})
+    assert time.monotonic() - t0 < 30  # it waited 120 s for journalctl before
+    assert res["timed_out"] is True and "did not answer" in res["read_error"]
+
+
+def test_the_role_passes_since_to_every_wait():
+    import yaml
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
+    tasks = yaml.safe_load(open(os.path.join(root, "roles", "vllm_serve", "tasks", "wait.yml")))
+    waits = [t for blk in tasks for t in blk.get("block", [blk]) if "sparkfleet.vllm.vllm_wait" in t]
+    assert waits and all("since" in t["sparkfleet.vllm.vllm_wait"] for t in waits)
+
+
+# ---- issue 17 defect 9: replaced logs, non-finite numbers, bad ports and keys, millions of short lines ----
+
+def test_a_log_replaced_by_a_longer_file_while_waiting_is_read_from_its_start(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    log.write_text(_text("progress_v1_midload.log")[:4000])
+    failing = _text("fail_cuda_oom_v1_profiling.log")
+    assert len(failing) > 4000 and "CUDA out of memory" in failing[:4000] + failing[4000:]
+
+    def replace():
+        time.sleep(0.6)
+        new = tmp_path / "new.log"
+        new.write_text(failing + "(APIServer pid=1) INFO 08-20 10:30:00 [x.py:1] still writing\n" * 20)
+        os.rename(str(new), str(log))
+    threading.Thread(target=replace, daemon=True).start()
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 8, "poll_interval": 0.2, "stall_timeout": 0})
+    assert res["failure"]["class"] == "cuda_oom", res.get("summary")
+    assert res["replaced"] == 1
+
+
+def test_millions_of_two_byte_lines_are_bounded_by_lines_not_read_whole(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    with open(str(log), "w") as fh:
+        fh.write("a\n" * (4 * 1024 * 1024))  # 8 MiB of 2-byte lines
+        fh.write(_text("fail_cuda_oom_v1_profiling.log"))
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 0})
+    assert res["failure"]["class"] == "cuda_oom"
+    assert res["lines"] <= _vllm_wait.MAX_LINES + 1000  # not the 4 million lines of the file
+    assert res["skipped_bytes"] > 7 * 1024 * 1024
