@@ -11,89 +11,71 @@ module: vllm_wait
 short_description: Follow a vLLM startup to ready, reporting phase, shard progress and the cause of a failure
 version_added: 0.1.0
 description:
-  - Reads a vLLM server's log (a file, a systemd unit's journal or a container's log) and tells where the
-    startup is - C(starting), C(engine_init), C(placement), C(loading_weights), C(profiling), C(cuda_graphs),
-    C(api_starting), C(ready) - or that it C(failed), with the failure's class, the log lines that show it and
-    a hint naming the settings to change (by the names in I(setting_names)).
-  - 'Understands vLLM 0.6 to 0.33 logs, V0 and V1 engines, Ray worker prefixes such as
-    "(RayWorkerWrapper pid=860, ip=192.168.200.13)" and "(RayWorkerProc ...) (Worker_DP0_TP1_EP1 ...)",
-    Ray''s "[repeated 2x across cluster]" suffixes, ANSI colour codes and tqdm bars redrawn with carriage returns.'
-  - Weight-loading progress is tracked per rank (keyed by the Ray C(ip pid) prefix); the slowest rank sets the
-    reported shard count, percentage, seconds per shard and ETA.
-  - 'Known benign warnings, for example "Tensor parallel size (2) exceeds available GPUs (1)" and
-    "tensor_parallel_size=2 is bigger than a reserved number of GPUs (1 GPUs) in a node", never count as failures.'
-  - When a specific cause and the generic C(Engine core initialization failed) both appear, the specific cause
-    wins. The module fails within one I(poll_interval) of a failing line appearing.
-  - "Ready means: with I(url), C(/v1/models) lists I(model) and a one-token completion succeeds; without I(url),
-    the log shows C(Application startup complete)."
-  - "Design for progress while waiting: a module cannot stream to the terminal, so call it in a loop with a short
-    I(timeout) (for example C(timeout: 10), C(until: result is failed or result.ready), C(retries)). Each call re-reads the log of
-    this startup from I(since_offset) (file), I(cursor) or I(since) (journal, container), so it always sees the whole
-    startup and returns C(phase), C(progress), C(ranks), C(phase_times) and a one-line C(summary). Record C(offset)
-    (or C(cursor)) from a call made B(before) restarting the server and pass it back so an older run in the same
-    log is not read."
+  - Reads a vLLM server's log (a file, a systemd unit's journal or a container's log) and tells where the startup
+    is - C(starting), C(engine_init), C(placement), C(loading_weights), C(profiling), C(cuda_graphs), C(api_starting),
+    C(ready) - or that it C(failed), with the class, the log lines that show it and a hint naming the settings to
+    change (as I(setting_names) says).
+  - 'Understands vLLM 0.6 to 0.33 (V0 and V1), Ray worker prefixes ("(RayWorkerWrapper pid=860, ip=192.168.200.13)"),
+    "[repeated 2x across cluster]", ANSI colours, tqdm redraws, NCCL_DEBUG lines (at NCCL''s own level: an INFO or
+    WARN line never ends a startup; a WARN line names the cause of a failure other lines end) and Ray''s own logs.'
+  - Shard progress is tracked per rank; the slowest rank sets the shard count, percentage, s/shard and ETA.
+  - A specific cause wins over C(Engine core initialization failed); the call fails within one I(poll_interval) of
+    a failing line.
+  - Ready means C(/v1/models) lists I(model) and a one-token completion answers (with I(url)), else the log's
+    C(Application startup complete).
+  - 'Logs are read from their end, bounded whatever their size: at most I(max_bytes) and 100000 lines a read
+    (C(journalctl -n), C(docker logs --tail), then C(tail -c)); every command and API call gets the time left of
+    I(timeout) (at least 5 s), so a slow journal cannot hold the call.'
+  - 'Call it in a loop of short calls (C(timeout: 10), C(until: result is failed or result.ready)) to show progress:
+    each call reads this startup from I(since_offset), I(cursor) or I(since).'
   - Read-only; it changes nothing and runs the same in check mode.
 options:
   log_file:
     description:
-      - Path of a file the vLLM server logs to (stdout and stderr). It must be a regular file.
-      - Mutually exclusive with I(unit) and I(container).
-      - A file that cannot be found is reported as failure class C(log_missing) at once with I(timeout=0),
-        else after three reads over at least two seconds (a server that has just been started may create
-        it a moment later). A file this user may not read fails at once.
+      - A regular file the server logs to. Mutually exclusive with I(unit) and I(container).
+      - 'Missing: class C(log_missing), at once with I(timeout=0), else after three reads over two seconds. A file
+        replaced under the same name (another inode, a smaller size, other bytes before the offset) is read again
+        from its start.'
     type: path
   unit:
     description:
-      - A systemd unit whose journal holds the log, read with C(journalctl -u UNIT -o cat).
-      - When the unit is no longer active (failed, inactive, restarting) and the log shows no known failure,
-        the failure class is C(engine_exited).
-      - May be given with I(container) (the unit that runs C(docker run --rm) in the foreground). Then the
-        container's log is followed, and once the container is gone the unit's journal of its latest run
-        (its systemd invocation, or since I(since)) is read instead, so a server that died within seconds is
-        still classified from its own log, not as C(engine_exited). While the unit is active and its
-        container is missing (image pull, restart), the module keeps waiting.
+      - A systemd unit whose journal holds the log (C(journalctl -u UNIT -o cat)). A unit no longer active with no
+        known failure in its log is C(engine_exited).
+      - With I(container) (a unit running C(docker run --rm)), the container's log is followed; once the container
+        is gone the unit's journal of its latest run is read, so a server that died at once is still classified.
     type: str
   container:
     description:
-      - A Docker container whose log holds the server's output, read with C(docker logs --timestamps).
-      - When the container has exited or is restarting and the log shows no known failure, the failure class is
-        C(engine_exited).
-      - Without I(unit), a container that does not exist is taken as exited (a C(--rm) container is removed when
-        it stops) once it stays missing for half of I(timeout), at most 15 seconds, or at once with I(timeout=0).
-      - Mutually exclusive with I(log_file).
+      - A Docker container whose log holds the output (C(docker logs --timestamps)). Exited or restarting with no
+        known failure is C(engine_exited); without I(unit), missing for half of I(timeout) (15 s at most) too.
     type: str
   since_offset:
     description:
-      - With I(log_file), the byte offset where this startup begins; lines before it are ignored.
-      - Take it from the C(offset) a previous call returned before the server was (re)started.
-      - If the file is now shorter than the offset (rotated or truncated), it is read from the start.
+      - With I(log_file), the byte offset where this startup begins (the C(offset) of a call made before the
+        restart). A shorter or replaced file is read from its start.
     type: int
     default: 0
   cursor:
     description:
-      - With I(unit), a journal cursor; only entries after it are read (C(journalctl --after-cursor)).
-      - Take it from the C(cursor) a previous call returned.
+      - With I(unit), read only entries after this journal cursor (the C(cursor) an earlier call returned).
     type: str
   since:
     description:
-      - With I(unit) or I(container), read only entries since this time (C(journalctl --since) /
-        C(docker logs --since) syntax, for example C(2026-11-29 10:55:00) or C(10m)).
-      - Ignored for I(unit) when I(cursor) is given.
+      - 'With I(unit) or I(container), read only entries since this time: C(2026-11-29 10:55:00) (local time),
+        systemd''s C(Sun 2026-11-29 10:55:00 UTC), C(@1764413700) (epoch) or C(10m) (ago). Ignored with I(cursor).'
     type: str
   url:
     description:
-      - Base URL of the OpenAI-compatible API, for example C(http://192.168.200.12:30000) (a trailing C(/v1) is
-        accepted). When set, ready requires C(/v1/models) to list I(model) and a one-token completion to succeed.
-      - With no log source, the module only polls the API and reports C(starting) until it answers.
+      - Base URL of the API, for example C(http://192.168.200.12:30000) (a trailing C(/v1) is accepted; a port
+        outside 1-65535 is refused). Without a log source the module only polls the API.
     type: str
   api_key:
     description:
-      - Bearer token for the API (vLLM C(--api-key)).
+      - Bearer token for the API (vLLM C(--api-key)); visible ASCII only, anything else is refused at once.
     type: str
   model:
     description:
-      - Served model name that C(/v1/models) must list (the C(--served-model-name), else the model path or id).
-      - When omitted, the first listed model is used for the completion test.
+      - Served model name C(/v1/models) must list; when omitted, the first listed model takes the completion.
     type: str
   validate_certs:
     description:
@@ -102,9 +84,8 @@ options:
     default: true
   timeout:
     description:
-      - Seconds to wait for ready. C(0) reads the log once and returns at once.
-      - "When the time runs out the module does not fail (unless I(fail_on_timeout)): it returns C(ready: false),
-        C(timed_out: true) and the current phase, so a loop can call it again."
+      - 'Seconds to wait for ready (0 to 604800). C(0) reads the log once. When it runs out the module returns
+        C(ready: false), C(timed_out: true) and the phase, unless I(fail_on_timeout).'
     type: int
     default: 900
   fail_on_timeout:
@@ -114,39 +95,27 @@ options:
     default: false
   stall_timeout:
     description:
-      - Fail with class C(stalled) when the log shows no progress (no new phase, no shard or CUDA graph step, no new
-        informational line; placement-group waiting lines do not count) for this many seconds while waiting.
-      - The quiet time is measured across calls, so a loop of short calls (I(timeout=10)) still sees a stall - the
-        log's own timestamps tell how long before its last line progress stopped, and the file's modification time,
-        the journal or docker's timestamps tell when that last line was written.
-      - A placement-group wait that vLLM reports as longer than this or 300 s, whichever is less, is a stall
-        too, also on a single read (I(timeout=0)); a healthy cluster places the workers at once.
-      - C(0) disables stall detection.
+      - Fail with C(stalled) after this many seconds without progress (no new phase, shard, graph or informational
+        line), measured across calls from the log's timestamps and its last write. A placement-group wait longer than
+        this or 300 s is a stall too. C(0) disables it.
     type: int
     default: 900
   poll_interval:
     description:
-      - Seconds between reads while waiting.
+      - Seconds between reads while waiting, above 0 and at most 3600; not a number (C(nan), C(inf)) is refused.
     type: float
     default: 5
   max_bytes:
     description:
-      - With I(log_file), the most bytes read per poll. The first read starts at most this far before the end
-        of the file (the rest of a long serving log is skipped, see C(skipped_bytes)); later reads continue
-        from where the last stopped, this much per poll, so a fast-growing or huge file never takes more
-        memory or time than this.
-      - With I(unit) or I(container), only the last this many characters of the first read are parsed
-        (see C(skipped_chars)); later reads fetch only what is new (C(--after-cursor), C(--since) the last
-        line's stamp).
-      - Lines longer than 16384 characters are cut before they are matched, so the work per line is bounded.
-      - Parsing stops at the deadline (I(timeout)) and resumes on the next poll.
+      - The most bytes of log one read holds (65536 to 268435456). The first read starts at most this far (and
+        100000 lines) before the end, see C(skipped_bytes) / C(skipped_chars); later reads take only what is new.
+        Lines are cut at 16384 characters; parsing stops at the deadline and resumes on the next poll.
     type: int
     default: 8388608
   rank_names:
     description:
-      - 'Names to show for ranks, keyed by Ray node IP or by rank key, for example
+      - 'Names for ranks, keyed by Ray node IP or rank key (C(local): the API server''s node), for example
         C({"192.168.200.13": "spark-2", "local": "spark-1"}).'
-      - The key C(local) names ranks on the node that runs the API server, whose lines Ray prints without an IP.
     type: dict
     default: {}
 notes:
@@ -161,18 +130,11 @@ notes:
     C(rendezvous_failed), C(nccl_error), C(placement_group), C(worker_died), C(stalled) (no progress for
     I(stall_timeout)), C(engine_exited) (process or unit gone without a failure in the log), C(engine_init_failed)
     (generic, only when nothing more specific is in the log) and C(log_missing) (I(log_file) does not exist).'
-  - After the log says the startup completed, an engine that dies at its first request (for example a Ray worker
-    that cannot import what the driver sends) is still a failure; ordinary request errors are not.
-  - Returned text is always valid UTF-8; undecodable bytes in the log become U+FFFD.
-  - A log that holds a failed run followed by a restarted run reports the restarted run; while that run is not
-    ready, the earlier failure is reported (a crash loop).
-  - Phase times come from timestamps in the log (vLLM, Ray, journal or docker timestamps); lines without one
-    count toward the last seen timestamp.
-  - A tqdm bar redrawn with carriage returns only reaches the journal or a container log when a newline ends it;
-    the module also reads the unfinished last line of a I(log_file), and Ray forwards each worker's redraws, so
-    shard progress of Ray ranks shows while it happens.
-  - Without a process to watch (I(log_file)), a server killed without a word (for example by the kernel's OOM
-    killer) is only seen as no progress, so C(stalled) after I(stall_timeout); prefer I(unit) or I(container).
+  - After startup complete, an engine that dies at its first request (a worker that cannot import what the driver
+    sends, a collective the NCCL watchdog stops) is still a failure; ordinary request errors are not.
+  - A log holding a failed run and a restarted one reports the restart; while it is not ready, the earlier failure
+    (a crash loop). Returned text is valid UTF-8 (undecodable bytes become U+FFFD).
+  - With I(log_file) a server killed without a word is only seen as C(stalled); prefer I(unit) or I(container).
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
 extends_documentation_fragment:
@@ -190,22 +152,17 @@ attributes:
 EXAMPLES = r"""
 - name: Wait for the server, one call per 10 s so progress shows
   sparkfleet.vllm.vllm_wait:
-    unit: vllm-serve.service
-    since: "{{ _vllm_serve_started_at }}"
+    container: sparkfleet-vllm
+    unit: sparkfleet-vllm
+    since: "{{ _unit.status.InactiveExitTimestamp }}"  # from ansible.builtin.systemd_service
     url: "http://{{ sparkfleet_fabric_ip }}:{{ sparkfleet_api_port }}"
-    api_key: "{{ vllm_serve_api_key | default(omit) }}"
     model: "{{ sparkfleet_model_id }}"
     timeout: 10
     rank_names: {"192.168.200.13": "spark-2", "local": "spark-1"}
   register: _vllm_wait
-  # Stop at ready, or at once on a failure (a failed result is final, retrying cannot fix it).
-  until: _vllm_wait is failed or _vllm_wait.ready
+  until: _vllm_wait is failed or _vllm_wait.ready  # a failure is final
   retries: 180
   delay: 0
-
-- name: Show where the startup stands
-  ansible.builtin.debug:
-    msg: "{{ _vllm_wait.summary }}"
 
 - name: Diagnose a captured log once
   sparkfleet.vllm.vllm_wait:
@@ -213,20 +170,6 @@ EXAMPLES = r"""
     timeout: 0
   register: _vllm_state
   failed_when: false
-
-- name: Remember where the log ends before restarting, then follow only the new run
-  sparkfleet.vllm.vllm_wait:
-    log_file: /var/log/vllm/serve.log
-    timeout: 0
-  register: _before_restart
-  failed_when: false
-
-- name: Follow the new run
-  sparkfleet.vllm.vllm_wait:
-    log_file: /var/log/vllm/serve.log
-    since_offset: "{{ _before_restart.offset }}"
-    timeout: 1800
-    fail_on_timeout: true
 """
 
 RETURN = r"""
@@ -239,74 +182,63 @@ ready:
   description: The server is ready (API checked when I(url) is set, else the log's startup-complete marker).
   returned: always
   type: bool
-  sample: false
 failed_phase:
   description: The phase the startup was in when it failed.
   returned: always
   type: str
-  sample: cuda_graphs
 failure:
-  description: Why the startup failed; null when it has not.
+  description: Why the startup failed (C(class), C(evidence) lines most telling first, C(hint)); null if it has not.
   returned: always
   type: dict
-  contains:
-    class:
-      description: One of the failure classes listed in the notes.
-      type: str
-      sample: ray_oom_killed
-    evidence:
-      description: The log lines that show the failure, most telling first.
-      type: list
-      elements: str
-    hint:
-      description: What to change, naming each setting as I(setting_names) says.
-      type: str
+  sample: {"class": "nccl_no_interface", "evidence": ["[rank0]: Bootstrap : no socket interface found"], "hint": ""}
 summary:
   description: One line for people.
   returned: always
   type: str
   sample: "loading_weights 17/39 shards (44%), 2.1 s/shard, ETA 46 s; slowest rank spark-2"
 progress:
-  description: Progress of the slowest rank in the current phase (shards while loading, graphs while capturing).
+  description: The slowest rank's progress in the current phase (shards, or CUDA graphs).
   returned: always
   type: dict
-  sample: {"unit": "shards", "n": 17, "total": 39, "percent": 44, "s_per_shard": 2.1, "eta_s": 46,
-           "slowest_rank": "spark-2"}
+  sample: {"unit": "shards", "n": 17, "total": 39, "percent": 44, "s_per_shard": 2.1, "eta_s": 46}
 ranks:
-  description: Weight-loading progress per rank, keyed by the Ray C(ip pid=N) prefix (or the local process name).
+  description: Shard progress per rank, keyed by the Ray C(ip pid=N) prefix (or the local process name).
   returned: always
   type: dict
-  sample: {"192.168.200.13 pid=861": {"n": 17, "total": 39, "percent": 44, "s_per_shard": 2.1, "eta_s": 46,
-           "name": "spark-2"}}
 phase_times:
-  description: Seconds spent in each phase, from the first line of the phase to the first line of the next
-    (or the last line seen), when the log carries timestamps.
+  description: Seconds spent in each phase, from the log's timestamps.
   returned: always
   type: dict
   sample: {"starting": 14, "engine_init": 1, "placement": 20, "loading_weights": 707}
 offset:
-  description: With I(log_file), the byte offset of the end of what was read; pass it as I(since_offset).
+  description: With I(log_file), the byte offset read up to; pass it as I(since_offset).
   returned: when log_file is set
   type: int
 bytes_read:
-  description: With I(log_file), bytes this call read from the file.
+  description: With I(log_file), bytes this call read.
   returned: when log_file is set
   type: int
 skipped_bytes:
-  description: With I(log_file), bytes before the last I(max_bytes) of the file that the first read skipped.
+  description: With I(log_file), bytes before the first read's start (beyond I(max_bytes) or 100000 lines).
+  returned: when log_file is set
+  type: int
+replaced:
+  description: With I(log_file), how often the file was found replaced and read again from its start.
   returned: when log_file is set
   type: int
 skipped_chars:
-  description: With I(unit) or I(container), characters before the last I(max_bytes) of the first read that
-    were not parsed.
+  description: With I(unit) or I(container), characters of what was read that were not parsed (a cut line, lines
+    beyond 100000); what C(journalctl -n) / C(docker logs --tail) / C(tail -c) left out is not counted.
   returned: when unit or container is set
   type: int
+read_error:
+  description: With I(unit) or I(container), why the last read gave nothing (the command did not answer in time).
+  returned: when a read failed
+  type: str
 log_source:
-  description: Where the answer came from, C(file), C(journal) or C(docker); C(journal) with I(container)
-    when the container was gone and the unit's journal was read instead.
+  description: C(file), C(journal) or C(docker); C(journal) with I(container) when the unit's journal was read.
   returned: when log_file, unit or container is set
   type: str
-  sample: journal
 cursor:
   description: With I(unit), the journal cursor after the last entry read; pass it as I(cursor).
   returned: when unit is set and the journal returned entries
@@ -316,7 +248,7 @@ timed_out:
   returned: always
   type: bool
 elapsed:
-  description: Seconds this call waited.
+  description: Seconds this call took.
   returned: always
   type: float
 placement_wait_s:
@@ -343,7 +275,6 @@ api_address:
   description: Address the API server announced in the log.
   returned: always
   type: str
-  sample: http://0.0.0.0:30000
 lines:
   description: Log lines read.
   returned: always
