@@ -614,11 +614,13 @@ class VllmLogParser(object):
 
     def _evidence(self, line):
         """A warning that names a cause without ending the startup: it classifies a failure other lines end."""
-        for cls in _EVIDENCE_CLASSES:
-            if CAUSE[cls].strong.search(line.text):
+        for cause in LINE_CAUSES:
+            # The first class whose pattern names the line, as for any line ("Cuda failure 'invalid device
+            # function'" is the image's missing kernels before it is a failed collective).
+            if cause.strong is not None and cause.strong.search(line.text):
                 self._seq += 1
-                self.candidates.append({"cls": cls, "line": self._ev(line), "strong": False, "evidence": True,
-                                        "phase": self.phase, "seq": self._seq})
+                self.candidates.append({"cls": cause.name, "line": self._ev(line), "strong": False,
+                                        "evidence": True, "phase": self.phase, "seq": self._seq})
                 return
 
     def _ev(self, line):
