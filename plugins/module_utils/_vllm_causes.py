@@ -172,6 +172,7 @@ CAUSES = [
         "collective_failed", 59,
         strong=re.compile(
             r"Watchdog caught collective operation timeout|watchdog thread terminated with exception|"
+            r"detected by watchdog at work|Timeout at NCCL work|watchdog got stuck|"
             r"failure detected by watchdog|Some NCCL operations have failed or timed out|"
             r"NCCL communicator was aborted|[Cc]ollective operation timeout|"
             r"Cuda failure (?:\d{1,4} )?'|remote process exited or there was a network error"),
@@ -190,7 +191,9 @@ CAUSES = [
             r"TCPStore.{0,400}?(?:timed out|failed|Broken pipe|Connection reset)|TCP client failed to connect|"
             r"Gloo connectFullMesh|gloo/transport/tcp/pair\.cc|"
             r"RendezvousConnectionError|RendezvousTimeoutError|"
-            r"init_process_group.{0,400}?(?:timed out|failed)|connect\(\) timed out\. Original timeout"),
+            r"init_process_group.{0,400}?(?:timed out|failed)|connect\(\) timed out\. Original timeout|"
+            # Gloo (torch.distributed's CPU group) when GLOO_SOCKET_IFNAME names no interface of the container
+            r"Unable to find address for: "),
         weak=re.compile(r"client socket has failed to connect|Network is unreachable|"
                         r"Connection refused.{0,400}?(?:store|rendezvous|c10d)"),
         hint=(

@@ -732,3 +732,17 @@ def test_short_lines_are_counted_and_change_no_answer():
     p.feed("x\n" * 300000 + text)
     p.finish()
     assert p.lines_seen >= 300000 and p.failed
+
+
+@pytest.mark.parametrize("line, cls", [
+    ("[rank1]:[E1201 10:00:00.1 ProcessGroupNCCL.cpp:1703] [PG ID 0 PG GUID 0(default_pg) Rank 1] Exception (either"
+     " an error or timeout) detected by watchdog at work: 2, last enqueued NCCL work: 2, last completed NCCL work: 1.",
+     "collective_failed"),
+    ("terminate called after throwing an instance of 'c10::DistBackendError'", "nccl_error"),
+    ("RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:83] ifa != nullptr. Unable to"
+     " find address for: sparkfab0", "rendezvous_failed"),
+    ("spark-2:77:90 [0] misc/socket.cc:484 NCCL WARN NET/Socket : no interface found", None),
+])
+def test_nccl_and_torch_distributed_lines(line, cls):
+    snap = parse(line + "\n")
+    assert (snap["failure"] or {}).get("class") == cls
