@@ -24,9 +24,9 @@ import os
 import re
 import stat
 import time
+from urllib.parse import urlsplit
 
 from ansible.module_utils.common.text.converters import to_text
-from ansible.module_utils.six.moves.urllib.parse import urlsplit
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
