@@ -867,6 +867,24 @@ def clean(value):
     return value
 
 
+def _non_finite(value):
+    try:
+        return isinstance(value, (float, str)) and not math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def refuse_unreadable(module_class, argument_spec):
+    """ansible-core's int check raises (OverflowError, ValueError) on an infinite or NaN float instead of refusing
+    it: answer with a refusal naming the option, through a module that takes every value as given."""
+    spec = dict((k, dict(type="raw", no_log=v.get("no_log", False))) for k, v in argument_spec.items())
+    bare = module_class(argument_spec=spec, supports_check_mode=True)
+    bad = sorted(k for k, v in bare.params.items() if argument_spec[k].get("type") == "int" and _non_finite(v))
+    bare.fail_json(msg="%s must be a whole number (got %s)" % (
+        ", ".join(bad) or "a number option", ", ".join(repr(bare.params[k]) for k in bad) or "no number"),
+        hint="Give a number of seconds or bytes, not inf or nan.")
+
+
 def run(module):
     """Check the options (failing before anything is read), then wait; the module's result."""
     problem = option_problem(module.params)

@@ -288,34 +288,39 @@ benign_warnings:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_wait import finish, run
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_wait import finish, refuse_unreadable, run
+
+ARGUMENT_SPEC = dict(
+    log_file=dict(type="path"),
+    unit=dict(type="str"),
+    container=dict(type="str"),
+    since_offset=dict(type="int", default=0),
+    cursor=dict(type="str"),
+    since=dict(type="str"),
+    url=dict(type="str"),
+    api_key=dict(type="str", no_log=True),
+    model=dict(type="str"),
+    validate_certs=dict(type="bool", default=True),
+    timeout=dict(type="int", default=900),
+    fail_on_timeout=dict(type="bool", default=False),
+    stall_timeout=dict(type="int", default=900),
+    poll_interval=dict(type="float", default=5),
+    rank_names=dict(type="dict", default={}),
+    max_bytes=dict(type="int", default=8388608),
+    setting_names=dict(type="dict", default={}),
+)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            log_file=dict(type="path"),
-            unit=dict(type="str"),
-            container=dict(type="str"),
-            since_offset=dict(type="int", default=0),
-            cursor=dict(type="str"),
-            since=dict(type="str"),
-            url=dict(type="str"),
-            api_key=dict(type="str", no_log=True),
-            model=dict(type="str"),
-            validate_certs=dict(type="bool", default=True),
-            timeout=dict(type="int", default=900),
-            fail_on_timeout=dict(type="bool", default=False),
-            stall_timeout=dict(type="int", default=900),
-            poll_interval=dict(type="float", default=5),
-            rank_names=dict(type="dict", default={}),
-            max_bytes=dict(type="int", default=8388608),
-            setting_names=dict(type="dict", default={}),
-        ),
-        mutually_exclusive=[("log_file", "unit"), ("log_file", "container")],
-        required_one_of=[("log_file", "unit", "container", "url")],
-        supports_check_mode=True,
-    )
+    try:
+        module = AnsibleModule(
+            argument_spec=ARGUMENT_SPEC,
+            mutually_exclusive=[("log_file", "unit"), ("log_file", "container")],
+            required_one_of=[("log_file", "unit", "container", "url")],
+            supports_check_mode=True,
+        )
+    except (OverflowError, ValueError):
+        refuse_unreadable(AnsibleModule, ARGUMENT_SPEC)
     finish(module, run(module))
 
 

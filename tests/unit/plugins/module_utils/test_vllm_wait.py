@@ -174,6 +174,8 @@ def test_any_value_of_any_option_is_answered_and_a_refusal_names_it(run_module, 
     ("since_offset", -3), ("url", "http://10.99.0.11:99999"), ("url", "http://10.99.0.11:0"),
     ("api_key", "line\nbreak"), ("api_key", "cl\u00e9"), ("api_key", "two words"), ("unit", "-x"),
     ("container", "--help"), ("cursor", "a\nb"), ("since", "yesterday"), ("rank_names", {"10.0.0.1": 3}),
+    # ansible-core's own int check raises on these instead of refusing them
+    ("max_bytes", float("inf")), ("timeout", "nan"), ("since_offset", "-INF"),
 ])
 def test_unusable_values_are_refused_at_once_naming_the_option(run_module, quiet_module, option, value):
     args = dict(_BASE, url="http://10.99.0.11:30000", timeout=600)
