@@ -72,6 +72,8 @@ _SINCE_ABS_RE = re.compile(
     r"^(?:[A-Z][a-z]{2} )?(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d(?::\d\d)?)(?: ([A-Za-z0-9+-]{1,8}))?$")
 _SINCE_REL_RE = re.compile(r"^-?(\d{1,7})([smhd])$")
 _SINCE_EPOCH_RE = re.compile(r"^@?(\d{1,12})(?:\.\d{1,9})?$")
+# docker's words for a container that is gone or going (a --rm container is removed as it stops)
+_CONTAINER_GONE_RE = re.compile(r"No such container|dead or marked for removal|removal of container .{0,80} is already")
 _DOCKER_TS = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?\S*)\s")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -421,7 +423,7 @@ class DockerSource(object):
             self.error = "docker logs did not answer within %d s" % int(self.limit())
             return ""
         if not res.ok:
-            if "No such container" in res.stdout or "No such container" in res.stderr:
+            if _CONTAINER_GONE_RE.search(res.stdout[-2000:] + res.stderr[-2000:]):
                 return None
             self.runner.fail(res, "docker logs failed for %s" % self.container,
                              hint="Check the container name and docker access.")

@@ -302,6 +302,19 @@ def _no_such_container(args):
     return 1, "", "Error response from daemon: No such container: vllm\n"
 
 
+def test_a_container_being_removed_is_a_container_gone(run_module, fake_bins):
+    # Seen on the lab: a --rm container caught between its exit and its removal.
+    body = _text("fail_port_in_use_v1.log")
+    fake_bins({
+        "docker": lambda a: (1, "", "Error response from daemon: can not get logs from container which is dead or"
+                             " marked for removal\n"),
+        "journalctl": lambda a: (0, body + "-- cursor: s=9\n", ""),
+        "systemctl": _systemctl("ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=1\n"),
+    })
+    res = run_module(vllm_wait, {"container": "vllm", "unit": "sparkfleet-vllm", "timeout": 10, "poll_interval": 0.2})
+    assert res["failure"]["class"] == "port_in_use" and res["log_source"] == "journal"
+
+
 def test_container_missing_when_read_once_is_engine_exited(run_module, fake_bins):
     fake_bins({"docker": _no_such_container})
     res = run_module(vllm_wait, {"container": "vllm", "timeout": 0})
