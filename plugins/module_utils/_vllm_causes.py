@@ -175,7 +175,8 @@ CAUSES = [
             r"detected by watchdog at work|Timeout at NCCL work|watchdog got stuck|"
             r"failure detected by watchdog|Some NCCL operations have failed or timed out|"
             r"NCCL communicator was aborted|[Cc]ollective operation timeout|"
-            r"Cuda failure (?:\d{1,4} )?'|remote process exited or there was a network error"),
+            r"Cuda failure (?:\d{1,4} )?'|remote process exited or there was a network error|ncclRemoteError|"
+            r"NET/IB : Got completion from peer .{0,200}? with (?:error|status)"),
         weak=None,
         hint=(
             "A collective (all-reduce) did not finish on every rank and torch's NCCL watchdog stopped the engine. "

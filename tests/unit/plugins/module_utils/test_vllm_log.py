@@ -742,6 +742,12 @@ def test_short_lines_are_counted_and_change_no_answer():
     ("RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:83] ifa != nullptr. Unable to"
      " find address for: sparkfab0", "rendezvous_failed"),
     ("spark-2:77:90 [0] misc/socket.cc:484 NCCL WARN NET/Socket : no interface found", None),
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, remote process exited or there"
+     " was a network error, NCCL version 2.28.3\nncclRemoteError: A call failed possibly due to a network error or a"
+     " remote process exiting prematurely.", "collective_failed"),
+    ("spark-2:77:95 [0] transport/net_ib.cc:1695 NCCL WARN NET/IB : Got completion from peer 192.168.200.12<42271>"
+     " with status=12 opcode=1 len=0 vendor err 129 (Send) localGid ::ffff:192.168.200.13\n"
+     "RuntimeError: NCCL error: unhandled system error", "collective_failed"),
 ])
 def test_nccl_and_torch_distributed_lines(line, cls):
     snap = parse(line + "\n")
