@@ -103,11 +103,19 @@ _API_ADDR_RE = re.compile(r"(?:Starting vLLM (?:API )?server(?: \d+)? on|Uvicorn
 _ENGINE_BROKEN_RE = re.compile(
     r"EngineDeadError|EngineCore encountered a fatal error|Engine core proc .{0,200}? died|RayTaskError|"
     r"RayActorError|ActorDiedError|failed to import on the worker|Version mismatch: The cluster|"
-    r"Can't get attribute '|" + CAUSE["collective_failed"].strong.pattern)
+    r"Can't get attribute '")
 _AFTER_READY_CAUSE_RE = re.compile(_ENGINE_BROKEN_RE.pattern + r"|ModuleNotFoundError|No module named|ImportError|"
                                    r"invalid device function|no kernel image|out of memory|OutOfMemoryError")
 _AFTER_READY_RE = re.compile(r"rrno|in use|vLLM API server version|non-default args|args: Namespace|"
                              + _AFTER_READY_CAUSE_RE.pattern)
+# A collective the NCCL watchdog stopped (or a GPU fault in it) breaks a running engine too. Its patterns are many, so
+# a serving line is tested against them only when it holds one of these words (a long serving log stays cheap).
+_COLLECTIVE_WORDS = ("atchdog", "ollective", "NCCL", "Cuda failure", "ncclRemote", "remote process", "NET/IB")
+_COLLECTIVE_RE = CAUSE["collective_failed"].strong
+
+
+def _collective_failure(text):
+    return any(w in text for w in _COLLECTIVE_WORDS) and bool(_COLLECTIVE_RE.search(text))
 _NEW_RUN_RE = re.compile(r"vLLM API server version|non-default args:|^args: Namespace\(")
 
 # Lines that look alarming but are expected on one-GPU-per-node Ray clusters and elsewhere.
@@ -367,7 +375,8 @@ class VllmLogParser(object):
         if len(physical) > MAX_LINE_CHARS:
             self.truncated_lines += 1
             physical = cap_line(physical)
-        if self.phase == "ready" and not self.confirmed and not _AFTER_READY_RE.search(physical):
+        if (self.phase == "ready" and not self.confirmed and not _AFTER_READY_RE.search(physical)
+                and not _collective_failure(physical)):
             # Serving traffic after startup: nothing in it changes the answer.
             self.lines_seen += 1
             return
@@ -442,12 +451,12 @@ class VllmLogParser(object):
             # serving logs, request errors).
             if "rrno" in text or "in use" in text:
                 self._failure_checks(line)
-            elif _AFTER_READY_CAUSE_RE.search(text):
+            elif _AFTER_READY_CAUSE_RE.search(text) or _collective_failure(text):
                 # The API answers but the engine behind it is broken (for example a worker whose packages
                 # differ from the driver's fails at the first request).
                 self.after_ready = True
                 self._failure_checks(line)
-                if _ENGINE_BROKEN_RE.search(text):
+                if _ENGINE_BROKEN_RE.search(text) or _collective_failure(text):
                     self._confirm()
                 else:
                     # A cause on its own after startup (one request's CUDA OOM or import error) is kept as
