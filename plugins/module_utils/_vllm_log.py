@@ -113,9 +113,6 @@ _AFTER_READY_RE = re.compile(r"rrno|in use|vLLM API server version|non-default a
 _COLLECTIVE_WORDS = ("atchdog", "ollective", "NCCL", "Cuda failure", "ncclRemote", "remote process", "NET/IB")
 _COLLECTIVE_RE = CAUSE["collective_failed"].strong
 
-
-def _collective_failure(text):
-    return any(w in text for w in _COLLECTIVE_WORDS) and bool(_COLLECTIVE_RE.search(text))
 _NEW_RUN_RE = re.compile(r"vLLM API server version|non-default args:|^args: Namespace\(")
 
 # Lines that look alarming but are expected on one-GPU-per-node Ray clusters and elsewhere.
@@ -202,6 +199,10 @@ _NO_PROGRESS_RE = re.compile(
     r"Waiting for engine core|still waiting|Waiting for .{0,400}? to be ready|"
     r"Avg prompt throughput: 0\.0 tokens/s, Avg generation throughput: 0\.0"
 )
+
+
+def _collective_failure(text):
+    return any(w in text for w in _COLLECTIVE_WORDS) and bool(_COLLECTIVE_RE.search(text))
 
 
 def _parse_hms(text):
