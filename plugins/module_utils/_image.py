@@ -11,6 +11,7 @@ Private to the collection. Free of AnsibleModule so it can be unit tested on cap
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import re
 
@@ -202,6 +203,98 @@ def summary(facts):
     return "vLLM %s, Ray %s, %s architectures, %s serve flags" % (
         facts.get("vllm") or "missing", facts.get("ray") or "missing",
         len(facts.get("architectures") or []), len(facts.get("flags") or {}))
+
+
+# ------------------------------------------------------------------------------------------- image identity
+# Two daemons hold "the same image" when its content matches, whatever local ID each gives it: Docker's containerd
+# image store names an image by its manifest (or index) digest, the classic store by its config digest, and a
+# `docker save | docker load` between them (or between two containerd stores, for a single platform of a
+# multi-platform image) gives another ID (moby #44833, #48401). The content identity below survives that: the
+# platform, the layers' diff IDs (RootFS.Layers: digests of the uncompressed layers, the same in both stores) and the
+# run configuration (an image built FROM another with only ENV or ENTRYPOINT changed has the same layers).
+CONTENT_CONFIG_KEYS = ("User", "Env", "Entrypoint", "Cmd", "WorkingDir", "Labels", "Volumes", "ExposedPorts",
+                       "StopSignal")
+# The first Docker API that takes `docker save --platform` (Docker 28): older daemons save what they hold.
+SAVE_PLATFORM_API = (1, 48)
+
+
+def _empty(value):
+    return value is None or value is False or value == "" or value == [] or value == {}
+
+
+def image_platform(inspect):
+    """'linux/arm64/v8' of one `docker image inspect` entry ('' when the daemon does not say)."""
+    parts = [inspect.get("Os") or "", inspect.get("Architecture") or "", inspect.get("Variant") or ""]
+    return "/".join(p for p in parts if p) if parts[0] and parts[1] else ""
+
+
+def content_identity(inspect):
+    """'sha256:<hex>' naming an image's content (platform, layer diff IDs, run configuration), from one entry of
+    `docker image inspect`; the same on every daemon that holds that image, whatever its local ID there.
+
+    Raises ValueError when the entry has no layers (not an image inspect answer).
+    """
+    if not isinstance(inspect, dict):
+        raise ValueError("not an image inspect entry: %r" % (inspect,))
+    layers = (inspect.get("RootFS") or {}).get("Layers")
+    if not isinstance(layers, list) or not layers:
+        raise ValueError("image %s lists no layers (RootFS.Layers)" % inspect.get("Id"))
+    config = inspect.get("Config") or {}
+    canon = {"platform": image_platform(inspect), "layers": [str(x) for x in layers],
+             "config": {k: config[k] for k in CONTENT_CONFIG_KEYS if not _empty(config.get(k))}}
+    text = json.dumps(canon, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def image_summary(inspect):
+    """What a node holds: {id, content, platform, tags, repo_digests, layers} of one `docker image inspect` entry."""
+    return {"id": inspect.get("Id") or "", "content": content_identity(inspect), "platform": image_platform(inspect),
+            "tags": list(inspect.get("RepoTags") or []), "repo_digests": list(inspect.get("RepoDigests") or []),
+            "layers": len((inspect.get("RootFS") or {}).get("Layers") or [])}
+
+
+def same_image(a, b):
+    """Whether two image summaries name the same image: a shared repo digest, or the same content identity."""
+    if set(a.get("repo_digests") or []) & set(b.get("repo_digests") or []):
+        return True
+    return bool(a.get("content")) and a.get("content") == b.get("content")
+
+
+def parse_inspect(stdout):
+    """The list `docker image inspect` prints (JSON); raises ValueError on anything else."""
+    data = json.loads(stdout or "")
+    if not isinstance(data, list) or not all(isinstance(x, dict) for x in data):
+        raise ValueError("docker image inspect did not print a list of images")
+    return data
+
+
+def api_version(text):
+    """(1, 48) of a daemon's `docker version --format {{.Server.APIVersion}}`; None when unreadable."""
+    m = re.match(r"^\s*(\d+)\.(\d+)\s*$", text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def save_platform_args(daemon_api, platform):
+    """`docker save` arguments naming the platform, where the daemon takes them (API >= 1.48); else []."""
+    if daemon_api and tuple(daemon_api) >= SAVE_PLATFORM_API and platform:
+        return ["--platform", platform]
+    return []
+
+
+DIGEST_REF_RE = re.compile(r"^(?P<name>[^@\s]+)@(?P<algo>[A-Za-z0-9_+.-]+):(?P<hex>\S*)$")
+
+
+def image_ref_problem(ref):
+    """Why an image reference pinned by digest is not usable (a placeholder, a short digest), else None.
+
+    A reference without '@' is a tag: it is not refused here (the lab's images have no registry digest).
+    """
+    m = DIGEST_REF_RE.match((ref or "").strip())
+    if not m:
+        return None
+    if m.group("algo") != "sha256" or not re.match(r"^[0-9a-f]{64}$", m.group("hex")):
+        return "%s is not a pinned digest (expected NAME@sha256:<64 hex digits>)" % ref
+    return None
 
 
 _LOADED_ID_RE = re.compile(r"^Loaded image ID: (sha256:[0-9a-f]{64})\s*$", re.M)
