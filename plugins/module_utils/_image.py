@@ -16,15 +16,19 @@ import json
 import re
 
 PROBE_MARK = "SPARKFLEET-IMAGE-PROBE "
-PROBE_FORMAT = 1
+PROBE_FORMAT = 2
 
-# Run inside the image with its own python3 (`docker run --entrypoint python3 IMAGE -c PROBE`). It asks vLLM's
-# own objects: the version, the model registry, and the parser `vllm serve` builds (FlexibleArgumentParser moved
-# from vllm.utils to vllm.utils.argparse_utils in 0.11; both are tried). Every part fails on its own, so an image
-# without Ray still reports its vLLM and the reverse.
+# Run inside the image by the interpreter its `vllm` command runs under (LAUNCHER below), never "the first python3 on
+# PATH": an image may put a system python without vLLM first (NGC images, a venv image with /usr/bin early on PATH).
+# It asks vLLM's own objects: the version, the model registry, the parser `vllm serve` builds (FlexibleArgumentParser
+# moved from vllm.utils to vllm.utils.argparse_utils in 0.11; both are tried) and the names in vLLM's reasoning and
+# tool-call parser registries (the values --reasoning-parser and --tool-call-parser take; the parser does not list
+# them as choices). Every part fails on its own, so an image without Ray still reports its vLLM and the reverse.
 PROBE = r'''
-import json, sys
-out = {"format": %d, "python": sys.version.split()[0]}
+import json, os, sys
+out = {"format": %d, "python": sys.version.split()[0], "executable": sys.executable,
+       "vllm_entrypoint": os.environ.get("SPARKFLEET_VLLM_ENTRYPOINT") or None,
+       "vllm_interpreter": os.environ.get("SPARKFLEET_VLLM_INTERPRETER") or None}
 try:
     import vllm
     out["vllm"] = str(vllm.__version__)
@@ -55,8 +59,50 @@ try:
     out["flags"] = flags
 except Exception as e:
     out["flags_error"] = "%%s: %%s" %% (type(e).__name__, e)
+def registry(modules, manager):
+    for name in modules:
+        try:
+            mod = __import__(name, fromlist=[manager])
+        except ImportError:
+            continue
+        m = getattr(mod, manager)
+        names = set()
+        for attr in ("tool_parsers", "reasoning_parsers", "lazy_parsers"):
+            names.update(getattr(m, attr, None) or {})
+        return sorted(str(n) for n in names)
+    raise ImportError("no %%s in %%s" %% (manager, ", ".join(modules)))
+for key, modules, manager in (
+        ("tool_parsers", ("vllm.tool_parsers", "vllm.entrypoints.openai.tool_parsers"), "ToolParserManager"),
+        ("reasoning_parsers", ("vllm.reasoning",), "ReasoningParserManager")):
+    try:
+        out[key] = registry(modules, manager)
+    except Exception as e:
+        out[key + "_error"] = "%%s: %%s" %% (type(e).__name__, e)
 sys.stdout.write("\n%s" + json.dumps(out, sort_keys=True) + "\n")
 ''' % (PROBE_FORMAT, PROBE_MARK)
+
+# `docker run --entrypoint sh IMAGE -c LAUNCHER sparkfleet-probe PROBE`: find the `vllm` command on the image's PATH
+# and run the probe under the interpreter its first line names (`#!/opt/venv/bin/python3`, `#!/usr/bin/env python3`,
+# or pip's two-line `#!/bin/sh` + `'''exec' /long/path/python "$0" "$@"` for long paths). Without a `vllm` command
+# (or with a binary one) it falls back to python3 on PATH, and the probe says so.
+LAUNCHER = r"""
+probe=$1 v= interp= whole=
+if v=$(command -v vllm 2>/dev/null) && [ -f "$v" ]; then
+  { IFS= read -r l1; IFS= read -r l2; } < "$v" || true
+  case $l1 in
+    "#!/bin/sh"* | "#!/usr/bin/sh"*)
+      case $l2 in "'''exec' "*) l2=${l2#"'''exec' "}; interp=${l2%% \"*}; whole=1 ;; esac ;;
+    "#!"*) interp=${l1#??} ;;
+  esac
+fi
+export SPARKFLEET_VLLM_ENTRYPOINT="$v" SPARKFLEET_VLLM_INTERPRETER="$interp"
+if [ -n "$whole" ]; then
+  exec "$interp" -c "$probe"
+elif [ -n "$interp" ]; then
+  exec $interp -c "$probe"
+fi
+exec python3 -c "$probe"
+"""
 
 # Values a release accepts that its parser does not list as choices (vLLM validates them later, at engine init).
 # (flag, lowest version, first version without the rule, accepted values)
@@ -90,7 +136,7 @@ def parse_probe(stdout):
             if not isinstance(facts, dict) or facts.get("format") != PROBE_FORMAT:
                 raise ProbeError("the probe's answer has an unknown format: %r" % (line[:200],))
             return facts
-    raise ProbeError("the image printed no probe answer (is python3 on its PATH?)")
+    raise ProbeError("the image printed no probe answer (is there a `vllm` command, or python3, on its PATH?)")
 
 
 def parse_version(text):
@@ -147,8 +193,11 @@ def judge(facts, serve_args=None, architectures=None, min_vllm_version=None, min
     """
     problems = []
     version = facts.get("vllm")
+    if "vllm_entrypoint" in facts and not facts.get("vllm_entrypoint"):
+        problems.append("no `vllm` command on the image's PATH (the units start the image with --entrypoint vllm)")
     if not version:
-        problems.append("no usable vLLM in the image (%s)" % (facts.get("vllm_error") or "import vllm failed"))
+        problems.append("no usable vLLM in the image (%s, under %s)" % (
+            facts.get("vllm_error") or "import vllm failed", facts.get("executable") or "python3"))
     elif min_vllm_version and _version_lt(version, min_vllm_version):
         problems.append("vLLM %s is older than %s" % (version, min_vllm_version))
     ray = facts.get("ray")
@@ -173,6 +222,32 @@ def judge(facts, serve_args=None, architectures=None, min_vllm_version=None, min
             problems.append("could not read `vllm serve`'s arguments (%s)" % facts.get("flags_error"))
         else:
             problems.extend(_flag_problems(flags, serve_args, version))
+            problems.extend(_parser_problems(facts, serve_args, version))
+    return problems
+
+
+# `vllm serve` flags whose value names an entry of one of vLLM's parser registries (not argparse choices: plugins may
+# register more), with the probe's key for that registry.
+REGISTRY_FLAGS = (("--tool-call-parser", "tool_parsers"), ("--reasoning-parser", "reasoning_parsers"))
+
+
+def _parser_problems(facts, serve_args, version):
+    problems = []
+    given = dict(argv_flags(serve_args))
+    for flag, key in REGISTRY_FLAGS:
+        value = given.get(flag)
+        if value is None:
+            continue
+        names = facts.get(key)
+        if names is None:
+            problems.append("could not read vLLM's %s registry to check %s %s (%s)" % (
+                key.replace("_", " ")[:-1], flag, value, facts.get(key + "_error")))
+        elif value not in names:
+            near = difflib.get_close_matches(value, names, n=3, cutoff=0.6)
+            problems.append("vLLM %s registers no %s %r%s" % (
+                version, key.replace("_", " ")[:-1], value, " (closest: %s)" % ", ".join(near) if near else ""))
+    if "--enable-auto-tool-choice" in given and given.get("--tool-call-parser") is None:
+        problems.append("--enable-auto-tool-choice needs --tool-call-parser (vLLM refuses to start without it)")
     return problems
 
 
