@@ -228,24 +228,25 @@ def judge(facts, serve_args=None, architectures=None, min_vllm_version=None, min
 
 # `vllm serve` flags whose value names an entry of one of vLLM's parser registries (not argparse choices: plugins may
 # register more), with the probe's key for that registry.
-REGISTRY_FLAGS = (("--tool-call-parser", "tool_parsers"), ("--reasoning-parser", "reasoning_parsers"))
+REGISTRY_FLAGS = (("--tool-call-parser", "tool_parsers", "tool-call parser"),
+                  ("--reasoning-parser", "reasoning_parsers", "reasoning parser"))
 
 
 def _parser_problems(facts, serve_args, version):
     problems = []
     given = dict(argv_flags(serve_args))
-    for flag, key in REGISTRY_FLAGS:
+    for flag, key, label in REGISTRY_FLAGS:
         value = given.get(flag)
         if value is None:
             continue
         names = facts.get(key)
         if names is None:
             problems.append("could not read vLLM's %s registry to check %s %s (%s)" % (
-                key.replace("_", " ")[:-1], flag, value, facts.get(key + "_error")))
+                label, flag, value, facts.get(key + "_error")))
         elif value not in names:
             near = difflib.get_close_matches(value, names, n=3, cutoff=0.6)
             problems.append("vLLM %s registers no %s %r%s" % (
-                version, key.replace("_", " ")[:-1], value, " (closest: %s)" % ", ".join(near) if near else ""))
+                version, label, value, " (closest: %s)" % ", ".join(near) if near else ""))
     if "--enable-auto-tool-choice" in given and given.get("--tool-call-parser") is None:
         problems.append("--enable-auto-tool-choice needs --tool-call-parser (vLLM refuses to start without it)")
     return problems

@@ -99,6 +99,7 @@ def image_key(lab, host):
     return lab.sh(host, "grep 'sparkfleet image sync$' ~spark/.ssh/authorized_keys || true").stdout.strip()
 
 
+@pytest.mark.long
 @pytest.mark.fault(name="worker on Docker's containerd image store (a loaded image gets another ID)",
                    expected="the image moves once, the second run reports changed=0; the key is gone after the run")
 def test_a_containerd_image_store_worker_gets_the_image_once(lab, image, tmp_path):
@@ -134,3 +135,23 @@ def test_model_download_runs_hf_in_the_image_once_the_image_is_on_the_head(lab, 
     for h in lab.hosts:
         cfg = lab.sh(h, "cat %s/config.json" % model).stdout
         assert '"Qwen3_5MoeForConditionalGeneration"' in cfg, (h, cfg[:200])
+
+
+@pytest.mark.fault(name="image whose PATH python is not vLLM's (a system python first on PATH)",
+                   expected="the image check runs the interpreter of the image's vllm command and passes")
+def test_the_image_check_asks_the_interpreter_vllm_runs_under(lab, image, tmp_path):
+    lab.labctl("break", "path-python", HEAD)
+    try:
+        odd = image + "-pathpython"
+        path_python = lab.host_exec(HEAD, "docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", odd,
+                                    "-c", "command -v python3; head -1 $(command -v vllm)")
+        assert path_python.stdout.split() == ["/usr/bin/python3", "#!/opt/venv/bin/python3"]
+        r, failures = lab.play(tmp_path, "tests/integration/playbooks/image_check.yml",
+                               extravars={"sparkfleet_image": odd})
+        assert r["status"] == "successful" and not failures, lab.messages(failures)
+        res = [e["res"] for e in r["events"] if "vllm_version" in (e["res"] or {})][0]
+        assert (res["vllm_version"], res["python"], res["vllm_entrypoint"]) == (
+            "0.17.1", "/opt/venv/bin/python3", "/opt/venv/bin/vllm")
+        assert res["ray_version"] and res["problems"] == []
+    finally:
+        lab.labctl("fix", "path-python", HEAD)

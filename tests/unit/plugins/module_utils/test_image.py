@@ -106,7 +106,9 @@ def test_missing_ray_and_missing_vllm():
         "no Ray in the image (ModuleNotFoundError: No module named 'ray'); the cluster needs Ray inside the vLLM "
         "image"]
     problems = _image.judge(facts("no-vllm.out"), ARGV, QWEN35)
-    assert problems[0] == "no usable vLLM in the image (ModuleNotFoundError: No module named 'vllm')"
+    assert problems[0] == "no `vllm` command on the image's PATH (the units start the image with --entrypoint vllm)"
+    assert problems[1] == ("no usable vLLM in the image (ModuleNotFoundError: No module named 'vllm', "
+                           "under /usr/bin/python3)")
     assert any(p.startswith("could not read vLLM's model registry") for p in problems)
     assert any(p.startswith("could not read `vllm serve`'s arguments") for p in problems)
 
@@ -211,3 +213,52 @@ def test_api_version(text, version):
 ])
 def test_image_ref_problem(ref, bad):
     assert bool(_image.image_ref_problem(ref)) is bad
+
+
+# ------------------------------------------------------------------------- the interpreter vllm runs under
+def test_the_probe_runs_under_the_interpreter_of_the_images_vllm_command():
+    # labctl break path-python: /usr/bin first on PATH, so python3 there is Debian's, without vLLM and Ray
+    old_way = facts("pathpython-python3-on-path.out")     # docker run --entrypoint python3 (the old probe)
+    assert old_way["executable"] == "/usr/bin/python3" and "vllm" not in old_way
+    assert any(p.startswith("no usable vLLM in the image") for p in _image.judge(old_way, ARGV, QWEN35))
+    new_way = facts("standin-0.17.1-pathpython.out")      # the LAUNCHER: the shebang of the image's `vllm`
+    assert new_way["vllm_entrypoint"] == "/opt/venv/bin/vllm" and new_way["executable"] == "/opt/venv/bin/python3"
+    assert (new_way["vllm"], new_way["ray"]) == ("0.17.1", "2.60.0")
+    assert _image.judge(new_way, ARGV, QWEN35, "0.17.1", "2.52") == []
+
+
+PIP_LONG_PATH = "'''exec' /opt/a long/bin/python3 \"$0\" \"$@\""
+
+
+@pytest.mark.parametrize("first, second, runs", [
+    ("#!/opt/venv/bin/python3", "import sys", "/opt/venv/bin/python3"),
+    ("#!/usr/bin/env python3", "import sys", "/usr/bin/env python3"),
+    ("#!/bin/sh", PIP_LONG_PATH, "/opt/a long/bin/python3"),
+    ("\x7fELF", "", None),
+])
+def test_launcher_reads_the_vllm_commands_interpreter(tmp_path, first, second, runs):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "vllm").write_text(first + "\n" + second + "\n")
+    (bindir / "vllm").chmod(0o755)
+    # print what would be run instead of running it
+    script = _image.LAUNCHER.replace('exec "$interp" -c', 'echo "$interp"; exit #')
+    script = script.replace("exec $interp -c", "echo $interp; exit #").replace('exec python3 -c "$probe"', "echo fallback")
+    out = subprocess.run(["sh", "-c", script, "probe", "PROBE"], capture_output=True, text=True,
+                         env={"PATH": "%s:/usr/bin:/bin" % bindir}).stdout.strip()
+    assert out == (runs or "fallback")
+
+
+def test_parser_flags_are_checked_against_the_images_registries():
+    f = facts("standin-0.17.1.out")
+    qwen = ARGV + ["--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder"]
+    assert _image.judge(f, qwen, QWEN35) == []
+    problems = _image.judge(f, ARGV + ["--tool-call-parser", "qwen35_coder", "--reasoning-parser", "qwen35"], QWEN35)
+    assert problems == ["vLLM 0.17.1 registers no tool-call parser 'qwen35_coder' (closest: qwen3_coder)",
+                        "vLLM 0.17.1 registers no reasoning parser 'qwen35' (closest: qwen3)"]
+    assert _image.judge(f, ARGV + ["--enable-auto-tool-choice"], QWEN35) == [
+        "--enable-auto-tool-choice needs --tool-call-parser (vLLM refuses to start without it)"]
+    unreadable = dict(f, tool_parsers_error="ImportError: x")
+    unreadable.pop("tool_parsers")
+    assert _image.judge(unreadable, ARGV + ["--tool-call-parser", "qwen3_coder"]) == [
+        "could not read vLLM's tool-call parser registry to check --tool-call-parser qwen3_coder (ImportError: x)"]
