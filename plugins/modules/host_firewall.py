@@ -19,13 +19,13 @@ description:
   - With O(state=check) (the default) it reports which firewall is active, whether it lets O(allow) in on every
     port, and the exact commands that would (RV(fix)). It changes nothing.
   - With O(state=present) it adds the narrow allow through the host's own tool where it would drop the fabric -
-    the subnet only (and only on O(interface), when given): C(ufw allow in on IF from SUBNET comment 'sparkfleet
+    the subnet only (and only on O(interface), when given) - C(ufw allow in on IF from SUBNET comment 'sparkfleet
     fabric'), or firewalld's C(trusted) zone for the subnet (runtime and permanent). It records what it added in
-    O(state_file). A plain nftables or iptables policy is not changed (no tool of the host owns it): the module
+    O(state_file). A plain nftables or iptables policy is not changed (no tool of the host owns it); the module
     fails naming the commands.
   - With O(state=absent) it removes what O(state=present) added (and any ufw rule with its comment).
   - With O(ports), it also names every TCP listener in those ports that is not ours and not on a loopback address
-    (RV(listeners)): the services our own Ray table would close to every non-fabric source.
+    (RV(listeners)) - the services our own Ray table would close to every non-fabric source.
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
 options:
