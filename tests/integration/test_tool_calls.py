@@ -8,6 +8,7 @@ Run as root: lab/labctl ctl -- .venv/bin/pytest tests/integration/test_tool_call
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -20,10 +21,25 @@ WEATHER = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 
 
+def runtime_tag():
+    """The runtime image tag this lab instance uses (inventories/lab/group_vars/spark/runtime.yml reads the same)."""
+    name = os.environ.get("SPARKLAB_NAME", "sfl")
+    for path in ("/var/tmp/sparklab/share/runtime-image-%s.txt" % name, "/var/tmp/sparklab/share/runtime-image.txt"):
+        if os.path.exists(path):
+            with open(path) as handle:
+                return handle.read().strip()
+    pytest.fail("no runtime image tag file")
+
+
 def test_the_served_api_returns_a_parsed_tool_call_and_the_reasoning(lab, serving):
     unit = lab.sh(HEAD, "cat /etc/systemd/system/sparkfleet-vllm.service").stdout
     assert "--reasoning-parser qwen3" in unit and "--tool-call-parser qwen3_coder" in unit
     assert "--enable-auto-tool-choice" in unit
+    # every unit starts the image by its node's local image ID (nobody can retag it), not by the tag
+    for host, name in [(HEAD, "sparkfleet-vllm")] + [(h, "sparkfleet-ray") for h in lab.hosts]:
+        text = lab.sh(host, "cat /etc/systemd/system/%s.service" % name).stdout
+        image_id = lab.sh(host, "docker image inspect --format '{{.Id}}' %s" % runtime_tag()).stdout.strip()
+        assert image_id and " %s " % image_id in text and " sparklab/vllm-runtime:" not in text, (host, name)
     code, body = lab.api("/v1/chat/completions", {
         "model": MODEL, "messages": [{"role": "user", "content": "Weather in Paris? Use the tool."}],
         "tools": WEATHER, "tool_choice": "auto", "max_tokens": 32})
