@@ -56,6 +56,7 @@ def test_the_served_api_returns_a_parsed_tool_call_and_the_reasoning(lab, servin
     assert code == 200 and body["choices"][0]["message"]["tool_calls"] == []
 
 
+@pytest.mark.long  # every site.yml on the lab runs it too (its healthcheck), the serving fixture's included
 def test_the_healthcheck_proves_a_tool_call_comes_back_parsed(lab, serving, tmp_path):
     r, failures = lab.play(tmp_path, "playbooks/healthcheck.yml")
     assert r["status"] == "successful" and not failures, lab.messages(failures)
