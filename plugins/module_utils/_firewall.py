@@ -120,7 +120,7 @@ def parse_firewalld_zones(text):
             continue
         if current is None or ":" not in line:
             continue
-        key, _, value = line.strip().partition(":")
+        key, _sep, value = line.strip().partition(":")
         if key == "target":
             current["target"] = value.strip()
         elif key in ("interfaces", "sources"):

@@ -81,7 +81,7 @@ def test_workers_cannot_pull_and_get_the_image_from_the_head_over_the_fabric(lab
         assert not image_key(lab, w), "the image key outlived the transfer"
     # while it was there, the key could load this image only: its forced command checked what it loaded
     assert all(x["loaded"]["tags"] == [image] for x in sync["results"])
-    assert all(lab.sh(w, "test -x /usr/local/sbin/sparkfleet-image-load && echo ok").stdout.strip() == "ok"
+    assert all(lab.sh(w, "test -s /usr/local/sbin/sparkfleet-image-load && echo ok").stdout.strip() == "ok"
                for w in workers)
 
     again, failures = lab.play(tmp_path / "again", "playbooks/runtime_image.yml")

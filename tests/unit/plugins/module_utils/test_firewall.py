@@ -55,9 +55,9 @@ def test_inactive_ufw_admits_everything():
 
 def test_nft_input_policy_drop_is_found_and_a_saddr_accept_admits():
     drops = _firewall.nft_input_drops(read("plain-nft-drop.json"), FABRIC, IFACE, ignore_tables=("sparkfleet",))
-    assert [(c, a) for c, a, _ in drops] == [("inet opsfw input", False)]
+    assert [(c, a) for c, a, _why in drops] == [("inet opsfw input", False)]
     allowed = _firewall.nft_input_drops(read("plain-nft-drop-allow.json"), FABRIC, IFACE)
-    assert [(c, a) for c, a, _ in allowed] == [("inet opsfw input", True)]
+    assert [(c, a) for c, a, _why in allowed] == [("inet opsfw input", True)]
     assert not _firewall.nft_input_drops(read("plain-nft-drop-allow.json"), "192.168.200.0/24")[0][1]
     assert _firewall.nft_input_drops(read("plain.nft-ruleset.json"), FABRIC) == []
 
@@ -65,14 +65,14 @@ def test_nft_input_policy_drop_is_found_and_a_saddr_accept_admits():
 def test_ufw_chains_in_nftables_are_iptables_nft_drop_policies():
     # ufw's own chains show up in nftables as `ip filter INPUT` with policy drop (read ufw first)
     drops = _firewall.nft_input_drops(read("ufw-deny.nft-ruleset.json"), FABRIC)
-    assert ("ip filter INPUT", False) in [(c, a) for c, a, _ in drops]
+    assert ("ip filter INPUT", False) in [(c, a) for c, a, _why in drops]
 
 
 def test_iptables_input_policy():
     assert _firewall.iptables_input_drops(read("plain.iptables-S-INPUT.txt"), FABRIC)[:2] == (False, True)
     drops, admits, why = _firewall.iptables_input_drops(read("plain-ipt-drop-allow.txt"), FABRIC)
     assert drops and admits and why == "iptables INPUT rule -A INPUT -s 10.99.1.0/24 -j ACCEPT"
-    drops, admits, _ = _firewall.iptables_input_drops(read("ufw-deny.iptables-S-INPUT.txt"), FABRIC)
+    drops, admits, _why = _firewall.iptables_input_drops(read("ufw-deny.iptables-S-INPUT.txt"), FABRIC)
     assert drops and not admits
 
 
