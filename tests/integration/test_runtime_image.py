@@ -107,6 +107,9 @@ def test_a_containerd_image_store_worker_gets_the_image_once(lab, image, tmp_pat
     lab.labctl("break", "containerd-store", worker)
     try:
         assert "io.containerd.snapshotter" in lab.sh(worker, "docker info --format '{{json .DriverStatus}}'").stdout
+        # the containerd store keeps what an earlier break loaded: the worker must lack the image, as on a fresh node
+        lab.sh(worker, "docker image rm -f %s 2>/dev/null; true" % image)
+        assert image_id(lab, worker, image) is None
         head_id = image_id(lab, HEAD, image)
         r, failures = lab.play(tmp_path / "first", "playbooks/runtime_image.yml")
         assert r["status"] == "successful" and not failures, lab.messages(failures)
