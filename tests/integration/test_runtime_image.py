@@ -42,7 +42,7 @@ def test_too_old_image_stops_the_deployment_in_seconds_before_anything_changes(l
     assert "['Qwen3_5MoeForConditionalGeneration'] are not in this vLLM's registry" in res["msg"]
     assert "does not accept --safetensors-load-strategy" in res["msg"]
     assert res["hint"].startswith("Set sparkfleet_image (vllm_serve_image for the server alone) to an image")
-    assert took < 60, took
+    assert took < 120, took   # preflight's checks come first (lab under the 8-lab load: 80 s)
     assert lab.changed_total(r) == 0, r["stats"]
     assert {h: lab.services(h) for h in lab.hosts} == before
 
