@@ -136,16 +136,18 @@ def mode_problems(user, uid, entries, key):
     return problems
 
 
-def sudo_rule(user, command, which):
+def sudo_rule(user, command, which, any_arguments=False):
     """The sudoers line that lets ``user`` run ``command`` (a ``sudo -n ...`` command line) without a password;
-    ``which(name)`` gives a program's full path. None when the command does not go through sudo."""
+    ``which(name)`` gives a program's full path. ``any_arguments``: the command is run with further arguments that
+    change from run to run (sudoers matches a command's arguments exactly, so the line ends in ``*``). None when the
+    command does not go through sudo."""
     argv = shlex.split(command)
     if not argv or argv[0] != "sudo":
         return None
     rest = [a for a in argv[1:] if a not in ("-n", "--non-interactive")]
     if rest and not rest[0].startswith("/"):
         rest[0] = which(rest[0]) or rest[0]
-    return "%s ALL=(root) NOPASSWD: %s" % (user, " ".join(rest))
+    return "%s ALL=(root) NOPASSWD: %s" % (user, " ".join(rest + (["*"] if any_arguments else [])))
 
 
 def forced_command_problem(user, command, key, rc, stderr, rule):

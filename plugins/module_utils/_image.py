@@ -11,19 +11,24 @@ Private to the collection. Free of AnsibleModule so it can be unit tested on cap
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import re
 
 PROBE_MARK = "SPARKFLEET-IMAGE-PROBE "
-PROBE_FORMAT = 1
+PROBE_FORMAT = 2
 
-# Run inside the image with its own python3 (`docker run --entrypoint python3 IMAGE -c PROBE`). It asks vLLM's
-# own objects: the version, the model registry, and the parser `vllm serve` builds (FlexibleArgumentParser moved
-# from vllm.utils to vllm.utils.argparse_utils in 0.11; both are tried). Every part fails on its own, so an image
-# without Ray still reports its vLLM and the reverse.
+# Run inside the image by the interpreter its `vllm` command runs under (LAUNCHER below), never "the first python3 on
+# PATH": an image may put a system python without vLLM first (NGC images, a venv image with /usr/bin early on PATH).
+# It asks vLLM's own objects: the version, the model registry, the parser `vllm serve` builds (FlexibleArgumentParser
+# moved from vllm.utils to vllm.utils.argparse_utils in 0.11; both are tried) and the names in vLLM's reasoning and
+# tool-call parser registries (the values --reasoning-parser and --tool-call-parser take; the parser does not list
+# them as choices). Every part fails on its own, so an image without Ray still reports its vLLM and the reverse.
 PROBE = r'''
-import json, sys
-out = {"format": %d, "python": sys.version.split()[0]}
+import json, os, sys
+out = {"format": %d, "python": sys.version.split()[0], "executable": sys.executable,
+       "vllm_entrypoint": os.environ.get("SPARKFLEET_VLLM_ENTRYPOINT") or None,
+       "vllm_interpreter": os.environ.get("SPARKFLEET_VLLM_INTERPRETER") or None}
 try:
     import vllm
     out["vllm"] = str(vllm.__version__)
@@ -54,8 +59,50 @@ try:
     out["flags"] = flags
 except Exception as e:
     out["flags_error"] = "%%s: %%s" %% (type(e).__name__, e)
+def registry(modules, manager):
+    for name in modules:
+        try:
+            mod = __import__(name, fromlist=[manager])
+        except ImportError:
+            continue
+        m = getattr(mod, manager)
+        names = set()
+        for attr in ("tool_parsers", "reasoning_parsers", "lazy_parsers"):
+            names.update(getattr(m, attr, None) or {})
+        return sorted(str(n) for n in names)
+    raise ImportError("no %%s in %%s" %% (manager, ", ".join(modules)))
+for key, modules, manager in (
+        ("tool_parsers", ("vllm.tool_parsers", "vllm.entrypoints.openai.tool_parsers"), "ToolParserManager"),
+        ("reasoning_parsers", ("vllm.reasoning",), "ReasoningParserManager")):
+    try:
+        out[key] = registry(modules, manager)
+    except Exception as e:
+        out[key + "_error"] = "%%s: %%s" %% (type(e).__name__, e)
 sys.stdout.write("\n%s" + json.dumps(out, sort_keys=True) + "\n")
 ''' % (PROBE_FORMAT, PROBE_MARK)
+
+# `docker run --entrypoint sh IMAGE -c LAUNCHER sparkfleet-probe PROBE`: find the `vllm` command on the image's PATH
+# and run the probe under the interpreter its first line names (`#!/opt/venv/bin/python3`, `#!/usr/bin/env python3`,
+# or pip's two-line `#!/bin/sh` + `'''exec' /long/path/python "$0" "$@"` for long paths). Without a `vllm` command
+# (or with a binary one) it falls back to python3 on PATH, and the probe says so.
+LAUNCHER = r"""
+probe=$1 v= interp= whole=
+if v=$(command -v vllm 2>/dev/null) && [ -f "$v" ]; then
+  { IFS= read -r l1; IFS= read -r l2; } < "$v" || true
+  case $l1 in
+    "#!/bin/sh"* | "#!/usr/bin/sh"*)
+      case $l2 in "'''exec' "*) l2=${l2#"'''exec' "}; interp=${l2%% \"*}; whole=1 ;; esac ;;
+    "#!"*) interp=${l1#??} ;;
+  esac
+fi
+export SPARKFLEET_VLLM_ENTRYPOINT="$v" SPARKFLEET_VLLM_INTERPRETER="$interp"
+if [ -n "$whole" ]; then
+  exec "$interp" -c "$probe"
+elif [ -n "$interp" ]; then
+  exec $interp -c "$probe"
+fi
+exec python3 -c "$probe"
+"""
 
 # Values a release accepts that its parser does not list as choices (vLLM validates them later, at engine init).
 # (flag, lowest version, first version without the rule, accepted values)
@@ -89,7 +136,7 @@ def parse_probe(stdout):
             if not isinstance(facts, dict) or facts.get("format") != PROBE_FORMAT:
                 raise ProbeError("the probe's answer has an unknown format: %r" % (line[:200],))
             return facts
-    raise ProbeError("the image printed no probe answer (is python3 on its PATH?)")
+    raise ProbeError("the image printed no probe answer (is there a `vllm` command, or python3, on its PATH?)")
 
 
 def parse_version(text):
@@ -146,8 +193,11 @@ def judge(facts, serve_args=None, architectures=None, min_vllm_version=None, min
     """
     problems = []
     version = facts.get("vllm")
+    if "vllm_entrypoint" in facts and not facts.get("vllm_entrypoint"):
+        problems.append("no `vllm` command on the image's PATH (the units start the image with --entrypoint vllm)")
     if not version:
-        problems.append("no usable vLLM in the image (%s)" % (facts.get("vllm_error") or "import vllm failed"))
+        problems.append("no usable vLLM in the image (%s, under %s)" % (
+            facts.get("vllm_error") or "import vllm failed", facts.get("executable") or "python3"))
     elif min_vllm_version and _version_lt(version, min_vllm_version):
         problems.append("vLLM %s is older than %s" % (version, min_vllm_version))
     ray = facts.get("ray")
@@ -172,6 +222,33 @@ def judge(facts, serve_args=None, architectures=None, min_vllm_version=None, min
             problems.append("could not read `vllm serve`'s arguments (%s)" % facts.get("flags_error"))
         else:
             problems.extend(_flag_problems(flags, serve_args, version))
+            problems.extend(_parser_problems(facts, serve_args, version))
+    return problems
+
+
+# `vllm serve` flags whose value names an entry of one of vLLM's parser registries (not argparse choices: plugins may
+# register more), with the probe's key for that registry.
+REGISTRY_FLAGS = (("--tool-call-parser", "tool_parsers", "tool-call parser"),
+                  ("--reasoning-parser", "reasoning_parsers", "reasoning parser"))
+
+
+def _parser_problems(facts, serve_args, version):
+    problems = []
+    given = dict(argv_flags(serve_args))
+    for flag, key, label in REGISTRY_FLAGS:
+        value = given.get(flag)
+        if value is None:
+            continue
+        names = facts.get(key)
+        if names is None:
+            problems.append("could not read vLLM's %s registry to check %s %s (%s)" % (
+                label, flag, value, facts.get(key + "_error")))
+        elif value not in names:
+            near = difflib.get_close_matches(value, names, n=3, cutoff=0.6)
+            problems.append("vLLM %s registers no %s %r%s" % (
+                version, label, value, " (closest: %s)" % ", ".join(near) if near else ""))
+    if "--enable-auto-tool-choice" in given and given.get("--tool-call-parser") is None:
+        problems.append("--enable-auto-tool-choice needs --tool-call-parser (vLLM refuses to start without it)")
     return problems
 
 
@@ -202,6 +279,98 @@ def summary(facts):
     return "vLLM %s, Ray %s, %s architectures, %s serve flags" % (
         facts.get("vllm") or "missing", facts.get("ray") or "missing",
         len(facts.get("architectures") or []), len(facts.get("flags") or {}))
+
+
+# ------------------------------------------------------------------------------------------- image identity
+# Two daemons hold "the same image" when its content matches, whatever local ID each gives it: Docker's containerd
+# image store names an image by its manifest (or index) digest, the classic store by its config digest, and a
+# `docker save | docker load` between them (or between two containerd stores, for a single platform of a
+# multi-platform image) gives another ID (moby #44833, #48401). The content identity below survives that: the
+# platform, the layers' diff IDs (RootFS.Layers: digests of the uncompressed layers, the same in both stores) and the
+# run configuration (an image built FROM another with only ENV or ENTRYPOINT changed has the same layers).
+CONTENT_CONFIG_KEYS = ("User", "Env", "Entrypoint", "Cmd", "WorkingDir", "Labels", "Volumes", "ExposedPorts",
+                       "StopSignal")
+# The first Docker API that takes `docker save --platform` (Docker 28): older daemons save what they hold.
+SAVE_PLATFORM_API = (1, 48)
+
+
+def _empty(value):
+    return value is None or value is False or value == "" or value == [] or value == {}
+
+
+def image_platform(inspect):
+    """'linux/arm64/v8' of one `docker image inspect` entry ('' when the daemon does not say)."""
+    parts = [inspect.get("Os") or "", inspect.get("Architecture") or "", inspect.get("Variant") or ""]
+    return "/".join(p for p in parts if p) if parts[0] and parts[1] else ""
+
+
+def content_identity(inspect):
+    """'sha256:<hex>' naming an image's content (platform, layer diff IDs, run configuration), from one entry of
+    `docker image inspect`; the same on every daemon that holds that image, whatever its local ID there.
+
+    Raises ValueError when the entry has no layers (not an image inspect answer).
+    """
+    if not isinstance(inspect, dict):
+        raise ValueError("not an image inspect entry: %r" % (inspect,))
+    layers = (inspect.get("RootFS") or {}).get("Layers")
+    if not isinstance(layers, list) or not layers:
+        raise ValueError("image %s lists no layers (RootFS.Layers)" % inspect.get("Id"))
+    config = inspect.get("Config") or {}
+    canon = {"platform": image_platform(inspect), "layers": [str(x) for x in layers],
+             "config": {k: config[k] for k in CONTENT_CONFIG_KEYS if not _empty(config.get(k))}}
+    text = json.dumps(canon, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def image_summary(inspect):
+    """What a node holds: {id, content, platform, tags, repo_digests, layers} of one `docker image inspect` entry."""
+    return {"id": inspect.get("Id") or "", "content": content_identity(inspect), "platform": image_platform(inspect),
+            "tags": list(inspect.get("RepoTags") or []), "repo_digests": list(inspect.get("RepoDigests") or []),
+            "layers": len((inspect.get("RootFS") or {}).get("Layers") or [])}
+
+
+def same_image(a, b):
+    """Whether two image summaries name the same image: a shared repo digest, or the same content identity."""
+    if set(a.get("repo_digests") or []) & set(b.get("repo_digests") or []):
+        return True
+    return bool(a.get("content")) and a.get("content") == b.get("content")
+
+
+def parse_inspect(stdout):
+    """The list `docker image inspect` prints (JSON); raises ValueError on anything else."""
+    data = json.loads(stdout or "")
+    if not isinstance(data, list) or not all(isinstance(x, dict) for x in data):
+        raise ValueError("docker image inspect did not print a list of images")
+    return data
+
+
+def api_version(text):
+    """(1, 48) of a daemon's `docker version --format {{.Server.APIVersion}}`; None when unreadable."""
+    m = re.match(r"^\s*(\d+)\.(\d+)\s*$", text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def save_platform_args(daemon_api, platform):
+    """`docker save` arguments naming the platform, where the daemon takes them (API >= 1.48); else []."""
+    if daemon_api and tuple(daemon_api) >= SAVE_PLATFORM_API and platform:
+        return ["--platform", platform]
+    return []
+
+
+DIGEST_REF_RE = re.compile(r"^(?P<name>[^@\s]+)@(?P<algo>[A-Za-z0-9_+.-]+):(?P<hex>\S*)$")
+
+
+def image_ref_problem(ref):
+    """Why an image reference pinned by digest is not usable (a placeholder, a short digest), else None.
+
+    A reference without '@' is a tag: it is not refused here (the lab's images have no registry digest).
+    """
+    m = DIGEST_REF_RE.match((ref or "").strip())
+    if not m:
+        return None
+    if m.group("algo") != "sha256" or not re.match(r"^[0-9a-f]{64}$", m.group("hex")):
+        return "%s is not a pinned digest (expected NAME@sha256:<64 hex digits>)" % ref
+    return None
 
 
 _LOADED_ID_RE = re.compile(r"^Loaded image ID: (sha256:[0-9a-f]{64})\s*$", re.M)

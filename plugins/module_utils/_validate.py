@@ -1035,7 +1035,7 @@ _MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._
 _GLOB_RE = re.compile(r"^[A-Za-z0-9_.@:*?\[\]-]+$")
 _TABLE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 _VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-_LOAD_COMMAND_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._/=-]*$")
+_LOAD_COMMAND_RE = re.compile(r"^[A-Za-z0-9/][A-Za-z0-9 ._/=-]*$")   # a program by name or by its path
 
 
 def check_image(value):
@@ -1127,11 +1127,21 @@ def check_nft_table(value):
     return value, None
 
 
+def check_port_range(value):
+    """ray_cluster_firewall_ephemeral_range: "LOW-HIGH" (ports), or empty for the node's own range."""
+    if value == "":
+        return value, None
+    low, _sep, high = value.partition("-") if is_string(value) else ("", "", "")
+    if not (low.isdigit() and high.isdigit() and 1 <= int(low) <= int(high) <= 65535):
+        return None, "must be LOW-HIGH (ports, LOW <= HIGH), e.g. 32768-60999, or empty for the node's own range"
+    return value, None
+
+
 def check_load_command(value):
     """The command the image key runs on a worker (in authorized_keys' command="..."): plain words only."""
     if not is_string(value) or not _LOAD_COMMAND_RE.match(value):
-        return None, ("must be a plain command such as 'docker load' or 'sudo -n docker load' (letters, digits,"
-                      " spaces and . _ / = -): it is written into the key's command=\"...\"")
+        return None, ("must be a plain command such as 'sudo -n /usr/bin/python3 /usr/local/sbin/sparkfleet-image-load'"
+                      " (letters, digits, spaces and . _ / = -): it is written into the key's command=\"...\"")
     return value, None
 
 
@@ -1167,6 +1177,7 @@ ROLE_CHECKS = {
     "sparkfleet_rdma_dev_dir": check_read_path,
     "sparkfleet_allow_tcp_fallback": check_bool,
     "sparkfleet_allow_ray_exposure": check_bool,
+    "sparkfleet_manage_host_firewall": check_bool,
     "sparkfleet_image": check_image,
     "sparkfleet_model_id": check_model_id,
     "sparkfleet_model_dir": check_model_dir,
@@ -1215,6 +1226,7 @@ ROLE_CHECKS = {
     "runtime_image_sync_user": check_user,
     "runtime_image_sync_key": check_written_file,
     "runtime_image_known_hosts": check_written_file,
+    "runtime_image_loader": check_written_file,
     "runtime_image_load_command": check_load_command,
     "runtime_image_ssh_timeout": check_seconds,
     "runtime_image_sync_timeout": check_seconds,
@@ -1245,6 +1257,8 @@ ROLE_CHECKS = {
     "ray_cluster_firewall": check_bool,
     "ray_cluster_firewall_allow": None,
     "ray_cluster_firewall_table": check_nft_table,
+    "ray_cluster_firewall_ephemeral_range": check_port_range,
+    "ray_cluster_firewall_foreign_listeners": check_choice("warn", "fail"),
     "ray_cluster_firewall_ephemeral": check_bool,
     "ray_cluster_firewall_nft": check_read_path,
     # roles/healthcheck
@@ -1257,6 +1271,8 @@ ROLE_CHECKS = {
     "healthcheck_throughput_tokens": check_whole(0, "a number of tokens (0 turns the probe off)"),
     "healthcheck_ray_object_mb": check_count,
     "healthcheck_allow_tcp_fallback": check_bool,
+    "healthcheck_tool_call": check_bool,
+    "healthcheck_tool_call_max_tokens": check_count,
 }
 ROLE_CHECKS.update((var, check_port) for var in RAY_PORT_FLAGS.values())
 # The variables checked on the head only (the API, the engine, the model state and the checks of the served API are
@@ -1396,6 +1412,7 @@ WRITTEN_PATHS = {
     "ray_cluster_auth_token_path": ("file", "head", None),
     "runtime_image_sync_key": ("key file", "head", None),
     "runtime_image_known_hosts": ("file", "head", None),
+    "runtime_image_loader": ("file", "workers", None),
     "runtime_image_progress_file": ("file", "head", None),
 }
 

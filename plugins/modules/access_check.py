@@ -20,9 +20,9 @@ description:
     (C(sshd -T -C user=USER,host=ADDR,addr=ADDR), Match blocks applied) - public keys accepted, no C(ForceCommand),
     not denied by C(AllowUsers)/C(DenyUsers)/C(AllowGroups)/C(DenyGroups) or C(AuthenticationMethods),
     C(~/.ssh/authorized_keys) read, agent forwarding where the key relays.
-  - A key's O(keys[].command) is tried as its user with empty input (C(runuser)); the program behind it then refuses
-    the empty stream itself, which proves it ran. A C(sudo) that asks for a password or refuses is named with the
-    exact sudoers line that allows it.
+  - A key's O(keys[].command) (with O(keys[].arguments)) is tried as its user with empty input (C(runuser)); the
+    program behind it then refuses the empty stream or the arguments itself, which proves it ran. A C(sudo) that asks
+    for a password or refuses is named with the exact sudoers line that allows it.
   - Read-only; in check mode it does the same. It fails listing every problem, each with its fix.
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
@@ -56,6 +56,13 @@ options:
           - The key's forced command, tried as O(keys[].user) with empty input. Leave it out when it cannot run yet
             (its program is installed by the run itself).
         type: str
+      arguments:
+        description:
+          - Arguments the key adds to O(keys[].command) at each use, which change from run to run (the image key's
+            C(--name IMAGE --content ID)). The command is tried with these; give ones its program refuses, so that
+            trying it changes nothing. The sudoers line named for a C(sudo) that refuses then ends in C(*) (sudoers
+            matches a command's arguments exactly).
+        type: str
       interpreter:
         description: A program the forced command needs, which must exist and be executable (for example C(/usr/bin/python3)).
         type: path
@@ -81,13 +88,16 @@ attributes:
 """
 
 EXAMPLES = r"""
-- name: Docker answers as root and the image key could load an image on the worker
+- name: Docker answers as root and the image key could run its load command on the worker
   sparkfleet.vllm.access_check:
     keys:
       - name: the image key
         user: aurora
         source: 192.168.200.12
-        command: sudo -n docker load
+        command: sudo -n /usr/bin/python3 /usr/local/sbin/sparkfleet-image-load
+        # refused by the load command itself (not a content ID): nothing is loaded
+        arguments: --name hellohal2064/vllm-qwen3.5-gb10:latest --content sha256:access-check
+        interpreter: /usr/bin/python3
   become: true
 """
 
@@ -102,9 +112,10 @@ problems:
   returned: always
   type: list
   elements: str
-  sample: ["the image key's command `sudo -n docker load` cannot run as aurora: sudo: a password is required; allow
-           it once: echo 'aurora ALL=(root) NOPASSWD: /usr/bin/docker load' | sudo tee /etc/sudoers.d/sparkfleet-aurora
-           && sudo chmod 440 /etc/sudoers.d/sparkfleet-aurora"]
+  sample: ["the image key's command `sudo -n /usr/bin/python3 /usr/local/sbin/sparkfleet-image-load` cannot run as
+           aurora: sudo: a password is required; allow it once: echo 'aurora ALL=(root) NOPASSWD: /usr/bin/python3
+           /usr/local/sbin/sparkfleet-image-load *' | sudo tee /etc/sudoers.d/sparkfleet-aurora && sudo chmod 440
+           /etc/sudoers.d/sparkfleet-aurora"]
 """
 
 import grp
@@ -168,10 +179,12 @@ def check_key(runner, key, sshd, timeout):
             problems.append("sshd's settings for %s could not be read: %s" % (name, res.why()))
     if key.get("command") and not shell:
         runuser = runner.bin("runuser")
-        # Empty input: the program behind the command refuses an empty stream itself (and changes nothing).
-        res = runner.run([runuser, "-u", user, "--", "/bin/sh", "-c", "%s </dev/null" % key["command"]],
-                         timeout=timeout)
-        rule = _access.sudo_rule(user, key["command"], lambda name: runner.bin(name, required=False))
+        # Empty input (and arguments it refuses): the program behind the command refuses them itself (and changes
+        # nothing).
+        tried = " ".join(x for x in (key["command"], key.get("arguments")) if x)
+        res = runner.run([runuser, "-u", user, "--", "/bin/sh", "-c", "%s </dev/null" % tried], timeout=timeout)
+        rule = _access.sudo_rule(user, key["command"], lambda name: runner.bin(name, required=False),
+                                 any_arguments=bool(key.get("arguments")))
         found = _access.forced_command_problem(user, key["command"], name, res.rc,
                                                res.stderr, rule)
         if found:
@@ -188,6 +201,7 @@ def main():
                 user=dict(type="str", required=True),
                 source=dict(type="str", required=True),
                 command=dict(type="str"),
+                arguments=dict(type="str"),
                 interpreter=dict(type="path"),
                 agent_forwarding=dict(type="bool", default=False),
             )),

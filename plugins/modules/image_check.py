@@ -12,13 +12,18 @@ short_description: Check a vLLM runtime image can serve a model with the given f
 version_added: 0.2.0
 description:
   - Asks the image itself what it ships, in one short container (C(docker run --rm --network none
-    --entrypoint python3 IMAGE -c PROBE)) - the vLLM version, the Ray version, the model architectures vLLM's
-    registry knows (C(ModelRegistry.get_supported_archs())) and every option of the parser C(vllm serve) builds
-    (C(make_arg_parser)) with its choices.
+    --entrypoint sh IMAGE -c LAUNCHER)) - the vLLM version, the Ray version, the model architectures vLLM's
+    registry knows (C(ModelRegistry.get_supported_archs())), every option of the parser C(vllm serve) builds
+    (C(make_arg_parser)) with its choices, and the names in vLLM's tool-call and reasoning parser registries.
+  - The probe runs under the interpreter the image's C(vllm) command runs under (the first line of the C(vllm) found on
+    the image's PATH), not whatever C(python3) comes first on PATH, which in some images is a system Python without
+    vLLM.
   - Fails, naming the image, the versions found, what is missing and the fix, when vLLM or Ray is missing or
     older than asked, when none of the model's C(config.json) C(architectures) is registered, or when a flag of
     O(serve_args) is unknown to that vLLM or its value is not one the release accepts (for example
-    C(--safetensors-load-strategy) on vLLM 0.17.x takes C(lazy), C(eager) or C(torchao) only).
+    C(--safetensors-load-strategy) on vLLM 0.17.x takes C(lazy), C(eager) or C(torchao) only; C(--tool-call-parser)
+    and C(--reasoning-parser) must name a parser the image's vLLM registers, and C(--enable-auto-tool-choice) needs
+    C(--tool-call-parser)), or when the image has no C(vllm) command on its PATH.
   - An image too old for the model otherwise fails only at model init, minutes into a deployment.
   - The probe's answer is cached per image ID under O(cache_dir), so re-runs cost one C(docker image inspect).
   - "Which loader speeds a GB10: vLLM 0.17.x C(--safetensors-load-strategy eager) (whole-shard reads instead of
@@ -115,6 +120,16 @@ ray_version:
   returned: success
   type: str
   sample: 2.53.0
+vllm_entrypoint:
+  description: The image's C(vllm) command (null when its PATH has none).
+  returned: success
+  type: str
+  sample: /opt/venv/bin/vllm
+python:
+  description: The interpreter the probe ran under (the one the C(vllm) command runs under).
+  returned: success
+  type: str
+  sample: /opt/venv/bin/python3
 model_architectures:
   description: The model's C(architectures) (empty when the config was not there).
   returned: success
@@ -144,7 +159,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text, setting_names_problem
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import (
-    LOADER_ADVICE, PROBE, ProbeError, image_id_key, judge, parse_probe, summary)
+    LAUNCHER, LOADER_ADVICE, PROBE, PROBE_FORMAT, ProbeError, image_id_key, judge, parse_probe, summary)
 
 
 def _inspect(runner, docker, image):
@@ -226,19 +241,19 @@ def main():
     cache = os.path.join(p["cache_dir"], key + ".json") if key else None
 
     facts = _read_cache(cache) if cache else None
-    cached = facts is not None and facts.get("image_id") == image_id
+    cached = facts is not None and facts.get("image_id") == image_id and facts.get("format") == PROBE_FORMAT
     seconds = 0.0
     if not cached:
         t0 = time.monotonic()
-        res = runner.run([docker, "run", "--rm", "--pull=never", "--network", "none", "--entrypoint", "python3",
-                          image_id, "-c", PROBE], timeout=p["timeout"])
+        res = runner.run([docker, "run", "--rm", "--pull=never", "--network", "none", "--entrypoint", "sh",
+                          image_id, "-c", LAUNCHER, "sparkfleet-probe", PROBE], timeout=p["timeout"])
         seconds = round(time.monotonic() - t0, 1)
         try:
             facts = parse_probe(res.stdout)
         except ProbeError as exc:
-            runner.fail(res, "image %s: %s" % (p["image"], exc), cmd=res.argv[:-1] + ["<probe>"], image=p["image"],
-                        image_id=image_id, problems=[str(exc)],
-                        hint="use a vLLM image with python3 on its PATH (vllm/vllm-openai, nvcr.io/nvidia/vllm)")
+            runner.fail(res, "image %s: %s" % (p["image"], exc), cmd=res.argv[:-3] + ["<launcher>", "<probe>"],
+                        image=p["image"], image_id=image_id, problems=[str(exc)],
+                        hint="use a vLLM image whose `vllm` command is on its PATH (vllm/vllm-openai, nvcr.io/nvidia/vllm)")
         facts["image_id"] = image_id
         if cache and not module.check_mode:
             _write_cache(module, p["cache_dir"], cache, facts)
@@ -247,7 +262,8 @@ def main():
     problems = judge(facts, serve_args=p["serve_args"], architectures=archs,
                      min_vllm_version=p["min_vllm_version"], min_ray_version=p["min_ray_version"])
     result = dict(changed=False, image=p["image"], image_id=image_id, vllm_version=facts.get("vllm"),
-                  ray_version=facts.get("ray"), model_architectures=archs, problems=problems, cached=cached,
+                  ray_version=facts.get("ray"), vllm_entrypoint=facts.get("vllm_entrypoint"),
+                  python=facts.get("executable"), model_architectures=archs, problems=problems, cached=cached,
                   probe_seconds=seconds)
     if problems:
         module.fail_json(

@@ -11,12 +11,16 @@ module: image_sync
 short_description: Move a container image from this node to others over the fabric (docker save | ssh docker load)
 version_added: 0.2.0
 description:
-  - Runs on the node that has the image (the head) and streams it to every destination whose image ID differs,
-    as C(docker save IMAGE | ssh USER@IP LOAD_COMMAND), over the fabric addresses.
+  - Runs on the node that has the image (the head) and streams it to every destination that does not hold the same
+    image, as C(docker save IMAGE | ssh USER@IP LOAD_COMMAND), over the fabric addresses.
   - Made for nodes without a route to any registry (DGX Spark workers have no management address); only the
     head pulls.
-  - Idempotent by image ID - a destination that reports the same ID as this node is left alone, so a second
-    run changes nothing.
+  - Idempotent by content - a destination whose image has the same content identity as this node's (see
+    M(sparkfleet.vllm.image_identity)) is left alone, so a second run changes nothing, also where the
+    destination's daemon gave the loaded image another local ID (Docker's containerd image store, moby issue 44833).
+  - Where this node's Docker daemon takes it (API 1.48, Docker 28, and later), C(docker save) names the image's
+    platform (C(--platform os/arch[/variant])), so a multi-platform image pulled here is saved as the one
+    platform that runs here, not as an index whose other platforms are missing.
   - Reports bytes, seconds and MB/s per destination; with O(progress_file), the transfer's progress can be
     followed while it runs (run it with C(async) and poll M(sparkfleet.vllm.transfer_progress)).
 author:
@@ -43,9 +47,10 @@ options:
         description:
           - Name of the node in messages (its inventory name).
         type: str
-      image_id:
+      content:
         description:
-          - The ID of O(image) on that node now (C(docker image inspect --format {{.Id}})); empty when it lacks it.
+          - The content identity of the image that node holds now (M(sparkfleet.vllm.image_identity) run there
+            with O(image) and this node's content); empty when it lacks it.
         type: str
         default: ""
   ssh_user:
@@ -103,10 +108,11 @@ EXAMPLES = r"""
   sparkfleet.vllm.image_sync:
     image: hellohal2064/vllm-qwen3.5-gb10:latest
     destinations:
-      - {name: spark-2, ip: 192.168.200.13, image_id: ""}
+      - {name: spark-2, ip: 192.168.200.13, content: ""}
     ssh_user: nvidia
     ssh_key: /etc/sparkfleet/image-sync_ed25519
-    load_command: [sudo, -n, docker, load]
+    load_command: [sudo, -n, /usr/local/sbin/sparkfleet-image-load, --name, "hellohal2064/vllm-qwen3.5-gb10:latest",
+                   --content, "{{ head_image.content }}"]
 
 - name: The same in the background, its progress shown on each poll
   sparkfleet.vllm.image_sync:
@@ -122,9 +128,18 @@ EXAMPLES = r"""
 
 RETURN = r"""
 image_id:
-  description: The image's ID on this node (and, after the run, on every destination).
+  description: The image's ID on this node (a destination may give it another ID; see RV(content)).
   returned: always
   type: str
+content:
+  description: The image's content identity, the same on every destination after the run.
+  returned: always
+  type: str
+save_args:
+  description: The arguments C(docker save) was given before the image (C(--platform ...) where the daemon takes it).
+  returned: always
+  type: list
+  elements: str
 results:
   description: One entry per destination.
   returned: always
@@ -164,13 +179,16 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_docker_load, progress_header
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import (
+    api_version, image_summary, parse_docker_load, parse_inspect, progress_header, save_platform_args)
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import ssh_host_problem, ssh_user_problem
 
-# docker save's stdout straight into ssh; pipefail makes a failing save fail the transfer.
-_PIPE = 'image=$1; shift; "$DOCKER" save "$image" | "$@"'
+# docker save's stdout straight into ssh; pipefail makes a failing save fail the transfer. $SAVE_PLATFORM is empty
+# or `--platform os/arch[/variant]` (no spaces inside, so the unquoted expansion gives the two words or nothing).
+_PIPE = 'image=$1; shift; "$DOCKER" save $SAVE_PLATFORM "$image" | "$@"'
 # The same through dd, which counts the bytes and appends its progress to $PROGRESS about once a second.
-_PIPE_PROGRESS = 'image=$1; shift; "$DOCKER" save "$image" | dd bs=1M status=progress 2>>"$PROGRESS" | "$@"'
+_PIPE_PROGRESS = ('image=$1; shift; "$DOCKER" save $SAVE_PLATFORM "$image" | dd bs=1M status=progress 2>>"$PROGRESS"'
+                  ' | "$@"')
 
 
 def _start_progress(path, header):
@@ -187,12 +205,20 @@ def _end_progress(path):
 
 
 def _inspect(runner, docker, image):
-    res = runner.run([docker, "image", "inspect", "--format", "{{.Id}} {{.Size}}", image])
+    res = runner.run([docker, "image", "inspect", image])
     if not res.ok:
         runner.fail(res, "image %s is not on this node" % image,
                     hint="pull it on this node first, or load it (docker load)")
-    image_id, size = res.stdout.split()
-    return image_id, int(size)
+    try:
+        entry = parse_inspect(res.stdout)[0]
+        return image_summary(entry), int(entry.get("Size") or 0)
+    except (ValueError, IndexError) as exc:
+        runner.fail(res, "cannot read image %s on this node: %s" % (image, exc))
+
+
+def _save_args(runner, docker, platform):
+    res = runner.run([docker, "version", "--format", "{{.Server.APIVersion}}"])
+    return save_platform_args(api_version(res.stdout) if res.ok else None, platform)
 
 
 def _report(entry):
@@ -209,7 +235,7 @@ def main():
             destinations=dict(type="list", elements="dict", required=True, options=dict(
                 ip=dict(type="str", required=True),
                 name=dict(type="str"),
-                image_id=dict(type="str", default=""),
+                content=dict(type="str", default=""),
             )),
             ssh_user=dict(type="str", required=True),
             ssh_key=dict(type="path", required=True),
@@ -232,18 +258,20 @@ def main():
     docker = runner.bin("docker")
     bash = runner.bin("bash")
     ssh = runner.bin("ssh")
-    image_id, size = _inspect(runner, docker, p["image"])
+    head, size = _inspect(runner, docker, p["image"])
+    image_id, content = head["id"], head["content"]
+    save_args = _save_args(runner, docker, head["platform"])
     progress = p["progress_file"] if not module.check_mode else None
-    pipe, env = _PIPE, dict(DOCKER=docker)
+    pipe, env = _PIPE, dict(DOCKER=docker, SAVE_PLATFORM=" ".join(save_args))
     if progress:
-        pipe, env = _PIPE_PROGRESS, dict(DOCKER=docker, PROGRESS=progress)
+        pipe, env = _PIPE_PROGRESS, dict(env, PROGRESS=progress)
         _end_progress(progress)  # a file left by a killed run would show its stale bytes
 
-    todo = [d for d in p["destinations"] if d["image_id"].strip() != image_id]
+    todo = [d for d in p["destinations"] if d["content"].strip() != content]
     results = []
     for dest in p["destinations"]:
         name = dest["name"] or dest["ip"]
-        entry = dict(name=name, ip=dest["ip"], changed=dest["image_id"].strip() != image_id, bytes=0, seconds=0.0,
+        entry = dict(name=name, ip=dest["ip"], changed=dest["content"].strip() != content, bytes=0, seconds=0.0,
                      mb_per_s=0.0, loaded={})
         results.append(entry)
         if not entry["changed"] or module.check_mode:
@@ -262,13 +290,14 @@ def main():
                     "or passwordless sudo)" % (p["ssh_user"], dest["ip"], p["ssh_key"], p["ssh_user"],
                                                " ".join(p["load_command"])))
             runner.fail(res, "moving %s to %s (%s) failed" % (p["image"], name, dest["ip"]), image_id=image_id,
-                        results=results, hint=hint)
+                        content=content, results=results, hint=hint)
         entry.update(bytes=size, seconds=round(seconds, 1), mb_per_s=round(size / 1e6 / max(seconds, 1e-3), 1),
                      loaded=parse_docker_load(res.stdout))
     _end_progress(progress)
     changed = any(r["changed"] for r in results)
     total = sum(r["bytes"] for r in results)
-    module.exit_json(changed=changed, image_id=image_id, results=results, bytes_transferred=total,
+    module.exit_json(changed=changed, image_id=image_id, content=content, save_args=save_args, results=results,
+                     bytes_transferred=total,
                      msg="%s: %s" % (p["image"], ", ".join(_report(r) for r in results) or "no destinations"))
 
 

@@ -11,6 +11,9 @@ import pytest
 pytestmark = pytest.mark.lab
 
 PASSWORD = "sparklab-become"   # lab/labctl's SUDO_PASSWORD
+# runtime_image's forced command for a user other than root, and the sudoers line preflight names for it.
+LOAD = "sudo -n /usr/bin/python3 /usr/local/sbin/sparkfleet-image-load"
+RULE = "spark ALL=(root) NOPASSWD: /usr/bin/python3 /usr/local/sbin/sparkfleet-image-load *"
 
 
 @pytest.fixture
@@ -56,7 +59,7 @@ def test_sudo_password_on_the_head_refused_then_passes_with_the_password(lab, tm
 
 
 @pytest.mark.long   # three preflight runs (~2 min on the loaded machine); the head's case above runs in CI
-@pytest.mark.fault(name="become without NOPASSWD on a worker (the image key's `sudo -n docker load` cannot run)",
+@pytest.mark.fault(name="become without NOPASSWD on a worker (the image key's load command cannot run through sudo)",
                    expected="preflight names the worker, the key and the exact sudoers line, before any key is written")
 def test_sudo_password_on_a_worker_names_the_image_keys_sudoers_line(lab, tmp_path, sudo_password, observe):
     sudo_password("spark-2")
@@ -66,16 +69,15 @@ def test_sudo_password_on_a_worker_names_the_image_keys_sudoers_line(lab, tmp_pa
     assert r["status"] == "failed" and [f["host"] for f in failures] == ["spark-2"], failures
     msg = _msg(failures)
     observe(msg[:300])
-    assert ("spark-2: runtime_image's image key's command `sudo -n docker load` cannot run as spark: sudo: a password"
-            " is required; allow it once: echo 'spark ALL=(root) NOPASSWD: /usr/bin/docker load' | sudo tee"
-            " /etc/sudoers.d/sparkfleet-spark") in msg, msg
+    assert ("spark-2: runtime_image's image key's command `%s` cannot run as spark: sudo: a password is required;"
+            " allow it once: echo '%s' | sudo tee /etc/sudoers.d/sparkfleet-spark" % (LOAD, RULE)) in msg, msg
     assert lab.host_exec("spark-2", "cat", "/home/spark/.ssh/authorized_keys").stdout == before
     r, failures = lab.play(tmp_path / "w", "playbooks/preflight.yml", extravars={"ansible_become_password": "wrong"})
     assert "spark-2: become (sudo) fails for spark: Task failed: Incorrect sudo password. the become password given" \
         " for spark is wrong" in _msg(_refused(failures))
     # The fix it names works.
-    lab.host_exec("spark-2", "sh", "-c", "echo 'spark ALL=(root) NOPASSWD: /usr/bin/docker load' >"
-                  " /etc/sudoers.d/sparkfleet-spark && chmod 440 /etc/sudoers.d/sparkfleet-spark")
+    lab.host_exec("spark-2", "sh", "-c", "echo '%s' > /etc/sudoers.d/sparkfleet-spark"
+                  " && chmod 440 /etc/sudoers.d/sparkfleet-spark" % RULE)
     try:
         r, failures = lab.play(tmp_path / "b", "playbooks/preflight.yml",
                                extravars={"ansible_become_password": PASSWORD})

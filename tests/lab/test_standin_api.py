@@ -120,3 +120,90 @@ def test_metrics_count_served_tokens():
 @pytest.mark.parametrize("body", [{"model": "tiny"}, {"model": "tiny", "prompt": "x", "max_tokens": 0}])
 def test_bad_completion_bodies_are_400(body):
     assert call(_state(FakeEngine()), "POST", "/v1/completions", body, key="sekret")[0] == 400
+
+
+# ------------------------------------------------------------------------------ reasoning and tool-call parsers
+# As vLLM 0.17's OpenAI server does it for Qwen3.5: parser names checked at start, `tool_choice: auto` refused without
+# auto tool choice, <think> reasoning and Qwen3-Coder XML tool calls parsed into `reasoning` and `tool_calls` only by
+# the matching parsers.
+from sparklab_vllm import cli, parsers  # noqa: E402
+
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                   "required": ["city", "days"]}}}]
+QWEN35 = ["--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder", "--reasoning-parser", "qwen3"]
+
+
+def serve_args(*extra):
+    return cli.parse(["serve", "/models/tiny"] + list(extra))
+
+
+@pytest.mark.parametrize("extra, error", [
+    (QWEN35, None),
+    (["--reasoning-parser", "qwen3"], None),
+    (["--enable-auto-tool-choice"], "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser"),
+    (["--enable-auto-tool-choice", "--tool-call-parser", "qwen35"], "KeyError: 'invalid tool call parser: qwen35 (chose"),
+    (["--reasoning-parser", "qwen35"], "KeyError: 'invalid reasoning parser: qwen35 (chose from {"),
+])
+def test_parser_names_are_checked_at_start_as_vllm_does(extra, error):
+    got = parsers.startup_error(serve_args(*extra))
+    assert (got is None) if error is None else got.startswith(error)
+
+
+def test_the_registries_the_image_check_reads():
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tool_parsers import ToolParserManager
+    assert {"qwen3_coder", "hermes"} <= set(ToolParserManager.lazy_parsers)
+    assert "qwen3" in ReasoningParserManager.lazy_parsers
+
+
+def chat(args, **req):
+    st = _state(FakeEngine(), keys=())
+    st["max_model_len"] = 4096
+    st["args"] = args
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 12}
+    body.update(req)
+    return call(st, "POST", "/v1/chat/completions", body)
+
+
+def test_qwen35_parsers_return_a_parsed_tool_call_and_the_reasoning():
+    status, body = chat(serve_args(*QWEN35), tools=WEATHER)
+    assert status == 200, body
+    choice = body["choices"][0]
+    msg = choice["message"]
+    assert choice["finish_reason"] == "tool_calls" and msg["content"] is None
+    assert len(msg["tool_calls"]) == 1
+    call_ = msg["tool_calls"][0]
+    assert call_["type"] == "function" and call_["id"].startswith("chatcmpl-tool-")
+    assert call_["function"]["name"] == "get_weather"
+    args = json.loads(call_["function"]["arguments"])
+    assert set(args) == {"city", "days"} and isinstance(args["days"], (int, str))
+    assert msg["reasoning"] and "<think>" not in msg["reasoning"] and "reasoning_content" not in msg
+
+
+def test_without_auto_tool_choice_a_tool_request_is_refused_like_vllm():
+    status, body = chat(serve_args(), tools=WEATHER)
+    assert status == 400
+    assert body["error"]["message"] == ('"auto" tool choice requires --enable-auto-tool-choice and '
+                                        '--tool-call-parser to be set')
+
+
+def test_a_wrong_tool_parser_leaves_the_tags_in_the_content():
+    status, body = chat(serve_args("--enable-auto-tool-choice", "--tool-call-parser", "hermes"), tools=WEATHER)
+    msg = body["choices"][0]["message"]
+    assert status == 200 and msg["tool_calls"] == [] and "<function=get_weather>" in msg["content"]
+    assert "<think>" in msg["content"] and msg["reasoning"] is None   # no reasoning parser either
+
+
+def test_thinking_off_and_no_tools_is_a_plain_answer():
+    status, body = chat(serve_args(*QWEN35), chat_template_kwargs={"enable_thinking": False})
+    msg = body["choices"][0]["message"]
+    assert status == 200 and msg["content"] and msg["reasoning"] is None and msg["tool_calls"] == []
+    assert body["choices"][0]["finish_reason"] == "length"
+
+
+def test_tool_choice_none_answers_in_text():
+    status, body = chat(serve_args(*QWEN35), tools=WEATHER, tool_choice="none")
+    msg = body["choices"][0]["message"]
+    assert status == 200 and msg["tool_calls"] == [] and "<tool_call>" not in (msg["content"] or "")

@@ -19,6 +19,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from . import RELEASE, STANDIN_MARKER, __version__
+from . import parsers
 from .cli import non_default_args
 from .formats import (UNAUTHORIZED_BODY, Logger, PrefixedStream, api_key_allows, error_body, log_line,
                       process_prefix, render_metrics, tokenize, words_from_ids)
@@ -179,6 +180,10 @@ def make_handler(state):
                 if not isinstance(msgs, list) or not msgs:
                     self._send(400, error_body("messages: Field required", "BadRequestError", 400))
                     return
+                refused = parsers.request_error(req, state.get("args"))
+                if refused:
+                    self._send(400, error_body(refused, "BadRequestError", 400))
+                    return
                 prompt = "\n".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))
                 max_tokens = req.get("max_completion_tokens", req.get("max_tokens"))
                 max_tokens = 64 if max_tokens is None else max_tokens
@@ -220,12 +225,14 @@ def make_handler(state):
                      "completion_tokens": len(ids), "prompt_tokens_details": None}
             now = int(time.time())
             if chat:
+                fields, finish = parsers.parse(parsers.model_output(req, text), req, state.get("args"))
+                message = {"role": "assistant", "refusal": None, "annotations": None, "audio": None,
+                           "function_call": None}
+                message.update(fields)
                 body = {"id": "chatcmpl-" + uuid.uuid4().hex, "object": "chat.completion", "created": now,
                         "model": model, "choices": [{
-                            "index": 0, "message": {"role": "assistant", "content": text.strip(), "refusal": None,
-                                                    "annotations": None, "audio": None, "function_call": None,
-                                                    "tool_calls": [], "reasoning_content": None},
-                            "logprobs": None, "finish_reason": "length", "stop_reason": None}],
+                            "index": 0, "message": message,
+                            "logprobs": None, "finish_reason": finish, "stop_reason": None}],
                         "service_tier": None, "system_fingerprint": None, "usage": usage, "prompt_logprobs": None,
                         "kv_transfer_params": None}
             else:
@@ -301,6 +308,13 @@ def run_server(args):
     Logger("scheduler.py").info(230, "Chunked prefill is enabled with max_num_batched_tokens=%d.",
                                 args.max_num_batched_tokens or 8192)
     api_keys = args.api_key or ([os.environ["VLLM_API_KEY"]] if os.environ.get("VLLM_API_KEY") else [])
+    refused = parsers.startup_error(args)
+    if refused:
+        # vLLM checks the parser names before it binds the port or starts the engine
+        sys.stdout.write("Traceback (most recent call last):\n  File \"vllm/entrypoints/openai/api_server.py\", in "
+                         "validate_api_server_args\n%s\n" % refused)
+        sys.stdout.flush()
+        return 1
 
     # vLLM binds the listening socket before it starts the engine, so a busy port fails within seconds
     host = args.host or "0.0.0.0"
@@ -377,7 +391,7 @@ def run_server(args):
             linger = float(os.environ.get("SPARKLAB_DEAD_LINGER_S", "2"))
             threading.Timer(linger, server.shutdown).start()
 
-    state = {"engine": engine, "served": served, "model": args.model, "max_model_len": max_model_len,
+    state = {"engine": engine, "served": served, "model": args.model, "max_model_len": max_model_len, "args": args,
              "api_keys": api_keys, "access_log": not args.disable_uvicorn_access_log, "on_engine_dead": on_engine_dead}
     server.RequestHandlerClass = make_handler(state)
     sys.stdout.write("INFO:     Started server process [%d]\nINFO:     Waiting for application startup.\n"

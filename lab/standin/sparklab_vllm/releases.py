@@ -18,12 +18,22 @@ _COMMON_ARCHS = (
     "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM", "DeepseekV3ForCausalLM", "GptOssForCausalLM",
 )
 
+# Parser registries (vllm/reasoning/__init__.py and vllm/tool_parsers/__init__.py, vllm/entrypoints/openai/
+# tool_parsers before 0.13): a representative subset with every name the Qwen families use. Qwen3.5 writes
+# <think> reasoning (qwen3) and Qwen3-Coder XML tool calls (qwen3_coder; qwen3_xml parses the same format).
+_REASONING = ("deepseek_r1", "glm45", "granite", "hunyuan_a13b", "mistral", "openai_gptoss", "qwen3", "step3")
+_TOOLS = ("deepseek_v3", "glm45", "granite", "hermes", "internlm", "jamba", "kimi_k2", "llama3_json", "llama4_json",
+          "mistral", "openai", "pythonic", "qwen3_coder", "qwen3_xml", "seed_oss", "step3")
+
 RELEASES = {
     # NGC 25.10: no Qwen3-Next / Qwen3.5, no --safetensors-load-strategy yet.
     "0.10.2": {
         "architectures": _COMMON_ARCHS,
         "serve_flags_absent": ("--safetensors-load-strategy",),
         "safetensors_load_strategies": (),
+        "reasoning_parsers": _REASONING,
+        "tool_parsers": _TOOLS,
+        "reasoning_field": "reasoning_content",    # renamed `reasoning` in 0.12 (vLLM PR 27752), the old one removed
     },
     # hellohal2064/vllm-qwen3.5-gb10 (0.17.1rc1), NGC 26.03: Qwen3.5; load strategies lazy/eager/torchao only.
     "0.17.1": {
@@ -31,6 +41,9 @@ RELEASES = {
                                           "Qwen3_5MoeForConditionalGeneration"),
         "serve_flags_absent": (),
         "safetensors_load_strategies": ("eager", "lazy", "torchao"),
+        "reasoning_parsers": _REASONING,
+        "tool_parsers": _TOOLS,
+        "reasoning_field": "reasoning",
     },
 }
 

@@ -3,6 +3,9 @@ load command those roles will use: its fallbacks must give what the roles' own d
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import shlex
 from pathlib import Path
 
 import jinja2
@@ -19,6 +22,7 @@ def _tasks(path):
 def _render(expr, **variables):
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     env.globals["lookup"] = lambda kind, name: "controller-user"   # ansible.builtin.env, only when ansible_user is unset
+    env.filters["quote"] = shlex.quote
     return env.from_string(expr).render(**variables).strip()
 
 
@@ -38,8 +42,11 @@ def test_the_users_and_the_load_command_are_the_roles_own(user):
     assert image_user == _render(runtime["runtime_image_sync_user"], ansible_user=user)
     image_key = next(k for k in variables["_preflight_access_keys"] if k["name"] == "runtime_image's image key")
     mine = _render(image_key["command"], _preflight_access_image_user=image_user)
-    theirs = _render(runtime["runtime_image_load_command"], runtime_image_sync_user=image_user)
+    theirs = _render(runtime["runtime_image_load_command"], runtime_image_sync_user=image_user,
+                     runtime_image_loader=runtime["runtime_image_loader"])
     assert mine == theirs, (mine, theirs)
+    assert mine.endswith("/usr/bin/python3 " + runtime["runtime_image_loader"])
+    assert mine.startswith("sudo -n ") == (image_user != "root")
     sync_key = next(k for k in variables["_preflight_access_keys"] if k["name"] == "model_sync's sync key")
     # model_sync's forced command runs this interpreter (roles/model_sync/tasks/main.yml).
     assert 'command="%s' % sync_key["interpreter"] in (REPO / "roles/model_sync/tasks/main.yml").read_text()
@@ -52,3 +59,40 @@ def test_preflight_checks_access_before_it_touches_a_node_otherwise():
         "sparkfleet.vllm.fabric_reach", "ansible.builtin.ping", "ansible.builtin.include_role",
         "sparkfleet.vllm.port_holders"} and "validate.yml" not in str(t))
     assert names.index("access.yml") < first_contact
+
+
+def _loader():
+    path = str(REPO / "roles/runtime_image/files/sparkfleet-image-load")
+    loader = importlib.machinery.SourceFileLoader("sparkfleet_image_load_access", path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    return module
+
+
+def test_the_image_key_is_tried_as_the_role_authorizes_it_with_arguments_its_command_refuses():
+    """The key's forced command is `runtime_image_load_command --name IMAGE --content ID` (distribute.yml): preflight
+    tries it with such arguments (sudoers matches them too), but with a content the load command refuses before it
+    runs docker, so trying it loads nothing."""
+    variables, _args = _access_vars()
+    image_key = next(k for k in variables["_preflight_access_keys"] if k["name"] == "runtime_image's image key")
+    image = "hellohal2064/vllm-qwen3.5-gb10@sha256:" + "ab" * 32
+    arguments = _render(image_key["arguments"], sparkfleet_image=image)
+    argv = shlex.split(arguments)
+    assert argv[:2] == ["--name", image] and argv[2] == "--content"
+    distribute = (REPO / "roles/runtime_image/tasks/distribute.yml").read_text()
+    assert 'command="{{ runtime_image_load_command }} --name {{ runtime_image_name }} --content ' in distribute
+    assert _loader().parse_args(argv) == (None, None)   # refused: usage, exit 2, before any docker command
+    assert _loader().parse_args(argv[:3] + ["sha256:" + "cd" * 32]) == (image, "sha256:" + "cd" * 32)
+    assert image_key["interpreter"] == "/usr/bin/python3"
+
+
+@pytest.mark.parametrize("user", ["aurora", "root"])
+def test_the_load_commands_default_passes_preflights_check(user):
+    """Preflight checks runtime_image_load_command (it goes into the key's command="..."): the role's own default,
+    for root (the interpreter's path first) and for any other user (through sudo), passes."""
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils import _validate
+    runtime = yaml.safe_load((REPO / "roles/runtime_image/defaults/main.yml").read_text())
+    command = _render(runtime["runtime_image_load_command"], runtime_image_sync_user=user,
+                      runtime_image_loader=runtime["runtime_image_loader"])
+    assert _validate.check_load_command(command) == (command, None)
+    assert _validate.check_load_command("-o ProxyCommand=sh")[1]

@@ -76,6 +76,11 @@ def test_the_sudoers_rule_for_a_sudo_command():
     which = {"docker": "/usr/bin/docker"}.get
     assert _access.sudo_rule("aurora", "sudo -n docker load", which) == "aurora ALL=(root) NOPASSWD: /usr/bin/docker load"
     assert _access.sudo_rule("root", "docker load", which) is None
+    # The image key's load command gets --name IMAGE --content ID at each use: sudoers matches arguments exactly.
+    load = "sudo -n /usr/bin/python3 /usr/local/sbin/sparkfleet-image-load"
+    assert _access.sudo_rule("aurora", load, which, any_arguments=True) == (
+        "aurora ALL=(root) NOPASSWD: /usr/bin/python3 /usr/local/sbin/sparkfleet-image-load *")
+    assert _access.sudo_rule("root", load.replace("sudo -n ", ""), which, any_arguments=True) is None
 
 
 def _said(name):
@@ -97,5 +102,15 @@ def test_forced_command_outcomes_from_real_messages():
     rc, err = _said("sudo_docker_load_no_daemon.txt")
     said = _access.forced_command_problem("spark", "sudo -n docker load", KEY, rc, err, rule)
     assert "systemctl enable --now docker" in said
+    load = "sudo -n /usr/bin/python3 /usr/local/sbin/sparkfleet-image-load"
+    load_rule = "spark ALL=(root) NOPASSWD: /usr/bin/python3 /usr/local/sbin/sparkfleet-image-load *"
+    # Tried with a content it refuses: whether it is installed yet or not, sudo let python3 run it.
+    for ran in ("sudo_image_load_refuses_arguments.txt", "sudo_image_load_not_installed.txt"):
+        rc, err = _said(ran)
+        assert rc == 2 and _access.forced_command_problem("spark", load, KEY, rc, err, load_rule) is None, ran
+    rc, err = _said("sudo_image_load_password.txt")
+    problem = _access.forced_command_problem("spark", load, KEY, rc, err, load_rule)
+    assert problem.startswith("%s's command `%s` cannot run as spark: sudo: a password is required; " % (KEY, load))
+    assert ("echo '%s' | sudo tee /etc/sudoers.d/sparkfleet-spark" % load_rule) in problem
     said = _access.forced_command_problem("u", "sudo -n docker load", KEY, 127, "/bin/sh: 1: sudo: not found", rule)
     assert "sudo: not found" in said and "is not there for u" in said and "sudoers" not in said

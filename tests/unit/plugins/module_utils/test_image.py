@@ -106,7 +106,9 @@ def test_missing_ray_and_missing_vllm():
         "no Ray in the image (ModuleNotFoundError: No module named 'ray'); the cluster needs Ray inside the vLLM "
         "image"]
     problems = _image.judge(facts("no-vllm.out"), ARGV, QWEN35)
-    assert problems[0] == "no usable vLLM in the image (ModuleNotFoundError: No module named 'vllm')"
+    assert problems[0] == "no `vllm` command on the image's PATH (the units start the image with --entrypoint vllm)"
+    assert problems[1] == ("no usable vLLM in the image (ModuleNotFoundError: No module named 'vllm', "
+                           "under /usr/bin/python3)")
     assert any(p.startswith("could not read vLLM's model registry") for p in problems)
     assert any(p.startswith("could not read `vllm serve`'s arguments") for p in problems)
 
@@ -137,3 +139,126 @@ def test_docker_load_output():
            "Loaded image ID: sha256:%s\n" % ("b" * 64))
     assert _image.parse_docker_load(out) == {"tags": ["sparklab/vllm-runtime:e6d599975e19"],
                                              "ids": ["sha256:" + "b" * 64]}
+
+
+# ------------------------------------------------------------------------------------------- image identity
+IDENT = os.path.join(os.path.dirname(__file__), "..", "modules", "fixtures", "image_identity")
+
+
+def inspected(name):
+    with open(os.path.join(IDENT, name)) as handle:
+        return _image.parse_inspect(handle.read())[0]
+
+
+def test_content_identity_survives_a_save_and_load_into_a_containerd_store():
+    # captured in the lab: Docker 20.10 (classic store) saved, Docker 26.1 with the containerd image store loaded
+    head, worker = inspected("head-classic-docker20.10.json"), inspected("worker-containerd-docker26.1.json")
+    assert head["Id"] != worker["Id"]                       # moby #44833: the local IDs differ
+    assert _image.content_identity(head) == _image.content_identity(worker)
+    a, b = _image.image_summary(head), _image.image_summary(worker)
+    assert _image.same_image(a, b) and a["platform"] == b["platform"] == "linux/amd64" and a["layers"] == 1
+    assert b["repo_digests"] and not a["repo_digests"]      # the containerd store's local digest is no registry's
+
+
+def test_an_env_only_layer_is_another_image_though_its_layers_are_the_same():
+    # lab/stage.sh --release: FROM the image, ENV only (no filesystem layer): same diff IDs, another run configuration
+    base, env = inspected("head-classic-docker20.10.json"), inspected("head-classic-env-layer.json")
+    assert base["RootFS"]["Layers"] == env["RootFS"]["Layers"]
+    assert _image.content_identity(base) != _image.content_identity(env)
+    assert not _image.same_image(_image.image_summary(base), _image.image_summary(env))
+
+
+def test_empty_config_fields_do_not_change_the_identity():
+    head = inspected("head-classic-docker20.10.json")
+    trimmed = dict(head, Config={k: v for k, v in head["Config"].items() if v not in (None, "", False, [], {})})
+    assert _image.content_identity(trimmed) == _image.content_identity(head)
+    other = dict(head, Config=dict(head["Config"], Entrypoint=["sh"]))
+    assert _image.content_identity(other) != _image.content_identity(head)
+
+
+def test_a_shared_repo_digest_is_the_same_image():
+    assert _image.same_image({"repo_digests": ["a@sha256:1"], "content": "x"}, {"repo_digests": ["a@sha256:1"]})
+    assert not _image.same_image({"repo_digests": [], "content": ""}, {"repo_digests": [], "content": ""})
+
+
+@pytest.mark.parametrize("entry", [{}, {"RootFS": {"Layers": []}}, "x"])
+def test_content_identity_refuses_what_is_not_an_image(entry):
+    with pytest.raises(ValueError):
+        _image.content_identity(entry)
+
+
+@pytest.mark.parametrize("api, platform, args", [
+    ((1, 41), "linux/arm64", []),
+    ((1, 47), "linux/arm64", []),
+    ((1, 48), "linux/arm64", ["--platform", "linux/arm64"]),
+    ((1, 51), "linux/arm64/v8", ["--platform", "linux/arm64/v8"]),
+    ((1, 51), "", []),
+    (None, "linux/arm64", []),
+])
+def test_save_names_the_platform_only_where_the_daemon_takes_it(api, platform, args):
+    assert _image.save_platform_args(api, platform) == args
+
+
+@pytest.mark.parametrize("text, version", [("1.41\n", (1, 41)), ("1.48", (1, 48)), ("", None), ("x", None)])
+def test_api_version(text, version):
+    assert _image.api_version(text) == version
+
+
+@pytest.mark.parametrize("ref, bad", [
+    ("hellohal2064/vllm-qwen3.5-gb10:latest", False),
+    ("hellohal2064/vllm-qwen3.5-gb10@sha256:" + "a" * 64, False),
+    ("hellohal2064/vllm-qwen3.5-gb10@sha256:PIN-THE-DIGEST-OF-YOUR-IMAGE", True),
+    ("hellohal2064/vllm-qwen3.5-gb10@sha256:" + "a" * 63, True),
+    ("hellohal2064/vllm-qwen3.5-gb10@md5:" + "a" * 64, True),
+])
+def test_image_ref_problem(ref, bad):
+    assert bool(_image.image_ref_problem(ref)) is bad
+
+
+# ------------------------------------------------------------------------- the interpreter vllm runs under
+def test_the_probe_runs_under_the_interpreter_of_the_images_vllm_command():
+    # labctl break path-python: /usr/bin first on PATH, so python3 there is Debian's, without vLLM and Ray
+    old_way = facts("pathpython-python3-on-path.out")     # docker run --entrypoint python3 (the old probe)
+    assert old_way["executable"] == "/usr/bin/python3" and "vllm" not in old_way
+    assert any(p.startswith("no usable vLLM in the image") for p in _image.judge(old_way, ARGV, QWEN35))
+    new_way = facts("standin-0.17.1-pathpython.out")      # the LAUNCHER: the shebang of the image's `vllm`
+    assert new_way["vllm_entrypoint"] == "/opt/venv/bin/vllm" and new_way["executable"] == "/opt/venv/bin/python3"
+    assert (new_way["vllm"], new_way["ray"]) == ("0.17.1", "2.60.0")
+    assert _image.judge(new_way, ARGV, QWEN35, "0.17.1", "2.52") == []
+
+
+PIP_LONG_PATH = "'''exec' /opt/a long/bin/python3 \"$0\" \"$@\""
+
+
+@pytest.mark.parametrize("first, second, runs", [
+    ("#!/opt/venv/bin/python3", "import sys", "/opt/venv/bin/python3"),
+    ("#!/usr/bin/env python3", "import sys", "/usr/bin/env python3"),
+    ("#!/bin/sh", PIP_LONG_PATH, "/opt/a long/bin/python3"),
+    ("\x7fELF", "", None),
+])
+def test_launcher_reads_the_vllm_commands_interpreter(tmp_path, first, second, runs):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "vllm").write_text(first + "\n" + second + "\n")
+    (bindir / "vllm").chmod(0o755)
+    # print what would be run instead of running it
+    script = _image.LAUNCHER.replace('exec "$interp" -c', 'echo "$interp"; exit #')
+    script = script.replace("exec $interp -c", "echo $interp; exit #").replace('exec python3 -c "$probe"', "echo fallback")
+    out = subprocess.run(["sh", "-c", script, "probe", "PROBE"], capture_output=True, text=True, check=False,
+                         env={"PATH": "%s:/usr/bin:/bin" % bindir}).stdout.strip()
+    assert out == (runs or "fallback")
+
+
+def test_parser_flags_are_checked_against_the_images_registries():
+    f = facts("standin-0.17.1.out")
+    qwen = ARGV + ["--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder"]
+    assert _image.judge(f, qwen, QWEN35) == []
+    problems = _image.judge(f, ARGV + ["--tool-call-parser", "qwen35_coder", "--reasoning-parser", "qwen35"], QWEN35)
+    assert problems == ["vLLM 0.17.1 registers no tool-call parser 'qwen35_coder' (closest: qwen3_coder)",
+                        "vLLM 0.17.1 registers no reasoning parser 'qwen35' (closest: qwen3)"]
+    assert _image.judge(f, ARGV + ["--enable-auto-tool-choice"], QWEN35) == [
+        "--enable-auto-tool-choice needs --tool-call-parser (vLLM refuses to start without it)"]
+    unreadable = dict(f, tool_parsers_error="ImportError: x")
+    unreadable.pop("tool_parsers")
+    assert _image.judge(unreadable, ARGV + ["--tool-call-parser", "qwen3_coder"]) == [
+        "could not read vLLM's tool-call parser registry to check --tool-call-parser qwen3_coder (ImportError: x)"]

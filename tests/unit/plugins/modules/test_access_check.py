@@ -13,6 +13,9 @@ from ansible.module_utils import basic
 from ansible_collections.sparkfleet.vllm.plugins.modules import access_check
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "access_check")
+# runtime_image's forced command (roles/runtime_image/defaults/main.yml) and what preflight adds when it tries it.
+LOAD = "sudo -n /usr/bin/python3 /usr/local/sbin/sparkfleet-image-load"
+ARGUMENTS = "--name hellohal2064/vllm-qwen3.5-gb10:latest --content sha256:access-check"
 
 
 def fixture(name):
@@ -28,7 +31,7 @@ def node(monkeypatch, run_module, tmp_path):
     os.chmod(home, 0o755)
     calls = []
     answers = {"docker": (0, "28.2.2\n", ""), "sshd": (0, fixture("sshd_T_default.txt"), ""),
-               "runuser": (1, "", fixture("sudo_docker_load_ok.txt").rsplit("rc=", 1)[0])}
+               "runuser": (2, "", fixture("sudo_image_load_refuses_arguments.txt").rsplit("rc=", 1)[0])}
 
     def fake_run_command(self, cmd, **kwargs):
         assert os.path.basename(cmd[0]) == "timeout" and cmd[1] == "30", cmd   # every command is bounded
@@ -52,7 +55,7 @@ def node(monkeypatch, run_module, tmp_path):
     def run(keys=None, check_mode=False, **extra):
         args = dict(keys=keys if keys is not None else [
             {"name": "runtime_image's image key", "user": "aurora", "source": "192.168.200.12",
-             "command": "sudo -n docker load"},
+             "command": LOAD, "arguments": ARGUMENTS, "interpreter": "/bin/sh"},
             {"name": "model_sync's sync key", "user": "aurora", "source": "192.168.200.12",
              "interpreter": "/bin/sh", "agent_forwarding": True}])
         args.update(extra)
@@ -66,7 +69,8 @@ def test_everything_in_order_passes_and_tries_the_command_with_empty_input(node)
     assert not result.get("failed"), result
     assert result["docker_version"] == "28.2.2" and result["problems"] == []
     tried = [c for c in node.calls if c[0].endswith("runuser")]
-    assert tried == [["/usr/bin/runuser", "-u", "aurora", "--", "/bin/sh", "-c", "sudo -n docker load </dev/null"]]
+    assert tried == [["/usr/bin/runuser", "-u", "aurora", "--", "/bin/sh", "-c",
+                      "%s %s </dev/null" % (LOAD, ARGUMENTS)]]
     assert ["/usr/bin/sshd", "-T", "-C", "user=aurora,host=192.168.200.12,addr=192.168.200.12"] in node.calls
 
 
@@ -74,14 +78,28 @@ def test_same_in_check_mode(node):
     assert node.run(check_mode=True)["problems"] == []
 
 
+def test_the_load_command_not_installed_yet_passes(node):
+    """runtime_image installs the load command later in the run: python3 saying so proves sudo let it run."""
+    node.answers["runuser"] = (2, "", fixture("sudo_image_load_not_installed.txt").rsplit("rc=", 1)[0])
+    assert node.run()["problems"] == []
+
+
 def test_sudo_that_asks_for_a_password_is_named_with_the_sudoers_line(node):
-    node.answers["runuser"] = (1, "", "sudo: a password is required\n")
+    node.answers["runuser"] = (1, "", fixture("sudo_image_load_password.txt").rsplit("rc=", 1)[0])
     result = node.run()
     assert result["failed"]
+    # Any arguments after the load command (sudoers matches them exactly; the key adds --name IMAGE --content ID).
     assert result["problems"] == [
-        "runtime_image's image key's command `sudo -n docker load` cannot run as aurora: sudo: a password is required; "
-        "allow it once: echo 'aurora ALL=(root) NOPASSWD: /usr/bin/docker load' | sudo tee "
-        "/etc/sudoers.d/sparkfleet-aurora && sudo chmod 440 /etc/sudoers.d/sparkfleet-aurora"]
+        "runtime_image's image key's command `%s` cannot run as aurora: sudo: a password is required; allow it once: "
+        "echo 'aurora ALL=(root) NOPASSWD: /usr/bin/python3 /usr/local/sbin/sparkfleet-image-load *' | sudo tee "
+        "/etc/sudoers.d/sparkfleet-aurora && sudo chmod 440 /etc/sudoers.d/sparkfleet-aurora" % LOAD]
+
+
+def test_a_command_without_arguments_is_allowed_exactly(node):
+    node.answers["runuser"] = (1, "", fixture("sudo_docker_load_password.txt").rsplit("rc=", 1)[0])
+    result = node.run(keys=[{"name": "k", "user": "aurora", "source": "10.0.0.1", "command": "sudo -n docker load"}])
+    assert "echo 'aurora ALL=(root) NOPASSWD: /usr/bin/docker load' | sudo tee" in result["problems"][0]
+    assert [c[-1] for c in node.calls if c[0].endswith("runuser")] == ["sudo -n docker load </dev/null"]
 
 
 def test_every_problem_at_once(node):

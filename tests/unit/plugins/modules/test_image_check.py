@@ -63,7 +63,8 @@ def test_fitting_image_passes_and_the_verdict_is_cached_per_image_id(run_module,
     assert (first["vllm_version"], first["ray_version"]) == ("0.17.1", "2.60.0")
     assert first["model_architectures"] == ["Qwen3_5MoeForConditionalGeneration"]
     runs = [c for c in docker.calls() if c.startswith("run ")]
-    assert len(runs) == 1 and "--entrypoint python3 %s -c" % IMAGE_ID in runs[0] and "--network none" in runs[0]
+    assert len(runs) == 1 and "--entrypoint sh %s -c" % IMAGE_ID in runs[0] and "--network none" in runs[0]
+    assert first["python"] == "/opt/venv/bin/python3" and first["vllm_entrypoint"] == "/opt/venv/bin/vllm"
     assert os.path.exists(os.path.join(docker.cache, "c" * 64 + ".json"))
     again = run_module(image_check, docker.args())
     assert again["cached"] is True and again["problems"] == []
