@@ -51,4 +51,4 @@ def test_the_join_wait_retries_until_the_cluster_is_whole(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=120, env=env, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = json.loads(out.read_text())
-    assert {name: bool(e) for (name, _, _), e in zip(CASES, got)} == {name: ends for name, _, ends in CASES}
+    assert {case[0]: bool(e) for case, e in zip(CASES, got)} == {case[0]: case[2] for case in CASES}
