@@ -157,7 +157,9 @@ def test_mtu_1500_on_both_ends_warns_with_the_cost_and_serves(lab, serving, tmp_
         assert "RoCE runs with a 1024-byte path MTU instead of 4096" in low[0]
         assert "802-3-ethernet.mtu 9000" in low[0]
         observe(low[0][:200])
-        fabric = results_of(r, "rdma_char_devices")
+        # the fabric as read: node_facts' sparkfleet_fabric fact (preflight, ray_cluster) or rdma_facts' result
+        fabric = [res["ansible_facts"]["sparkfleet_fabric"] for res in results_of(r, "ansible_facts")
+                  if "sparkfleet_fabric" in (res["ansible_facts"] or {})] + results_of(r, "rdma_char_devices")
         assert fabric and {f["mtu"] for f in fabric} == {1500}
         assert lab.serves(timeout=30)
     finally:
