@@ -424,3 +424,10 @@ def test_min_version_agrees_with_image_check(value):
         assert not ok
     else:
         assert ok == (parse_version(str(value)) is not None and v.unsafe_problem(str(value)) is None)
+
+
+def test_a_boolean_given_as_a_command_line_string_names_the_json_form():
+    """`-e ray_cluster_watchdog=false` arrives as the string 'false': refused, with the form that works."""
+    value, problem = v.check_bool("false")
+    assert value is None and "not the string 'false'" in problem and "\"<name>\": false}" in problem
+    assert v.check_bool(False) == (False, None)
