@@ -3,7 +3,7 @@
 
     SPARKLAB_NAME=me .venv/bin/python bench/soak.py --duration 3600 --every 300 [--out DIR] [--tree CHECKOUT]
 
-Run as root from the repo root on a deployed lab of your own (SPARKLAB_NAME; never the shared one). It re-runs itself
+Run as root from the repo root on a deployed lab (SPARKLAB_NAME: a lab of your own; default the shared one). It re-runs itself
 in the lab's control namespace, so every request goes to the lab's API (10.99.0.11) and nowhere else.
 
 - Load: one completion a second (a few tokens, with the lab's API key) through the real API, each bounded by
@@ -80,8 +80,8 @@ class Lab:
     def __init__(self, name, tree):
         self.name = name
         self.tree = tree
-        self.state = "/var/tmp/sparklab/lab-%s" % name
-        self.inventory = os.path.join(self.state, "inventory")
+        self.state = "/var/tmp/sparklab/lab" + ("" if name == "sfl" else "-" + name)
+        self.inventory = os.path.join(tree, "inventories", "lab") if name == "sfl" else os.path.join(self.state, "inventory")
         n = int(open(os.path.join(self.state, "nhosts")).read().strip())
         self.hosts = ["spark-%d" % i for i in range(1, n + 1)]
         self.head, self.workers = self.hosts[0], self.hosts[1:]
@@ -430,9 +430,7 @@ def main():
     ap.add_argument("--out", help="output directory (default bench/output/soak-<lab>-<time>)")
     ap.add_argument("--in-ctl", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    name = os.environ.get("SPARKLAB_NAME", "")
-    if not name or name == "sfl":
-        sys.exit("soak: set SPARKLAB_NAME to a deployed lab of your own (never the shared one)")
+    name = os.environ.get("SPARKLAB_NAME") or "sfl"
     if not 60 <= args.duration <= MAX_DURATION or args.every < 30:
         sys.exit("soak: --duration must be 60..%d s and --every >= 30 s" % MAX_DURATION)
     kinds = [k.strip() for k in args.faults.split(",") if k.strip()]

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -15,10 +14,10 @@ SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "ray_cluster" / "files"
 @pytest.fixture
 def wd(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARKFLEET_WATCHDOG_DIR", str(tmp_path))
-    loader = importlib.machinery.SourceFileLoader("sparkfleet_watchdog", str(SCRIPT))
-    spec = importlib.util.spec_from_loader("sparkfleet_watchdog", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
+    # compiled by hand: an import would leave a __pycache__ in the role's files/ (shipped as role content)
+    mod = types.ModuleType("sparkfleet_watchdog")
+    mod.__file__ = str(SCRIPT)
+    exec(compile(SCRIPT.read_text(), str(SCRIPT), "exec"), mod.__dict__)
     mod.calls = []
     return mod
 
