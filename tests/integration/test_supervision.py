@@ -2,8 +2,8 @@
 
 Each fault is injected on a serving lab with the lab's own knobs (`labctl break ...`) and nothing else is done by hand:
 the units' watchdogs (sparkfleet-watchdog, run by timers) and systemd must bring the API back, each restart logged with
-its cause (/var/lib/sparkfleet/supervision.log). The tests share one deployment (conftest's `serving`) and leave it
-serving. Over about two minutes: `long` (scripts/faults.sh).
+its cause (/var/lib/sparkfleet/watchdog/supervision.log). The tests share one deployment (conftest's `serving`) and
+leave it serving. Over about two minutes: `long` (scripts/faults.sh).
     SPARKLAB_NAME=x SPARKLAB_KEEP_LAB=1 lab/labctl ctl -- .venv/bin/pytest tests/integration/test_supervision.py -m lab
 """
 
@@ -20,7 +20,7 @@ import pytest
 pytestmark = pytest.mark.lab
 
 HEAD = "spark-1"
-LOG = "/var/lib/sparkfleet/supervision.log"
+LOG = "/var/lib/sparkfleet/watchdog/supervision.log"
 
 
 def events(lab, host, since):
