@@ -503,7 +503,7 @@ def main():
             current = f
             log("fault %d: %s on %s" % (f.index, f.kind, f.host))
             inject(lab, f, rng)
-            deadline = f.t_end + args.human_after
+            deadline, rounds = f.t_end + args.human_after, 0
             while not stop.is_set():
                 healed = healed_since(load.snapshot(), f.t_start, args.hold)
                 if healed is not None:
@@ -512,8 +512,9 @@ def main():
                     break
                 if time.time() >= deadline:
                     human_step(lab, f, out, args)
+                    rounds += 1
                     deadline = time.time() + args.human_after
-                    if len(f.human) >= 2:
+                    if rounds >= 2:
                         log("fault %d: not healed after two human steps; going on" % f.index)
                         break
                 stop.wait(5)
