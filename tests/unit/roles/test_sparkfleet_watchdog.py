@@ -1,4 +1,4 @@
-"""roles/ray_cluster/files/sparkfleet-watchdog: the decisions of the units' watchdog (commands faked)."""
+"""roles/ray_cluster/files/sparkfleet_watchdog.py: the decisions of the units' watchdog (commands faked)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "ray_cluster" / "files" / "sparkfleet-watchdog"
+SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "ray_cluster" / "files" / "sparkfleet_watchdog.py"
 
 
 @pytest.fixture
@@ -116,11 +116,11 @@ def test_ray_never_judged_within_grace_or_when_stopped(wd, monkeypatch):
     node = Node(wd, monkeypatch, start=990.0, clock=1000.0)   # started 10 s ago
     node.procs = {"ray"}
     a = ray_args(wd)
-    for _ in range(3):
+    for _check in range(3):
         wd.check_ray(a)
     assert node.restarts() == []
     node.clock, node.running = 2000.0, False                # stopped on purpose: not the watchdog's business
-    for _ in range(3):
+    for _check in range(3):
         wd.check_ray(a)
     assert node.restarts() == []
 
@@ -140,7 +140,7 @@ def test_vllm_slow_start_is_not_killed(wd, monkeypatch):
     node = Node(wd, monkeypatch, start=0.0, clock=700.0)     # an 11-minute weight load, still loading
     monkeypatch.setattr(wd, "probe", lambda *a: (False, "no answer (Connection refused)"))
     a = vllm_args(wd)
-    for _ in range(5):
+    for _check in range(5):
         wd.check_vllm(a)
     assert node.restarts() == []
 
@@ -179,7 +179,7 @@ def test_vllm_failures_must_be_in_a_row(wd, monkeypatch):
     answers = iter([(True, ""), (False, "x"), (True, ""), (False, "x"), (True, "")])
     monkeypatch.setattr(wd, "probe", lambda *a: next(answers))
     a = vllm_args(wd)
-    for _ in range(5):
+    for _check in range(5):
         wd.check_vllm(a)
     assert node.restarts() == []
 
@@ -191,11 +191,11 @@ def test_vllm_restart_floor_after_a_watchdog_restart(wd, monkeypatch):
     monkeypatch.setattr(wd, "probe", lambda *a: next(answers))
     monkeypatch.setattr(wd, "http", lambda *a, **k: (None, "refused"))
     a = vllm_args(wd)
-    for _ in range(3):
+    for _check in range(3):
         wd.check_vllm(a)
     assert len(node.restarts()) == 1
     node.start, node.clock = 150.0, 400.0           # the restarted run, loading for 250 s
-    for _ in range(6):
+    for _check in range(6):
         wd.check_vllm(a)
     assert len(node.restarts()) == 1
 

@@ -1,5 +1,5 @@
-#!/usr/bin/python3
-# sparkfleet-watchdog: restart what systemd sees running but is dead (installed by the sparkfleet.vllm roles).
+# sparkfleet-watchdog: restart what systemd sees running but is dead (installed by the sparkfleet.vllm roles as
+# /usr/local/lib/sparkfleet-watchdog.py, run as `/usr/bin/python3 /usr/local/lib/sparkfleet-watchdog.py ...`).
 #   sparkfleet-watchdog ray --unit U --container C --address HEAD:PORT --node-ip IP [--head] [--grace S] [--checks N]
 #       Ray's unit is active, but the node is dead in Ray: the raylet (or the head's GCS) is gone while
 #       `ray start --block` lingers, or the GCS lists this node's IP as dead. N checks in a row -> restart the unit.
