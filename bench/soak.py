@@ -504,7 +504,8 @@ def main():
             log("fault %d: %s on %s" % (f.index, f.kind, f.host))
             inject(lab, f, rng)
             deadline, rounds = f.t_end + args.human_after, 0
-            while not stop.is_set():
+            # the load ends with the duration: past it, nothing more can be learnt about this fault
+            while not stop.is_set() and time.time() < meta["t_start"] + args.duration:
                 healed = healed_since(load.snapshot(), f.t_start, args.hold)
                 if healed is not None:
                     f.settled_at = healed
