@@ -57,7 +57,7 @@ def run(argv, timeout=60, stdin=None):
     """(rc, stdout, stderr); rc 124 on a timeout, 127 when the program is missing."""
     try:
         p = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout,
-                           env=dict(os.environ, LC_ALL="C"))
+                           env=dict(os.environ, LC_ALL="C"), check=False)
         return p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired:
         return 124, "", "timed out after %s s" % timeout
@@ -102,8 +102,8 @@ def save_state(unit, state):
 def unit_run(unit):
     """(running, start) of the unit's current run: start is its main process's start (monotonic seconds), which names
     the run (a restart starts a new one)."""
-    rc, out, _ = run(["systemctl", "show", "-p", "ActiveState,SubState,ExecMainStartTimestampMonotonic,ExecMainPID",
-                      unit + ".service"])
+    out = run(["systemctl", "show", "-p", "ActiveState,SubState,ExecMainStartTimestampMonotonic,ExecMainPID",
+               unit + ".service"])[1]
     props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     running = props.get("ActiveState") == "active" and props.get("SubState") == "running"
     start = int(props.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
@@ -114,7 +114,7 @@ def restart(unit, cause, state, **extra):
     log_event(unit, "restart", cause, by="watchdog", **extra)
     # --no-block: vLLM's start waits up to its cluster timeout for the GPUs; the watchdog must not wait with it.
     run(["systemctl", "reset-failed", unit + ".service"])
-    rc, _, err = run(["systemctl", "restart", "--no-block", unit + ".service"])
+    rc, _out, err = run(["systemctl", "restart", "--no-block", unit + ".service"])
     if rc != 0:
         log_event(unit, "restart-failed", "systemctl restart: %s" % err.strip()[:200], by="watchdog")
     state.update(bad=0, last_restart=round(now(), 1))
@@ -123,7 +123,7 @@ def restart(unit, cause, state, **extra):
 # --------------------------------------------------------------------------- Ray
 def container_processes(container):
     """The command names running in the container, or None when it does not run."""
-    rc, out, _ = run(["docker", "top", container, "-eo", "pid,comm"], timeout=30)
+    rc, out, _err = run(["docker", "top", container, "-eo", "pid,comm"], timeout=30)
     if rc != 0:
         return None
     return {line.split(None, 1)[1].strip() for line in out.splitlines()[1:] if len(line.split(None, 1)) == 2}
@@ -255,8 +255,8 @@ def check_vllm(a):
         state["bad"] = state.get("bad", 0) + 1
         state["cause"] = why
         if state["bad"] >= a.failures:
-            health, _ = http(a.url.rstrip("/") + "/health", timeout=5)
-            rc, paused, _ = run(["docker", "inspect", "-f", "{{.State.Paused}}", a.container], timeout=30)
+            health = http(a.url.rstrip("/") + "/health", timeout=5)[0]
+            paused = run(["docker", "inspect", "-f", "{{.State.Paused}}", a.container], timeout=30)[1]
             detail = "%s in %d probes in a row" % (why, state["bad"])
             if health == 200:
                 detail += "; answers /health, generates nothing"
