@@ -318,7 +318,7 @@ def chart(path, t0, rows, faults, samples, title):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(13, 4.6))
+    fig = Figure(figsize=(13, 5))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     bins = {}
@@ -327,6 +327,7 @@ def chart(path, t0, rows, faults, samples, title):
         ok, n = bins.get(b, (0, 0))
         bins[b] = (ok + (o == "ok"), n + 1)
     xs = sorted(bins)
+    human_labelled = False
     ax.step([(b * 10) / 60 for b in xs], [100.0 * bins[b][0] / bins[b][1] for b in xs], where="post",
             color="tab:blue", linewidth=1.2, label="requests answered (10 s bins)")
     for f in faults:
@@ -337,7 +338,9 @@ def chart(path, t0, rows, faults, samples, title):
         ax.annotate("%d %s\n%s" % (f.index, f.kind, f.host), xy=(a, 3), fontsize=7, rotation=90, va="bottom",
                     color="darkred")
         for what, secs, rc, when in f.human:
-            ax.axvline((when - t0) / 60, color="black", linestyle="--", linewidth=1)
+            ax.axvline((when - t0) / 60, color="black", linestyle="--", linewidth=1,
+                       label="human step (%s)" % what if not human_labelled else None)
+            human_labelled = True
     if samples:
         ax.scatter([(s[0] - t0) / 60 for s in samples], [104 if s[2] == 0 else 101 for s in samples], s=8,
                    c=["tab:green" if s[2] == 0 else "tab:orange" for s in samples],
@@ -346,7 +349,7 @@ def chart(path, t0, rows, faults, samples, title):
     ax.set_xlabel("minutes since the start")
     ax.set_ylabel("% of requests answered")
     ax.set_title(title, fontsize=9)
-    ax.legend(loc="lower right", fontsize=7)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, fontsize=7, frameon=False)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
