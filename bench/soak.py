@@ -403,7 +403,7 @@ def report(args, lab, meta, faults, rows, samples, models, out):
     open(os.path.join(out, "report.md"), "w").write(text)
     summary = {"answered_pct": round(answered, 3), "requests": len(rows), "ok": ok, "faults": len(stats),
                "healed_within_target": len(recovered), "human_steps": len(humans), "model_bytes_lost_or_changed": lost,
-               "status_samples": len(agree), "status_judged": len(judged),
+               "status_samples": len(agree), "status_judged": len(judged), "models": models,
                "status_agree": sum(1 for a in judged if a[4]), "meta": meta,
                "per_fault": [dict(s["fault"].row(), requests=s["requests"], failed=s["failed"],
                                   failed_kinds=s["kinds"], recovery_s=s["recovery_s"]) for s in stats]}
@@ -431,8 +431,11 @@ def main():
     ap.add_argument("--model", default="sparklab/tiny-moe")
     ap.add_argument("--model-dir", default="/models/sparklab-tiny")
     ap.add_argument("--out", help="output directory (default bench/output/soak-<lab>-<time>)")
+    ap.add_argument("--replot", metavar="DIR", help="draw DIR/availability.png again from a finished soak's files")
     ap.add_argument("--in-ctl", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.replot:
+        return replot(args.replot)
     name = os.environ.get("SPARKLAB_NAME") or "sfl"
     if not 60 <= args.duration <= MAX_DURATION or args.every < 30:
         sys.exit("soak: --duration must be 60..%d s and --every >= 30 s" % MAX_DURATION)
@@ -557,6 +560,26 @@ def main():
     text, _ = report(args, lab, meta, faults, rows, samples, models, out)
     print(text)
     log("written: %s" % out)
+
+
+def replot(out):
+    """The chart again, from requests.csv, faults.json, status.csv and summary.json."""
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    meta = summary["meta"]
+    with open(os.path.join(out, "requests.csv")) as fh:
+        rows = [[float(r["t_sent"]), float(r["seconds"]), r["outcome"]] for r in csv.DictReader(fh)]
+    with open(os.path.join(out, "status.csv")) as fh:
+        samples = [[float(r["t_start"]), float(r["t_end"]), int(r["rc"])] for r in csv.DictReader(fh)]
+    faults = []
+    for row in json.load(open(os.path.join(out, "faults.json"))):
+        f = Fault(row["index"], row["kind"], row["host"], row["planned"])
+        f.t_start, f.t_end, f.human = row["t_start"], row["t_end"], row["human"]
+        faults.append(f)
+    chart(os.path.join(out, "availability.png"), meta["t_start"], rows, faults, samples,
+          "soak, lab %s, commit %s, %s: %.2f %% answered, %d faults, %d human steps" % (
+              meta["lab"], meta["commit"], meta["date"], summary["answered_pct"], summary["faults"],
+              summary["human_steps"]))
+    log("drawn: %s" % os.path.join(out, "availability.png"))
 
 
 def human_step(lab, f, out, args):
