@@ -430,7 +430,7 @@ def main():
     ap.add_argument("--tree", default=REPO, help="the checkout whose status.yml and site.yml are run (the deployed one)")
     ap.add_argument("--model", default="sparklab/tiny-moe")
     ap.add_argument("--model-dir", default="/models/sparklab-tiny")
-    ap.add_argument("--out", help="output directory (default bench/output/soak-<lab>-<time>)")
+    ap.add_argument("--out", help="output directory (default /var/tmp/sparkfleet-soak/<lab>-<time>)")
     ap.add_argument("--replot", metavar="DIR", help="draw DIR/availability.png again from a finished soak's files")
     ap.add_argument("--in-ctl", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -450,7 +450,7 @@ def main():
 
     lab = Lab(name, args.tree)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = os.path.abspath(args.out or os.path.join(REPO, "bench", "output", "soak-%s-%s" % (name, stamp)))
+    out = os.path.abspath(args.out or os.path.join("/var/tmp/sparkfleet-soak", "%s-%s" % (name, stamp)))
     os.makedirs(out, exist_ok=True)
     rng = random.Random(args.seed)
     key = open(API_KEY_FILE).read().strip()
