@@ -141,6 +141,11 @@ def gcs_nodes(container, address, timeout):
     return {"ok": False, "error": "the check did not run in %s (rc %d): %s" % (container, rc, err.strip()[-200:])}
 
 
+# A GCS whose process runs but does not answer may only be slow (a loaded head): it needs two more bad checks in a row
+# than a process that is gone before Ray is restarted.
+SLOW = "slow: "
+
+
 def ray_verdict(head, node_ip, procs, gcs):
     """Why this Ray node is dead in Ray although its unit runs, or None when it is alive (or only waiting for a head
     that is away, which restarting would not help)."""
@@ -157,7 +162,7 @@ def ray_verdict(head, node_ip, procs, gcs):
                 node_ip, "dead" if mine else "no node at all")
         return None
     if head:
-        return "the head's GCS does not answer (%s): alive in systemd, dead in Ray" % gcs.get("error", "?")
+        return SLOW + "the head's GCS does not answer (%s): alive in systemd, dead in Ray" % gcs.get("error", "?")
     return None
 
 
@@ -180,9 +185,11 @@ def check_ray(a):
             state["waiting"] = gcs.get("error")
         state.update(bad=0)
     else:
+        slow = cause.startswith(SLOW)
+        cause = cause[len(SLOW):] if slow else cause
         state["bad"] = state.get("bad", 0) + 1
         state["cause"] = cause
-        if state["bad"] >= a.checks:
+        if state["bad"] >= a.checks + (2 if slow else 0):
             restart(a.unit, cause, state, checks=state["bad"])
     save_state(a.unit, state)
     return 0
@@ -300,7 +307,7 @@ def main(argv=None):
     r.add_argument("--head", action="store_true")
     r.add_argument("--grace", type=int, default=60, help="seconds after a start before the node is judged")
     r.add_argument("--checks", type=int, default=2, help="bad checks in a row before a restart")
-    r.add_argument("--timeout", type=int, default=15, help="seconds the GCS may take to answer")
+    r.add_argument("--timeout", type=int, default=20, help="seconds the GCS may take to answer")
     v = sub.add_parser("vllm")
     v.add_argument("--unit", required=True)
     v.add_argument("--container", required=True)

@@ -54,7 +54,7 @@ def log_lines(tmp_path):
 def ray_args(wd, head=False, node_ip="10.99.1.12"):
     return wd.main.__globals__["argparse"].Namespace(
         unit="sparkfleet-ray", container="sparkfleet-ray", address="10.99.1.11:6379", node_ip=node_ip, head=head,
-        grace=60, checks=2, timeout=15)
+        grace=60, checks=2, timeout=20)
 
 
 def vllm_args(wd, start_grace=1800):
@@ -228,3 +228,17 @@ def test_log_is_trimmed(wd, monkeypatch, tmp_path):
         wd.log_event("u", "stopped", "c%d" % i)
     lines = log_lines(tmp_path)
     assert len(lines) == 5 and lines[-1]["cause"] == "c10"
+
+
+def test_a_head_gcs_that_does_not_answer_needs_two_more_checks(wd, monkeypatch, tmp_path):
+    """Its process runs: it may only be slow (a loaded head), so a short stall never restarts the whole cluster."""
+    node = Node(wd, monkeypatch)
+    node.gcs = {"ok": False, "error": "no answer from the GCS at 10.99.1.11:6379 within 20 s"}
+    a = ray_args(wd, head=True, node_ip="10.99.1.11")
+    for _check in range(3):
+        wd.check_ray(a)
+    assert node.restarts() == []
+    wd.check_ray(a)
+    assert len(node.restarts()) == 1
+    cause = log_lines(tmp_path)[0]["cause"]
+    assert cause.startswith("the head's GCS does not answer") and "dead in Ray" in cause
