@@ -282,7 +282,10 @@ def record(a):
     """Why the unit's main process ended (systemd sets SERVICE_RESULT, EXIT_CODE, EXIT_STATUS for ExecStopPost)."""
     result = os.environ.get("SERVICE_RESULT", "?")
     code, status = os.environ.get("EXIT_CODE", ""), os.environ.get("EXIT_STATUS", "")
-    if result == "success" and code in ("", "exited") and status in ("", "0", "1", "143"):
+    if result == "success" and code in ("", "exited") and status == "1":
+        # Ray's `ray start --block` exits 1 both when a stop drains it and when the start itself failed
+        cause = "exited 1 (a stop, or a failed `ray start`: see the unit's journal)"
+    elif result == "success" and code in ("", "exited") and status in ("", "0", "143"):
         cause = "stopped (exit %s)" % (status or "0")
     elif code == "killed":
         cause = "killed by signal %s" % status
