@@ -295,18 +295,25 @@ def compare_models(reference, nodes):
 
 
 # --------------------------------------------------------------------------- report
-def fault_stats(faults, rows, end):
+def fault_stats(faults, rows, end, victims=12.0):
     """Per fault, from the request log: failed requests in its window (its start to the next fault's), and the
-    seconds from its end to the first good answer after the last failure of the window."""
+    seconds from its end to the first good answer after the last failure of the window (failures sent in the last
+    `victims` seconds before the next fault may be that fault's: they do not count for this one's healing). With a
+    human step, the healing is the soak's own observation: the first answer of the run of good answers it waited for
+    (the human step's own restarts fail requests too)."""
     stats = []
     injected = [f for f in faults if f.t_start]
     for i, f in enumerate(injected):
-        w_end = injected[i + 1].t_start if i + 1 < len(injected) else end
+        last = i + 1 == len(injected)
+        w_end = end if last else injected[i + 1].t_start
         window = [r for r in rows if f.t_start <= r[0] < w_end]
         failed = [r for r in window if r[2] != "ok"]
         recovery = 0.0
-        if failed:
-            last_fail = max(r[0] + r[1] for r in failed)
+        if failed and f.human and f.settled_at:
+            recovery = f.settled_at - f.t_end
+        elif failed:
+            mine = [r for r in failed if last or r[0] < w_end - victims] or failed
+            last_fail = max(r[0] + r[1] for r in mine)
             good = [r[0] + r[1] for r in window if r[2] == "ok" and r[0] + r[1] >= last_fail]
             recovery = (min(good) - f.t_end) if good else None
         stats.append({"fault": f, "requests": len(window), "failed": len(failed),
@@ -431,11 +438,12 @@ def main():
     ap.add_argument("--model", default="sparklab/tiny-moe")
     ap.add_argument("--model-dir", default="/models/sparklab-tiny")
     ap.add_argument("--out", help="output directory (default /var/tmp/sparkfleet-soak/<lab>-<time>)")
-    ap.add_argument("--replot", metavar="DIR", help="draw DIR/availability.png again from a finished soak's files")
+    ap.add_argument("--replot", metavar="DIR", help="write DIR's report and chart again from a finished soak's files"
+                    " (a soak before the arguments were recorded: give its --duration, --every, --seed)")
     ap.add_argument("--in-ctl", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.replot:
-        return replot(args.replot)
+        return replot(args.replot, args)
     name = os.environ.get("SPARKLAB_NAME") or "sfl"
     if not 60 <= args.duration <= MAX_DURATION or args.every < 30:
         sys.exit("soak: --duration must be 60..%d s and --every >= 30 s" % MAX_DURATION)
@@ -460,7 +468,9 @@ def main():
         faults.append(Fault(i + 1, kind, pick_host(kind, lab, rng), args.every // 2 + i * args.every))
     meta = {"lab": name, "tree": args.tree, "commit": commit_of(args.tree), "machine": machine(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "load_start": " ".join(open("/proc/loadavg").read().split()[:3]), "loads": []}
+            "load_start": " ".join(open("/proc/loadavg").read().split()[:3]), "loads": [],
+            "args": {k: getattr(args, k) for k in ("duration", "every", "seed", "request_timeout", "target_recovery",
+                                                    "hold", "human_after", "status_every", "faults")}}
     log("lab %s (%s), tree %s @ %s; %d faults: %s; out %s" % (
         name, ", ".join(lab.hosts), args.tree, meta["commit"], len(faults),
         ", ".join("%s@%s" % (f.kind, f.host) for f in faults), out))
@@ -562,10 +572,12 @@ def main():
     log("written: %s" % out)
 
 
-def replot(out):
-    """The chart again, from requests.csv, faults.json, status.csv and summary.json."""
+def replot(out, args):
+    """The report and the chart again, from requests.csv, faults.json, status.csv and summary.json."""
     summary = json.load(open(os.path.join(out, "summary.json")))
     meta = summary["meta"]
+    for key in ("duration", "every", "seed", "request_timeout", "target_recovery"):
+        setattr(args, key, meta.get("args", {}).get(key, getattr(args, key)))
     with open(os.path.join(out, "requests.csv")) as fh:
         rows = [[float(r["t_sent"]), float(r["seconds"]), r["outcome"]] for r in csv.DictReader(fh)]
     with open(os.path.join(out, "status.csv")) as fh:
@@ -574,12 +586,13 @@ def replot(out):
     for row in json.load(open(os.path.join(out, "faults.json"))):
         f = Fault(row["index"], row["kind"], row["host"], row["planned"])
         f.t_start, f.t_end, f.human = row["t_start"], row["t_end"], row["human"]
+        f.settled_at, f.detail, f.injected = row.get("settled_at"), row.get("detail", ""), row.get("injected")
         faults.append(f)
-    chart(os.path.join(out, "availability.png"), meta["t_start"], rows, faults, samples,
-          "soak, lab %s, commit %s, %s: %.2f %% answered, %d faults, %d human steps" % (
-              meta["lab"], meta["commit"], meta["date"], summary["answered_pct"], summary["faults"],
-              summary["human_steps"]))
-    log("drawn: %s" % os.path.join(out, "availability.png"))
+    lab = argparse.Namespace(name=meta["lab"], tree=meta["tree"])
+    models = summary.get("models") or {"nodes": {}}
+    text, _ = report(args, lab, meta, faults, rows, samples, models, out)
+    print(text)
+    log("written again: %s" % out)
 
 
 def human_step(lab, f, out, args):

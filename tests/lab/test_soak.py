@@ -79,3 +79,15 @@ def test_model_bytes_lost_or_changed(soak):
     assert soak.compare_models(ref, nodes) == {
         "spark-1": {"files": 3, "bytes_lost": 0, "bytes_changed": 0},
         "spark-2": {"files": 3, "bytes_lost": 50, "bytes_changed": 100}}
+
+
+def test_failures_just_before_the_next_fault_and_human_steps(soak):
+    f1 = soak.Fault(1, "kill-engine", "spark-1", 0)
+    f1.t_start, f1.t_end = 0.0, 1.0
+    f2 = soak.Fault(2, "kill-gcs", "spark-1", 300)
+    f2.t_start, f2.t_end, f2.human, f2.settled_at = 300.0, 301.0, [["site.yml", 500, 0, 601]], 640.0
+    rows = ([bad(t, 1.0) for t in range(0, 20)] + [ok(t) for t in range(20, 295)] + [bad(t) for t in range(295, 300)]
+            + [bad(t, 1.0) for t in range(300, 700)] + [ok(t) for t in range(700, 720)])
+    s1, s2 = soak.fault_stats([f1, f2], rows, end=720.0)
+    assert s1["recovery_s"] == pytest.approx(20.1 - 1.0)       # the next fault's victims do not count for it
+    assert s2["recovery_s"] == pytest.approx(640.0 - 301.0)    # the soak's own observation when a human stepped in
