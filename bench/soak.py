@@ -302,7 +302,7 @@ def fault_stats(faults, rows, end, victims=12.0):
     human step, the healing is the soak's own observation: the first answer of the run of good answers it waited for
     (the human step's own restarts fail requests too)."""
     stats = []
-    injected = [f for f in faults if f.t_start]
+    injected = [f for f in faults if f.t_start is not None]
     for i, f in enumerate(injected):
         last = i + 1 == len(injected)
         w_end = end if last else injected[i + 1].t_start
