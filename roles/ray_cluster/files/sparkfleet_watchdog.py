@@ -287,6 +287,9 @@ def record(a):
         cause = "exited 1 (a stop, or a failed `ray start`: see the unit's journal)"
     elif result == "success" and code in ("", "exited") and status in ("", "0", "143"):
         cause = "stopped (exit %s)" % (status or "0")
+    elif code == "exited" and status == "3":
+        # sparkfleet-ray-guard's refusal or sparkfleet-wait's timeout (never 1: the Ray unit counts 1 as success)
+        cause = "start refused or timed out (exit 3: the head-identity guard or the bounded wait; see the journal)"
     elif code == "killed":
         cause = "killed by signal %s" % status
     elif code == "dumped":

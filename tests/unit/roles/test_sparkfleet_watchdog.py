@@ -214,6 +214,7 @@ def test_api_key_read_from_the_env_file_only(wd, tmp_path):
     ({"SERVICE_RESULT": "signal", "EXIT_CODE": "killed", "EXIT_STATUS": "KILL"}, "killed by signal KILL"),
     ({"SERVICE_RESULT": "exit-code", "EXIT_CODE": "exited", "EXIT_STATUS": "1"}, "exit-code (exited 1)"),
     ({"SERVICE_RESULT": "success", "EXIT_CODE": "exited", "EXIT_STATUS": "1"}, "exited 1 (a stop, or a failed `ray start`"),
+    ({"SERVICE_RESULT": "exit-code", "EXIT_CODE": "exited", "EXIT_STATUS": "3"}, "start refused or timed out (exit 3"),
 ])
 def test_record_names_why_the_unit_stopped(wd, monkeypatch, tmp_path, env, cause):
     for k, v in env.items():
