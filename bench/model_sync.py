@@ -22,9 +22,18 @@ from spark-1 on spark-2, then for every case empties spark-2:/models/bench-dst a
   module-base model_sync with its defaults from another revision (--baseline REV, a `git archive` of REV unpacked
               for the run): the change and what it replaces, side by side on the same lab and load
 
+Every run also measures its floors, on the same lab in the same minutes, and prints them first:
+  floor CPU   the raw TCP copy's CPU-seconds per GB (both ends, memory to memory, 4 streams) plus two SHA-256 passes
+              (hashlib's speed measured on the lab hosts in the run): what moving and checking a byte must cost;
+              model_sync's own CPU-seconds per GB (its `cpu_seconds`: the module with what it waited for on the head,
+              the receiver on the worker) is shown as a ratio of it
+  floor time  the raw TCP copy's seconds (the wire) for the copy phase, and an `ansible -m ping` round trip (what
+              any module run pays before and after its work) for the whole run
+With --repeat N the case list runs N times, interleaved, and the median of each case is kept (the load moves).
+
 It prints MB/s per case and the ratios b/a and b/c, and one JSON line (prefix BENCH-JSON) for bench/run_all.sh.
 "MB/s (copy)" of the module is its own transfer_seconds (the bytes moving, the per-file checks on the worker
-included); "MB/s (all)" is the whole ansible run (source checks, dry run, verify, cache drop). Never used for asserts.
+included); "MB/s (all)" is the whole ansible run (source checks, plan, verify, cache drop). Never used for asserts.
 """
 
 from __future__ import annotations
@@ -111,6 +120,19 @@ else:
     t0 = time.time(); ts = [threading.Thread(target=one) for _ in range(streams)]
     [t.start() for t in ts]; [t.join() for t in ts]
     print("%.3f %d" % (time.time() - t0, per * streams * len(buf)))
+'''
+
+
+# hashlib's SHA-256 speed on a lab host: CPU-seconds per GB over 512 MiB in memory (what one hash pass costs).
+HASHSPEED = r'''
+import hashlib, resource
+buf = b"\x5a" * (64 << 20)
+h = hashlib.sha256()
+r0 = resource.getrusage(resource.RUSAGE_SELF)
+for _ in range(8):
+    h.update(buf)
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+print("%.4f" % ((r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) / (8 * 64 * 2 ** 20 / 1e9)))
 '''
 
 
@@ -211,20 +233,44 @@ def run_daemon(files, streams=4, dst_ip="10.99.1.12"):
 
 
 def raw_tcp(nbytes, streams, dst="spark-2", port=5299):
-    """Seconds for a memory-to-memory socket copy of nbytes over streams connections spark-1 -> dst."""
+    """(seconds, bytes sent, CPU-seconds of the sender, of the receiver) of a memory-to-memory socket copy of nbytes
+    over streams connections spark-1 -> dst."""
     ip = fabric_ip(dst)
-    srv = subprocess.Popen([LABCTL, "exec", dst, "timeout", "300", "python3", "-c", TCP, "srv", ip, str(port),
-                            str(streams), str(nbytes)])
+    srv = subprocess.Popen([LABCTL, "exec", dst, "timeout", "300", "bash", "-c", TIMED % ("srv %s %d %d %d" % (
+        ip, port, streams, nbytes)), TCP], stderr=subprocess.PIPE, universal_newlines=True)
     try:
         for _ in range(50):
             time.sleep(0.2)
             if ":%d " % port in hexec(dst, "ss -ltnH", check=False):
                 break
-        out = hexec("spark-1", "python3 -c %s cli %s %d %d %d" % (shlex.quote(TCP), ip, port, streams, nbytes))
+        out = subprocess.run([LABCTL, "exec", "spark-1", "bash", "-c", TIMED % ("cli %s %d %d %d" % (
+            ip, port, streams, nbytes)), TCP], check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             universal_newlines=True)
     finally:
         srv.wait(timeout=120)
-    secs, sent = out.split()
-    return float(secs), int(sent)
+    secs, sent = out.stdout.split()
+    return float(secs), int(sent), _cpu(out.stderr), _cpu(srv.stderr.read())
+
+
+def _cpu(stderr):
+    line = [x for x in stderr.splitlines() if x.startswith("CPU ")][-1].split()
+    return float(line[1]) + float(line[2])
+
+
+def hash_cost():
+    """hashlib SHA-256 CPU-seconds per GB, the mean of the two lab hosts."""
+    got = [float(hexec(h, "python3 -c %s" % shlex.quote(HASHSPEED)).strip()) for h in ("spark-1", "spark-2")]
+    return sum(got) / len(got)
+
+
+def ansible_round_trip():
+    """Seconds of `ansible spark-1 -m ping` from the control namespace: what every module run pays around its work."""
+    t0 = time.time()
+    subprocess.run([LABCTL, "ctl", "--", os.path.join(REPO, ".venv/bin/ansible"), "spark-1", "-i", inventory(), "-o",
+                    "-m", "ping", "-e", "ansible_become=false"], cwd=REPO, stdout=subprocess.DEVNULL, check=True,
+                   env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+                            ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, "collections")))
+    return time.time() - t0
 
 
 LIST = r'''
@@ -273,7 +319,7 @@ def cpu_cost(dst="spark-2", streams=4):
 def arrived(host):
     """Bytes of the model's files under their final names on host (staging and marker aside)."""
     return int(hexec(host, "find %s -path %s/.sparkfleet-sync -prune -o -type f ! -name .sparkfleet-model "
-                           "-printf '%%s\\n' 2>/dev/null | awk '{s+=$1} END {print s+0}'" % (DST, DST)).split()[0])
+                           "-printf '%%s\\n' 2>/dev/null | awk '{s+=$1} END {printf \"%%.0f\\n\", s}'" % (DST, DST)).split()[0])
 
 
 def clean(hosts):
@@ -281,15 +327,68 @@ def clean(hosts):
         hexec(h, "rm -rf %s /home/spark/.cache/sparkfleet" % DST)
 
 
+def median(values):
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2.0
+
+
+def one_case(key, files, total, base):
+    """Run one case on a fresh destination; its row (seconds, MB/s) and what else it measured."""
+    clean(["spark-2"])
+    # Every case is a first sync: neither end has hashed these files before (a fresh download on the head).
+    hexec("spark-1", "rm -rf /home/spark/.cache/sparkfleet")
+    hexec("spark-1", "sync")
+    t0 = time.time()
+    inner, extra = None, {}
+    if key == "ops":
+        run_ops()
+    elif key in ("module", "module-base", "module-ssh"):
+        kw = {"transport": "ssh"} if key == "module-ssh" else {}
+        res = run_module(["10.99.1.12"], repo=base if key == "module-base" else REPO, **kw)
+        inner = res["transfer_seconds"]
+        extra["phases"] = res.get("phase_seconds")
+        extra["module_seconds"] = res.get("seconds")
+        if res.get("cpu_seconds"):
+            extra["cpu_s"] = sum(res["cpu_seconds"].values())
+            extra["cpu_split"] = res["cpu_seconds"]
+        if key != "module-ssh":
+            assert res["destinations"]["10.99.1.12"]["transport"] == "tcp", res["destinations"]
+    elif key == "daemon":
+        run_daemon(files)
+    elif key == "tcp":
+        runs = [raw_tcp(total, n) for n in (1, 4)]
+        best = min(runs, key=lambda r: r[0] / r[1])
+        inner = best[0] * total / best[1]
+        four = runs[1]
+        extra["cpu_s"] = (four[2] + four[3]) * total / four[1]  # 4 streams, scaled to the model's bytes
+        extra["cpu_split"] = {"sender": four[2] * total / four[1], "receiver": four[3] * total / four[1]}
+    elif key == "ansible":
+        return {"seconds_all": round(ansible_round_trip(), 2)}, {}
+    else:
+        raise SystemExit("unknown case %s" % key)
+    secs = time.time() - t0
+    copy = inner or secs
+    if key != "tcp":
+        got = arrived("spark-2")
+        if got != total:
+            raise SystemExit("%s: %d of %d bytes arrived" % (key, got, total))
+    return {"seconds_all": round(secs, 2), "seconds_copy": round(copy, 2), "mbs_all": round(total / secs / 1e6, 1),
+            "mbs_copy": round(total / copy / 1e6, 1)}, extra
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mb", type=int, default=2200)  # 40 uneven shards: >= 2 GB in all
     ap.add_argument("--shards", type=int, default=40)
     ap.add_argument("--shape", default=None, help="cap the fabric first (lab/labctl shape RATE), e.g. 1gbit")
-    ap.add_argument("--cases", default="ops,module,module-ssh,daemon,tcp")
+    ap.add_argument("--cases", default="ansible,tcp,ops,module,module-ssh,daemon")
     ap.add_argument("--baseline", metavar="REV", help="also run model_sync from REV (case module-base), e.g. main")
+    ap.add_argument("--repeat", type=int, default=1, help="run the cases N times, interleaved; medians are kept")
     args = ap.parse_args()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    commit = sh("git", "-C", REPO, "log", "-1", "--format=%h").strip() + (
+        "+dirty" if sh("git", "-C", REPO, "status", "--porcelain", "--untracked-files=no").strip() else "")
     cases = args.cases.split(",")
     base = None
     if args.baseline:
@@ -304,70 +403,86 @@ def main():
             cases.insert(cases.index("module") + 1 if "module" in cases else len(cases), "module-base")
     if args.shape:
         sh(LABCTL, "shape", args.shape)
+    samples, extras, cpu = {}, {}, None
     try:
         files = setup(args.size_mb, args.shards)
         total = sum(s for _n, s in files)
+        gb = total / 1e9
         print("machine: %s" % machine())
+        print("commit: %s" % commit)
         print("model: %d files, %.1f MB on spark-1:%s -> spark-2 10.99.1.12:%s; shape %s"
               % (len(files), total / 1e6, SRC, DST, args.shape or "none"), flush=True)
-        rows = {}
-        phases, cpu = {}, None
-        for key in cases:
-            clean(["spark-2"])
-            # Every case is a first sync: neither end has hashed these files before (a fresh download on the head).
-            hexec("spark-1", "rm -rf /home/spark/.cache/sparkfleet")
-            hexec("spark-1", "sync")
-            t0 = time.time()
-            inner = None
-            if key == "ops":
-                run_ops()
-            elif key in ("module", "module-base"):
-                res = run_module(["10.99.1.12"], repo=base if key == "module-base" else REPO)
-                inner = res["transfer_seconds"]
-                phases[key] = res.get("phase_seconds")
-                assert res["destinations"]["10.99.1.12"]["transport"] == "tcp", res["destinations"]
-            elif key == "module-ssh":
-                res = run_module(["10.99.1.12"], transport="ssh")
-                inner = res["transfer_seconds"]
-                phases[key] = res.get("phase_seconds")
-            elif key == "daemon":
-                run_daemon(files)
-            elif key == "cpu":
-                cost, nbytes = cpu_cost()
-                gb = nbytes / 1e9
-                rows_cpu = dict((end, {"user_s_per_gb": round(u / gb, 2), "sys_s_per_gb": round(y / gb, 2)})
-                                for end, (u, y) in cost.items())
-                cpu = rows_cpu
-                print("  cpu          receiver %.2f + %.2f s, sender %.2f + %.2f s (user + system) for %.1f GB: "
-                      "%.2f CPU-seconds per GB" % (cost["receiver"] + cost["sender"] + (
-                          gb, sum(cost["receiver"] + cost["sender"]) / gb)), flush=True)
-                continue
-            elif key == "tcp":
-                best = min((raw_tcp(total, n) for n in (1, 4)), key=lambda r: r[0] / r[1])
-                inner, total_tcp = best[0] * total / best[1], best[1]
-            else:
-                raise SystemExit("unknown case %s" % key)
-            secs = time.time() - t0
-            copy = inner or secs
-            if key != "tcp":
-                got = arrived("spark-2")
-                if got != total:
-                    raise SystemExit("%s: %d of %d bytes arrived" % (key, got, total))
-            rows[key] = {"seconds_all": round(secs, 2), "seconds_copy": round(copy, 2),
-                         "mbs_all": round(total / secs / 1e6, 1), "mbs_copy": round(total / copy / 1e6, 1)}
-            print("  %-11s %8.2f s all %8.1f MB/s all %8.1f MB/s copy%s" % (
-                key, secs, total / secs / 1e6, total / copy / 1e6,
-                "; module phases %s" % json.dumps(phases[key]) if phases.get(key) else ""), flush=True)
+        hash_s = hash_cost()
+        print("  hashlib     SHA-256 %.3f CPU-seconds per GB (%.2f GB/s per core) on the lab hosts"
+              % (hash_s, 1 / hash_s), flush=True)
+        for rep in range(args.repeat):
+            for key in cases:
+                if key == "cpu":
+                    if rep == 0:
+                        cost, nbytes = cpu_cost()
+                        cgb = nbytes / 1e9
+                        cpu = dict((end, {"user_s_per_gb": round(u / cgb, 2), "sys_s_per_gb": round(y / cgb, 2)})
+                                   for end, (u, y) in cost.items())
+                        print("  cpu          receiver %.2f + %.2f s, sender %.2f + %.2f s (user + system) for %.1f GB: "
+                              "%.2f CPU-seconds per GB" % (cost["receiver"] + cost["sender"] + (
+                                  cgb, sum(cost["receiver"] + cost["sender"]) / cgb)), flush=True)
+                    continue
+                row, extra = one_case(key, files, total, base)
+                samples.setdefault(key, []).append(row)
+                extras.setdefault(key, []).append(extra)
+                print("  %-11s %8.2f s all%s%s%s" % (
+                    key, row["seconds_all"],
+                    " %8.1f MB/s all %8.1f MB/s copy" % (row["mbs_all"], row["mbs_copy"]) if "mbs_all" in row else "",
+                    " %.2f CPU-s/GB" % (extra["cpu_s"] / gb) if extra.get("cpu_s") else "",
+                    "; module %s s, phases %s, cpu %s" % (extra.get("module_seconds"), json.dumps(extra["phases"]), json.dumps(extra.get("cpu_split")))
+                    if extra.get("phases") else ""), flush=True)
         clean(["spark-2"])
     finally:
         if args.shape:
             sh(LABCTL, "shape", "off")
         if base:
             subprocess.run(["rm", "-rf", base], check=True)
-    print("\n%-11s %9s %11s %12s" % ("case", "seconds", "MB/s (all)", "MB/s (copy)"))
-    for key, r in rows.items():
-        print("%-11s %9.2f %11.1f %12.1f" % (key, r["seconds_copy"], r["mbs_all"], r["mbs_copy"]))
+    rows, phases, cpu_per_gb = {}, {}, {}
+    for key, runs in samples.items():
+        rows[key] = dict((k, round(median([r[k] for r in runs]), 2)) for k in runs[0])
+        got = [e["cpu_s"] for e in extras[key] if e.get("cpu_s")]
+        if got:
+            cpu_per_gb[key] = round(median(got) / gb, 3)
+        ph = [e["phases"] for e in extras[key] if e.get("phases")]
+        if ph:
+            phases[key] = dict((p, round(median([x.get(p, 0.0) for x in ph]), 2)) for p in ph[0])
+            phases[key]["module"] = round(median([e.get("module_seconds") or 0.0 for e in extras[key]]), 2)
+    floor = {"hash_s_per_gb": round(hash_s, 3)}
+    if "tcp" in cpu_per_gb:
+        floor["tcp_cpu_s_per_gb"] = cpu_per_gb["tcp"]
+        floor["cpu_s_per_gb"] = round(cpu_per_gb["tcp"] + 2 * hash_s, 3)
+    if "tcp" in rows:
+        floor["copy_s"] = rows["tcp"]["seconds_copy"]
+    if "ansible" in rows:
+        floor["ansible_s"] = rows["ansible"]["seconds_all"]
+    print("\nfloors (this run, this lab):")
+    if "cpu_s_per_gb" in floor:
+        print("  CPU   %.2f CPU-s/GB = raw TCP copy %.2f (both ends, 4 streams) + 2 x SHA-256 %.2f"
+              % (floor["cpu_s_per_gb"], floor["tcp_cpu_s_per_gb"], hash_s))
+    if "copy_s" in floor:
+        print("  copy  %.2f s: the raw TCP copy of the same bytes (the wire)" % floor["copy_s"])
+    if "ansible_s" in floor:
+        print("  run   %.2f s: an `ansible -m ping` round trip (every module run's fixed cost)" % floor["ansible_s"])
     ratios = {}
+    for key in ("module", "module-base", "module-ssh"):
+        if key in cpu_per_gb and "cpu_s_per_gb" in floor:
+            ratios["%s CPU/floor" % key] = round(cpu_per_gb[key] / floor["cpu_s_per_gb"], 2)
+        if key in rows and "copy_s" in floor:
+            ratios["%s copy/floor" % key] = round(rows[key]["seconds_copy"] / floor["copy_s"], 2)
+        if key in rows and "ansible_s" in floor:
+            ratios["%s run - ansible floor s" % key] = round(rows[key]["seconds_all"] - floor["ansible_s"], 2)
+    print("\n%-11s %9s %9s %11s %12s %10s" % ("case", "s (all)", "s (copy)", "MB/s (all)", "MB/s (copy)", "CPU-s/GB"))
+    for key, r in rows.items():
+        if "mbs_all" not in r:
+            continue
+        print("%-11s %9.2f %9.2f %11.1f %12.1f %10s" % (key, r["seconds_all"], r["seconds_copy"], r["mbs_all"],
+                                                      r["mbs_copy"], "%.2f" % cpu_per_gb[key] if key in cpu_per_gb
+                                                      else "-"))
     if "module" in rows and "ops" in rows:
         ratios["b/a"] = round(rows["module"]["mbs_copy"] / rows["ops"]["mbs_copy"], 2)
         ratios["b/a (all)"] = round(rows["module"]["mbs_all"] / rows["ops"]["mbs_all"], 2)
@@ -380,10 +495,13 @@ def main():
         cap = float(args.shape.lower().replace("gbit", "e9").replace("mbit", "e6")) / 8 / 1e6
         ratios["b/cap"] = round(rows["module"]["mbs_copy"] / cap, 2)
     for k, v in ratios.items():
-        print("ratio %-10s %5.2fx" % (k, v))
+        print("ratio %-26s %6.2f%s" % (k, v, "" if k.endswith(" s") else "x"))
     print("BENCH-JSON " + json.dumps({"bench": "B1", "shape": args.shape, "bytes": total, "files": len(files),
-                                      "rows": rows, "ratios": ratios, "phases": phases, "cpu": cpu, "date": started,
-                                      "baseline": args.baseline, "load_end": open("/proc/loadavg").read().split()[:3]}))
+                                      "rows": dict((k, v) for k, v in rows.items() if "mbs_all" in v),
+                                      "ratios": ratios, "phases": phases, "cpu": cpu, "floor": floor,
+                                      "cpu_per_gb": cpu_per_gb, "repeat": args.repeat, "commit": commit,
+                                      "date": started, "baseline": args.baseline,
+                                      "load_end": open("/proc/loadavg").read().split()[:3]}))
 
 
 if __name__ == "__main__":

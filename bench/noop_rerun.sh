@@ -2,13 +2,19 @@
 # B3: a no-op re-run of site.yml on a deployed lab: total wall time, changed count, and where the time goes (per
 # role and per task), optionally side by side with another revision of the collection.
 #
-#   bench/noop_rerun.sh [--deploy] [--runs N] [--baseline REV] [--top N] [--out DIR]
+#   bench/noop_rerun.sh [--deploy] [--runs N] [--baseline REV [--baseline-lab NAME]] [--no-floor] [--top N] [--out DIR]
 #
 # --deploy      stage the lab (lab/stage.sh) and run site.yml once first (not timed); without it the lab must
 #               already be deployed (a first site.yml run).
 # --runs N      timed re-runs per tree (default 2; the table shows the median run of each tree).
 # --baseline REV  also time REV's site.yml (a detached git worktree), alternating with this tree's, so both see the
 #               same machine load. Both must deploy the same configuration, or each run changes what the other set.
+# --baseline-lab NAME  play REV's tree against the lab NAME (up, deployed by REV: --deploy does it) instead of this
+#               one, when the two trees deploy different configurations; each tree uses its own .venv when it has one.
+# --no-floor    leave out the floors. By default every round also plays this tree's two floors (bench/noop_floor.py,
+#               written from its first run): the same tasks on the same hosts with the same connection settings,
+#               (empty) every task an empty one, the cost of Ansible's per-task overhead alone, and (ping) every node
+#               round trip a bare ping, the cost of the round trips with no work in them.
 # Runs as root, in the lab's control namespace (lab/labctl ctl), against $SPARKLAB_NAME's lab. Every run starts
 # with cold ssh connections (the masters a previous run left are closed first), as a re-run minutes later would.
 # Timing comes from bench/callback_plugins/timetable.py; bench/timetable_report.py prints the tables, the node round
@@ -17,47 +23,59 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
-deploy=0 runs=2 baseline="" top=15 out=""
+deploy=0 runs=2 baseline="" baseline_lab="" top=15 out="" floor=1
 while [ $# -gt 0 ]; do
   case $1 in
     --deploy) deploy=1; shift ;;
     --runs) runs=$2; shift 2 ;;
     --baseline) baseline=$2; shift 2 ;;
+    --baseline-lab) baseline_lab=$2; shift 2 ;;
+    --no-floor) floor=0; shift ;;
     --top) top=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) sed -n '2,18p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,24p' "$0" >&2; exit 2 ;;
   esac
 done
 name=${SPARKLAB_NAME:-sfl}
-if [ "$name" = sfl ]; then state=/var/tmp/sparklab/lab inv=$repo/inventories/lab
-else state=/var/tmp/sparklab/lab-$name inv=$state/inventory; fi
-[ -f "$state/nhosts" ] || { echo "lab $name is not up: SPARKLAB_NAME=$name lab/labctl up" >&2; exit 1; }
+labdirs() {  # NAME: prints "STATE_DIR INVENTORY" of that lab
+  if [ "$1" = sfl ]; then echo "/var/tmp/sparklab/lab $repo/inventories/lab"
+  else echo "/var/tmp/sparklab/lab-$1 /var/tmp/sparklab/lab-$1/inventory"; fi
+}
+for n in "$name" ${baseline_lab:+"$baseline_lab"}; do
+  read -r st _ < <(labdirs "$n")
+  [ -f "$st/nhosts" ] || { echo "lab $n is not up: SPARKLAB_NAME=$n lab/labctl up" >&2; exit 1; }
+done
 out=${out:-$(mktemp -d /var/tmp/noop-rerun.XXXXXX)}
 mkdir -p "$out"
 log() { printf '[noop_rerun] %s\n' "$*" >&2; }
 
-trees=("current=$repo")
+trees=("current=$repo=$name")
 if [ -n "$baseline" ]; then
   rev=$(git -C "$repo" rev-parse --short "$baseline")
   wt=/var/tmp/noop-rerun-base-$rev
   [ -d "$wt" ] || git -C "$repo" worktree add --detach "$wt" "$rev" >/dev/null
-  trees=("baseline-$rev=$wt" "${trees[@]}")
+  trees=("baseline-$rev=$wt=${baseline_lab:-$name}" "${trees[@]}")
 fi
 
-cold() {  # close the ssh masters an earlier run left (the lab inventory keeps them in $state/cp for 120 s)
-  local h
+cold() {  # LAB: close the ssh masters an earlier run left (the lab inventory keeps them in $state/cp for 120 s)
+  local h state inv
+  read -r state inv < <(labdirs "$1")
   for h in $(seq 1 "$(cat "$state/nhosts")"); do
-    "$repo/lab/labctl" ctl -- ssh -F "$state/ssh/config" -o ControlPath="$state/cp/%C" -O exit "spark-$h" >/dev/null 2>&1 || true
+    SPARKLAB_NAME=$1 "$repo/lab/labctl" ctl -- ssh -F "$state/ssh/config" -o ControlPath="$state/cp/%C" -O exit \
+      "spark-$h" >/dev/null 2>&1 || true
   done
 }
 
-play() {  # play TREE_DIR LOGFILE [JSON]: site.yml from TREE_DIR against the lab; prints rc
-  local tree=$1 logf=$2 json=${3:-}
-  cold
+play() {  # play TREE_DIR LAB LOGFILE [JSON [PLAYBOOK]]: site.yml (or PLAYBOOK) with TREE_DIR's settings and its
+  #         .venv when it has one, against LAB; prints rc
+  local tree=$1 lab=$2 logf=$3 json=${4:-} book=${5:-site.yml} state inv venv=$repo/.venv
+  read -r state inv < <(labdirs "$lab")
+  [ -x "$tree/.venv/bin/ansible-playbook" ] && venv=$tree/.venv
+  cold "$lab"
   set +e
-  (cd "$tree" && "$repo/lab/labctl" ctl -- env ANSIBLE_CONFIG="$tree/ansible.cfg" \
+  (cd "$tree" && SPARKLAB_NAME=$lab "$repo/lab/labctl" ctl -- env ANSIBLE_CONFIG="$tree/ansible.cfg" \
      ANSIBLE_CALLBACK_PLUGINS="$here/callback_plugins" ANSIBLE_CALLBACKS_ENABLED=sparkfleet.vllm.progress,timetable \
-     SPARKFLEET_TIMETABLE="$json" "$repo/.venv/bin/ansible-playbook" -i "$inv" site.yml >"$logf" 2>&1)
+     SPARKFLEET_TIMETABLE="$json" "$venv/bin/ansible-playbook" -i "$inv" "$book" >"$logf" 2>&1)
   local rc=$?
   set -e
   echo "$rc"
@@ -65,22 +83,44 @@ play() {  # play TREE_DIR LOGFILE [JSON]: site.yml from TREE_DIR against the lab
 
 if [ "$deploy" = 1 ]; then
   log "staging the lab and deploying (not timed)"
-  SPARKLAB_NAME=$name "$repo/lab/stage.sh" >&2
-  rc=$(play "$repo" "$out/deploy.log")
-  [ "$rc" = 0 ] || { log "deploy failed (rc $rc): $out/deploy.log"; tail -30 "$out/deploy.log" >&2; exit 1; }
+  for t in "${trees[@]}"; do  # each tree stages and deploys its own lab (one lab: the last tree's deploy counts)
+    IFS== read -r label dir lab <<<"$t"
+    SPARKLAB_NAME=$lab "$dir/lab/stage.sh" >&2
+    rc=$(play "$dir" "$lab" "$out/deploy-$label.log")
+    [ "$rc" = 0 ] || { log "deploy failed (rc $rc): $out/deploy-$label.log"; tail -30 "$out/deploy-$label.log" >&2
+                       exit 1; }
+  done
 fi
 
 "$repo/.venv/bin/python" -c 'import sys; sys.path.insert(0, sys.argv[1]); import model_sync as b; print("machine: " + b.machine())' "$here"
 for i in $(seq 1 "$runs"); do
   for t in "${trees[@]}"; do
-    label=${t%%=*} dir=${t#*=}
-    rc=$(play "$dir" "$out/$label-$i.log" "$out/$label-$i.json")
+    IFS== read -r label dir lab <<<"$t"
+    rc=$(play "$dir" "$lab" "$out/$label-$i.log" "$out/$label-$i.json")
     log "$label run $i: rc $rc ($out/$label-$i.log)"
     [ "$rc" = 0 ] || { tail -30 "$out/$label-$i.log" >&2; exit 1; }
+  done
+  [ "$floor" = 1 ] || continue
+  for kind in empty ping; do  # this tree's floors, in the same round as the runs they stand beside
+    [ -f "$out/floor-$kind.yml" ] || "$repo/.venv/bin/python" "$here/noop_floor.py" "$out/current-1.json" "$kind" \
+      >"$out/floor-$kind.yml"
+    rc=$(play "$repo" "$name" "$out/floor-$kind-$i.log" "$out/floor-$kind-$i.json" "$out/floor-$kind.yml")
+    log "floor-$kind run $i: rc $rc ($out/floor-$kind-$i.log)"
+    [ "$rc" = 0 ] || { tail -30 "$out/floor-$kind-$i.log" >&2; exit 1; }
   done
 done
 
 args=()
-for t in "${trees[@]}"; do args+=("${t%%=*}=$out/${t%%=*}-*.json"); done
+rev_of() {  # DIR: its commit, "+changes" when its tracked files differ from it
+  local r
+  r=$(git -C "$1" rev-parse --short=12 HEAD)
+  git -C "$1" diff --quiet HEAD -- 2>/dev/null || r="$r+changes"
+  echo "$r"
+}
+for t in "${trees[@]}"; do
+  IFS== read -r label dir lab <<<"$t"
+  args+=("$label=$out/$label-*.json" --commit "$label=$(rev_of "$dir")" --lab "$label=$lab")
+done
+[ "$floor" = 0 ] || args+=(--floor "empty=$out/floor-empty-*.json" --floor "ping=$out/floor-ping-*.json")
 "$repo/.venv/bin/python" "$here/timetable_report.py" --top "$top" "${args[@]}"
 log "logs and JSON: $out"

@@ -59,8 +59,13 @@ def table(title, rows, labels, width):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--floor", action="append", default=[], metavar="LABEL=GLOB",
+                    help="runs of a floor playbook (bench/noop_floor.py) of the last LABEL's runs, taken in the same "
+                         "rounds: printed beside it with the ratio to each")
+    ap.add_argument("--commit", action="append", default=[], metavar="LABEL=REV", help="the commit LABEL ran")
+    ap.add_argument("--lab", action="append", default=[], metavar="LABEL=NAME", help="the lab LABEL ran on")
     ap.add_argument("series", nargs="+", metavar="LABEL=GLOB")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()
     labels, medians, all_runs = [], [], []
     for s in args.series:
         label, _, pattern = s.partition("=")
@@ -95,7 +100,22 @@ def main():
     print("%-28s %s" % ("changed (max over runs)", " ".join("%14d" % max(x["changed"] for x in r) for r in all_runs)))
     # Module runs on the nodes (one ssh round trip each): the figure the machine's load does not move.
     print("%-28s %s" % ("node round trips (median)", " ".join("%14d" % calls(m) for m in medians)))
-    print("BENCH-JSON " + json.dumps({
+    floors = []
+    for f in args.floor:
+        label, _, pattern = f.partition("=")
+        runs, median = load(pattern)
+        floors.append({"label": label, "runs": [round(x["total_seconds"], 1) for x in runs],
+                       "load": [x.get("load", "") for x in runs],
+                       "median_s": round(statistics.median(x["total_seconds"] for x in runs), 1),
+                       "tasks": len(median["tasks"]), "round_trips": calls(median)})
+    if floors:
+        last = statistics.median(x["total_seconds"] for x in all_runs[-1])
+        print("\nfloors of %s (the same tasks on the same hosts, same connection settings, same rounds):" % labels[-1])
+        for f in floors:
+            print("  %-6s each run %s s, median %.1f s (%d tasks, %d node round trips); %s / floor = %.2fx"
+                  % (f["label"], ",".join("%.1f" % x for x in f["runs"]), f["median_s"], f["tasks"],
+                     f["round_trips"], labels[-1], last / f["median_s"]))
+    print("BENCH-JSON " + json.dumps({"floors": floors,
         "bench": "B3", "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), "labels": labels,
         "runs": [[round(x["total_seconds"], 1) for x in r] for r in all_runs],
         "median_s": [round(statistics.median(x["total_seconds"] for x in r), 1) for r in all_runs],
@@ -103,6 +123,9 @@ def main():
         "round_trips": [calls(m) for m in medians],
         "load": [[x.get("load", "") for x in r] for r in all_runs],
         "roles": [[[n, round(v, 1)] for n, v in r.items()] for r in roles],
+        "role_calls": [[[n, v] for n, v in r.items()] for r in role_calls],
+        "commits": dict(c.partition("=")[::2] for c in args.commit),
+        "labs": dict(c.partition("=")[::2] for c in args.lab),
         "slowest": [[n, [round(t.get(n, 0.0), 1) for t in tasks]] for n in names[:10]]}))
 
 

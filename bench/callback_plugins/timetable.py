@@ -59,7 +59,7 @@ class CallbackModule(CallbackBase):
         self._close()
         role = task._role.get_name(include_role_fqcn=False) if getattr(task, "_role", None) else ""
         self._current = {"play": self._play, "role": role, "task": task.name or task.action, "kind": kind,
-                         "start": time.monotonic(), "changed": 0, "hosts": 0}
+                         "start": time.monotonic(), "changed": 0, "hosts": 0, "host_names": []}
 
     def v2_playbook_on_play_start(self, play):
         self._close()
@@ -74,10 +74,11 @@ class CallbackModule(CallbackBase):
     def _result(self, result, *args, skipped=False, **kwargs):
         if self._current is not None:
             self._current["hosts"] += 1
+            self._current["host_names"].append(result._host.get_name())
             if result._result.get("changed"):
                 self._current["changed"] += 1
             if not skipped:
-                self._current["calls"] = self._current.get("calls", 0) + self._calls(result)
+                self._count(result)
 
     @staticmethod
     def _calls(result):
@@ -90,9 +91,18 @@ class CallbackModule(CallbackBase):
             return sum(1 for item in res["results"] if isinstance(item, dict) and not item.get("skipped"))
         return 0 if res.get("skipped") else 1
 
+    def _count(self, result):
+        """Add the result's module runs to the task, in all and per host (bench/noop_floor.py replays them)."""
+        n = self._calls(result)
+        self._current["calls"] = self._current.get("calls", 0) + n
+        if n:
+            by_host = self._current.setdefault("calls_by_host", {})
+            host = result._host.get_name()
+            by_host[host] = by_host.get(host, 0) + n
+
     def v2_runner_retry(self, result):
         if self._current is not None:  # every retry of an until loop ran the module once more
-            self._current["calls"] = self._current.get("calls", 0) + self._calls(result)
+            self._count(result)
 
     v2_runner_on_ok = _result
     v2_runner_on_failed = _result

@@ -15,13 +15,14 @@ options:
       - 'How hints name the settings they tell to change, keyed by setting, for example
         C({"gpu_memory_utilization": "vllm_serve_gpu_memory_utilization"}) so a hint names the caller''s variable.
         A setting not given is named by its vLLM flag, environment variable, option or action (C(--gpu-memory-utilization)).'
-      - 'The settings: C(allow_tcp_fallback), C(api_key), C(cleanup_containers),
-        C(cleanup_protect), C(cleanup_units), C(container_rdma), C(engine_ready_timeout),
-        C(fabric_interface), C(fabric_ip), C(fabric_mtu), C(gpu_cleanup), C(gpu_memory_utilization), C(image),
-        C(images), C(max_model_len), C(max_num_seqs), C(model), C(model_dir), C(model_sync), C(model_sync_checksum),
-        C(model_sync_verify), C(nccl_debug), C(pipeline_parallel_size), C(port), C(ray_cluster), C(ray_head_address),
-        C(ray_memory_monitor), C(ray_memory_usage_threshold), C(ray_node_ip), C(served_model_name), C(server),
-        C(stale_units), C(stall_timeout), C(tensor_parallel_size), C(trust_remote_code).'
+      - 'The settings: C(allow_tcp_fallback), C(api_key), C(cleanup_containers), C(cleanup_protect),
+        C(cleanup_units), C(container_rdma), C(engine_ready_timeout), C(fabric_interface), C(fabric_ip),
+        C(fabric_mtu), C(gpu_cleanup), C(gpu_memory_utilization), C(gpus_per_node), C(image), C(images),
+        C(max_model_len), C(max_num_seqs), C(model), C(model_dir), C(model_sync), C(model_sync_checksum),
+        C(model_sync_verify), C(nccl_debug), C(pipeline_parallel_size), C(port), C(ray_auth_token),
+        C(ray_cluster), C(ray_head_address), C(ray_memory_monitor), C(ray_memory_usage_threshold),
+        C(ray_node_ip), C(ray_tmp_dir), C(served_model_name), C(server), C(stale_units), C(stall_timeout),
+        C(tensor_parallel_size), C(trust_remote_code).'
       - The collection's roles pass C(sparkfleet_setting_names), their variables.
       - An unknown setting or an empty name fails the task.
     type: dict

@@ -10,7 +10,7 @@ and the hash of every file is compared between the source and each destination.
 HASH_SCRIPT is a self-contained Python 3 program (standard library only): model_sync runs it on the source
 and, through ssh, on every destination, so both ends hash the same way. It reads the directory as argv[1],
 the cache file as argv[2] ('' for none), relative paths NUL-separated on stdin, and prints one JSON object
-{relpath: hex digest, or null when the file is missing}. Files are hashed in parallel threads (hashlib
+{relpath: hex digest, or null when the file is missing, unreadable or a symlink out of the directory}. Files are hashed in parallel threads (hashlib
 releases the GIL on large buffers). The cache is written atomically and only for files under that root.
 """
 
@@ -34,9 +34,17 @@ try:
 except (OSError, ValueError, AttributeError):
     cache = {}
 entries = cache.get("files", {}) if isinstance(cache.get("files"), dict) else {}
+real_root = os.path.realpath(root)
+# A symlink is followed only within root (or into a Hugging Face snapshot's blobs): a link planted in a copy and
+# leading out of it hashes as missing, never as the file it points to.
+roots = [real_root]
+if os.path.basename(os.path.dirname(real_root)) == "snapshots":
+    roots.append(os.path.join(os.path.dirname(os.path.dirname(real_root)), "blobs"))
 
 def one(rel):
-    path = os.path.join(root, rel)
+    path = os.path.realpath(os.path.join(root, rel))
+    if not any(path == r or path.startswith(r + "/") for r in roots):
+        return rel, None, None
     try:
         st = os.stat(path)
     except OSError:
@@ -46,12 +54,15 @@ def one(rel):
     if isinstance(hit, list) and len(hit) == 2 and hit[0] == key:
         return rel, hit[1], key
     h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as fh:
-        while True:
-            chunk = fh.read(8 << 20)
-            if not chunk:
-                break
-            h.update(chunk)
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            while True:
+                chunk = fh.read(8 << 20)
+                if not chunk:
+                    break
+                h.update(chunk)
+    except OSError:
+        return rel, None, None
     return rel, h.hexdigest(), key
 
 out, fresh = {}, {}

@@ -8,9 +8,11 @@ Nothing here runs a command; the module feeds command output in and argv lists o
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shlex
+import time
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import (
     MARKER_NAME,
@@ -26,7 +28,11 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._safetensors impor
 )
 # TEMP_DIR_NAME: the staging directory inside dest. rsync writes every file there and renames it into place when
 # it is complete, so a killed run never leaves a partial file under its final name.
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import TEMP_DIR_NAME, remote_commands
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import (
+    TEMP_DIR_NAME,
+    remote_commands,
+    ssh_host_problem,
+)
 
 # Prefix marking the lines our --out-format prints, so warnings on the same stream are not parsed.
 OUT_PREFIX = "SFL|"
@@ -38,15 +44,34 @@ PYTORCH_INDEX = "pytorch_model.bin.index.json"
 
 # --------------------------------------------------------------------------- source checks
 
-def list_files(root):
-    """Return [(relpath, size)] of every regular file under root (symlinks followed), sorted.
+def link_roots(root):
+    """Real directories a symlink under root may lead into: root itself and, when root is a Hugging Face cache snapshot
+    (``<repo>/snapshots/<revision>``), that repository's ``blobs`` directory (where the snapshot's files live)."""
+    real = os.path.realpath(root)
+    roots = [real]
+    parent = os.path.dirname(real)
+    if os.path.basename(parent) == "snapshots":
+        roots.append(os.path.join(os.path.dirname(parent), "blobs"))
+    return roots
+
+
+def inside(path, roots):
+    """True when the real path ``path`` is one of ``roots`` or lies under one."""
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def list_files(root, links_out=None):
+    """Return [(relpath, size)] of every regular file under root (symlinks followed within it), sorted.
 
     The staging directory is skipped. A dangling symlink is listed with size -1 so that the
     completeness check can name it. A symlinked directory already walked (a loop such as
-    ``snapshot/x -> ..``) is not walked again.
+    ``snapshot/x -> ..``) is not walked again. A symlink whose target lies outside root (and outside a Hugging Face
+    snapshot's blobs) is never followed: it is left out and, given a list ``links_out``, added to it as
+    (relpath, real target), so that a file such as a key linked from the model directory is never sent.
     """
     out = []
     seen = set()
+    roots = link_roots(root)
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
         try:
             st_dir = os.stat(dirpath)
@@ -61,7 +86,16 @@ def list_files(root):
         if rel_dir == ".":
             rel_dir = ""
             dirnames[:] = [d for d in dirnames if d != TEMP_DIR_NAME]
-        dirnames.sort()
+        kept = []
+        for d in sorted(dirnames):
+            full = os.path.join(dirpath, d)
+            target = os.path.realpath(full)
+            if os.path.islink(full) and not inside(target, roots):
+                if links_out is not None:
+                    links_out.append((os.path.join(rel_dir, d) if rel_dir else d, target))
+                continue
+            kept.append(d)
+        dirnames[:] = kept
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
             rel = os.path.join(rel_dir, name) if rel_dir else name
@@ -70,6 +104,12 @@ def list_files(root):
             except OSError:
                 out.append((rel, -1))
                 continue
+            if os.path.islink(full) or rel_dir:
+                target = os.path.realpath(full)
+                if not inside(target, roots):
+                    if links_out is not None:
+                        links_out.append((rel, target))
+                    continue
             if os.path.isfile(full) and not (rel_dir == "" and name == MARKER_NAME):
                 out.append((rel, st.st_size))
     return out
@@ -98,9 +138,13 @@ def check_model_dir(root):
         # Walking an arbitrary tree (say a home directory) following symlinks is slow and pointless.
         return report, ["%s is not a model directory: it has none of %s and no *.safetensors file"
                         % (root, ", ".join(MODEL_FILES[:3]))]
-    files = list_files(root)
+    links_out = []
+    files = list_files(root, links_out)
     report["files"] = [f for f in files if f[1] >= 0]
     sizes = dict(files)
+    for rel, target in links_out:
+        problems.append("%s is a symlink out of the model directory (to %s): it is never sent; copy the file into %s "
+                        "or remove the link" % (rel, target, root))
     for rel, size in files:
         if size < 0:
             problems.append("%s is a dangling symlink" % rel)
@@ -163,6 +207,23 @@ def check_model_dir(root):
             problems.append("%s lacks %d tensor(s) the index puts there, e.g. %s"
                             % (rel, len(missing), ", ".join(missing[:3])))
     return report, problems
+
+
+def model_completeness(path):
+    """model_check's answer for a directory: {complete, problems, files, bytes, weight_files, msg}."""
+    if not path or not str(path).strip():
+        problems, report = ["the model directory is empty"], {"files": [], "weight_files": []}
+    else:
+        report, problems = check_model_dir(os.path.normpath(str(path)))
+    nbytes = sum(s for _n, s in report["files"])
+    if problems:
+        msg = "%s is incomplete: %s%s" % (path, "; ".join(problems[:5]),
+                                          " (and %d more)" % (len(problems) - 5) if len(problems) > 5 else "")
+    else:
+        msg = "%s is complete: %d files, %.1f GB, %d weight files" % (path, len(report["files"]), nbytes / 1e9,
+                                                                      len(report["weight_files"]))
+    return {"complete": not problems, "problems": problems, "files": len(report["files"]), "bytes": nbytes,
+            "weight_files": len(report["weight_files"]), "msg": msg}
 
 
 # --------------------------------------------------------------------------- stream packing
@@ -314,30 +375,47 @@ def compare_sizes(expected, actual):
 
 # --------------------------------------------------------------------------- destination guard
 
+# What makes a non-empty directory a model directory on a destination: a weight index, safetensors files, our marker,
+# or a config.json that is a model's (it names model_type or architectures): a config.json alone is not enough
+# (~/.docker holds one).
+DEST_MODEL_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json", MARKER_NAME)
+LIST_SEP = "---list---"
+
+
 def dest_probe_script(dest):
-    """Shell run on a destination before anything is copied: what DEST is (after symlinks), whether it is
-    a model directory, a few entries for the message, and df of the nearest existing directory."""
+    """Shell run on a destination before anything is copied: what DEST is (after symlinks), whether it is a model
+    directory, a few entries for the message, df of the nearest existing directory, the state of our last copy (the
+    marker) and, only for a model directory, the listing of its files (size, mtime, path) from which the run decides
+    what to send."""
     q = shlex.quote(dest)
-    checks = " ".join(shlex.quote(n) for n in MODEL_FILES)
+    checks = " ".join(shlex.quote(n) for n in DEST_MODEL_FILES)
     return (
-        "d=%s\n"
+        "d=%s; m=\n"
         "if [ -e \"$d\" ] || [ -L \"$d\" ]; then\n"
         "  r=$(readlink -f -- \"$d\"); echo \"real=$r\"\n"
         "  if [ -d \"$r\" ]; then\n"
         "    echo type=dir; echo \"count=$(ls -A -- \"$r\" | wc -l)\"\n"
-        "    for f in %s; do [ -e \"$r/$f\" ] && echo \"has=$f\"; done\n"
-        "    ls -A -- \"$r\" | grep -q '[.]safetensors$' && echo 'has=*.safetensors'\n"
+        "    for f in %s; do [ -e \"$r/$f\" ] && echo \"has=$f\" && m=1; done\n"
+        "    [ -f \"$r/config.json\" ] && grep -Eq '\"(model_type|architectures)\"[[:space:]]*:' \"$r/config.json\" "
+        "&& echo has=config.json && m=1\n"
+        "    ls -A -- \"$r\" | grep -q '[.]safetensors$' && echo 'has=*.safetensors' && m=1\n"
         "    ls -A -- \"$r\" | head -n 5 | sed 's/^/entry=/'\n"
+        "    [ -f \"$r/%s\" ] && [ ! -L \"$r/%s\" ] && head -c 4096 -- \"$r/%s\" | sed 's/^/state./'\n"
         "  else echo type=other; fi\n"
         "else echo \"real=$(readlink -m -- \"$d\")\"; echo type=absent; fi\n"
         "p=\"$d\"; while [ ! -d \"$p\" ]; do p=$(dirname \"$p\"); done\n"
-        "echo ---df---; df -P -B1 \"$p\"\n" % (q, checks))
+        "echo ---df---; df -P -B1 \"$p\"\n"
+        "if [ -n \"$m\" ]; then echo %s; cd \"$r\" && find . -path ./%s -prune -o -type f -printf '%%s %%T@ %%P\\0'; fi\n"
+        % (q, checks, MARKER_NAME, MARKER_NAME, MARKER_NAME, LIST_SEP, TEMP_DIR_NAME))
 
 
 def parse_dest_probe(text):
-    """{real, type, count, has: [names], entries: [names], df: text} from dest_probe_script's output."""
-    head, _sep, df = (text or "").partition("---df---")
-    info = {"real": None, "type": None, "count": 0, "has": [], "entries": [], "df": df.strip()}
+    """{real, type, count, has: [names], entries: [names], state: {key: value}, df: text, listing: {relpath:
+    (size, mtime_ns)} or None} from dest_probe_script's output."""
+    head, _sep, rest = (text or "").partition("---df---")
+    df, sep, listing = rest.partition(LIST_SEP)
+    info = {"real": None, "type": None, "count": 0, "has": [], "entries": [], "df": df.strip(), "state": {},
+            "listing": parse_listing(listing) if sep else None}
     for line in head.splitlines():
         key, sep, value = line.partition("=")
         if not sep:
@@ -353,16 +431,61 @@ def parse_dest_probe(text):
             info["has"].append(value)
         elif key == "entry":
             info["entries"].append(value)
+        elif key.startswith("state."):
+            info["state"][key[len("state."):]] = value
     return info
+
+
+def _mtime_ns(text):
+    """Nanoseconds from find's %T@ (seconds with a fraction of up to 10 digits)."""
+    sec, _dot, frac = text.partition(".")
+    return int(sec) * 10 ** 9 + int((frac + "000000000")[:9])
+
+
+def parse_listing(text):
+    """{relpath: (size, mtime_ns)} from ``find -printf '%s %T@ %P\\0'`` output; malformed records are skipped."""
+    out = {}
+    for rec in text.split("\0"):
+        rec = rec.lstrip("\n")
+        if not rec:
+            continue
+        parts = rec.split(" ", 2)
+        if len(parts) != 3:
+            continue
+        try:
+            out[parts[2]] = (int(parts[0]), _mtime_ns(parts[1]))
+        except ValueError:
+            continue
+    return out
+
+
+def same_version(src, dst):
+    """True when a destination file (size, mtime_ns) is the source's version by size and modification time, as rsync
+    decides (nanoseconds where the destination's filesystem keeps them, whole seconds where it does not)."""
+    if src[0] != dst[0]:
+        return False
+    if src[1] == dst[1]:
+        return True
+    return dst[1] % 10 ** 9 == 0 and src[1] // 10 ** 9 == dst[1] // 10 ** 9
+
+
+def plan_moves(stats, listing, delete=False):
+    """What a destination needs: ([(name, size)] to send, largest first by name order, [names] to delete).
+
+    stats: {relpath: (size, mtime_ns)} of the source's files; listing: the destination's, from the probe. Files of
+    the destination that the source lacks are deleted only with ``delete`` (our marker never)."""
+    moved = [(n, stats[n][0]) for n in sorted(stats) if n not in listing or not same_version(stats[n], listing[n])]
+    extra = sorted(n for n in listing if n not in stats and n != MARKER_NAME and n != MARKER_NAME + ".new")
+    return moved, extra if delete else []
 
 
 def dest_problem(dest, probe):
     """Why the sync must not write into dest on this destination, or None.
 
     Refused: a destructive path as written or after symlinks (`/`, a system or home directory), something
-    that is not a directory, and a non-empty directory that is neither a model directory (config, weight
-    index or safetensors files at its top) nor ours (marker). With
-    ``--delete`` such a directory would be emptied of everything the model does not have.
+    that is not a directory, and a non-empty directory that is neither a model directory (a model's config, a
+    weight index or safetensors files at its top) nor ours (marker). With ``--delete`` such a directory would be
+    emptied of everything the model does not have.
     """
     why = model_path_problem(dest, "dest")
     if why:
@@ -378,9 +501,110 @@ def dest_problem(dest, probe):
         return "dest %s exists and is not a directory" % dest
     if probe["type"] == "dir" and probe["count"] > 0 and not probe["has"]:
         shown = ", ".join(probe["entries"][:5]) + (", ..." if probe["count"] > 5 else "")
-        return ("dest %s holds %d entries (%s) but is not a model directory (no %s, no *.safetensors, no %s "
-                "marker)" % (dest, probe["count"], shown, ", ".join(MODEL_FILES[:2]), MARKER_NAME))
+        return ("dest %s holds %d entries (%s) but is not a model directory (no model config.json naming a "
+                "model_type, no %s, no *.safetensors, no %s marker)"
+                % (dest, probe["count"], shown, DEST_MODEL_FILES[0], MARKER_NAME))
     return None
+
+
+# --------------------------------------------------------------------------- the state of a worker's copy
+
+def copy_state(complete, fingerprint=None, verified=False, reason=None, when=None):
+    """The text model_sync writes into DEST/.sparkfleet-model on a destination: what the node's copy is.
+
+    key=value lines: ``copy`` complete | incomplete; ``verified`` yes | no (this run checked every file's size, and
+    hash with verify_content, on that node); ``fingerprint`` the source's content fingerprint or none; ``updated`` the
+    UTC time; ``reason`` one line, for an incomplete copy. A copy is marked incomplete before its first byte moves,
+    so a killed run leaves it incomplete."""
+    lines = ["copy=%s" % ("complete" if complete else "incomplete"),
+             "verified=%s" % ("yes" if verified else "no"),
+             "fingerprint=%s" % (fingerprint or "none"),
+             "updated=%s" % (when or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))]
+    if reason:
+        lines.append("reason=%s" % " ".join(str(reason).split())[:500])
+    return "\n".join(lines) + "\n"
+
+
+def parse_copy_state(text):
+    """{key: value} of a marker's state lines ({} for an old, empty marker)."""
+    out = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+# --------------------------------------------------------------------------- a full disk, named
+
+NO_SPACE = ("No space left on device", "Disk quota exceeded", "ENOSPC", "EDQUOT")
+
+
+def is_no_space(text):
+    return any(k in (text or "") for k in NO_SPACE)
+
+
+def no_space_message(host, dest, needed, free):
+    """A destination's disk that filled during the sync, with the numbers a person needs to act."""
+    return ("%s ran out of space under %s during the sync: %d bytes (%.1f GB) of the model still to write there, "
+            "%d bytes (%.1f GB) free" % (host, dest, needed, needed / 1e9, free, free / 1e9))
+
+
+def no_space_hint(host, dest, needed, free):
+    short = max(0, needed - free)
+    return ("Free at least %d bytes (%.1f GB) on the filesystem of %s on %s (or set the model directory on a larger "
+            "disk), then run again: the files already in place are kept and only the rest is sent."
+            % (short, short / 1e9, dest, host))
+
+
+# --------------------------------------------------------------------------- destinations and ssh users
+
+def canonical_host(host):
+    """One spelling per host: IP literals in their standard form (brackets and leading zeros of IPv6 dropped), names
+    lower-cased without a trailing dot."""
+    h = host.strip()
+    if h.startswith("[") and h.endswith("]"):
+        h = h[1:-1]
+    try:
+        return str(ipaddress.ip_address(h))
+    except ValueError:
+        return h.lower().rstrip(".")
+
+
+def unique_hosts(hosts, resolve=None):
+    """(hosts, problems, merged): the destinations with each host once (its first spelling kept), the reasons any
+    cannot be an ssh destination, and [(kept, dropped)] for the spellings merged.
+
+    resolve: name -> set of IP literals (socket lookups, given by the caller); used only when the list mixes names and
+    IP literals, so that a name and its address are one host."""
+    out, problems, merged, seen = [], [], [], {}
+    for h in hosts:
+        why = ssh_host_problem(h)
+        if why:
+            problems.append(why)
+            continue
+        key = canonical_host(h)
+        if key in seen:
+            merged.append((seen[key], h))
+            continue
+        seen[key] = h
+        out.append(h)
+    literal = set(k for k in seen if _is_ip(k))
+    if resolve and literal and not problems:
+        for key in [k for k in seen if not _is_ip(k)]:
+            same = sorted((resolve(key) or set()) & literal)
+            if same and seen[key] in out:
+                merged.append((seen[same[0]], seen[key]))
+                out.remove(seen[key])
+    return out, problems, merged
+
+
+def _is_ip(text):
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
 
 
 def destination_commands(dest):
@@ -451,17 +675,18 @@ def ssh_argv(ssh_bin, cipher=None, key=None, opts=None, forward_agent=False, tim
 
 
 def rsync_argv(rsync_bin, rsh, src_dir, target, checksum=False, bwlimit=0, dry_run=False,
-               delete=False, files_from=False, timeout=None, compress=False, ignore_times=False):
+               delete=False, files_from=False, timeout=None, compress=False, ignore_times=False, copy_links=True):
     """The rsync command that pushes src_dir/ to target/.
 
-    --whole-file (no delta on a fast link), no compression unless asked (bench only),
-    --copy-links (a Hugging Face snapshot is symlinks into blobs), staging in TEMP_DIR_NAME.
+    --whole-file (no delta on a fast link), no compression unless asked (bench only), staging in TEMP_DIR_NAME.
+    copy_links: --copy-links from the source (a Hugging Face snapshot is symlinks into blobs; the source's checks have
+    refused every link out of the model first); a relay from a worker passes False and follows no symlink at all.
     ignore_times sends every listed file even when size and mtime match (a content mismatch found by hash).
     """
-    argv = [rsync_bin, "--recursive", "--copy-links", "--perms", "--times", "--whole-file",
-            "--mkpath", "--out-format=" + OUT_FORMAT, "--exclude=/%s/" % TEMP_DIR_NAME,
-            "--exclude=/%s" % MARKER_NAME,
-            "--rsh=" + " ".join(shlex.quote(a) for a in rsh)]
+    argv = [rsync_bin, "--recursive"] + (["--copy-links"] if copy_links else [])
+    argv += ["--perms", "--times", "--whole-file", "--mkpath", "--out-format=" + OUT_FORMAT,
+             "--exclude=/%s/" % TEMP_DIR_NAME, "--exclude=/%s" % MARKER_NAME,
+             "--rsh=" + " ".join(shlex.quote(a) for a in rsh)]
     if not dry_run:
         argv.append("--temp-dir=" + TEMP_DIR_NAME)
     if compress:

@@ -9,10 +9,16 @@ removed, and a process inside it finds nothing. The container must be restarted 
 
 ``bind_state()`` decides from what the node says: the directory's inode on the host (``stat -c %i``), whether
 the container runs (``docker inspect -f {{.State.Running}}``) and what ``stat -c %i:%h`` prints for the same path
-inside the container (its inode and link count). Pure; the container_mount module runs the commands.
+inside the container (its inode and link count); ``read_bind()`` runs those commands through a module's Runner
+(container_mount and node_facts).
 """
 
 from __future__ import annotations
+
+import os
+
+# Seconds each docker call may take (a hung daemon fails the task instead of hanging the run).
+TIMEOUT = 30
 
 # The states, and whether the container must be restarted to see the host's directory.
 STALE = {
@@ -55,3 +61,34 @@ def bind_state(path, container, host_inode, running, seen):
     if inode == host_inode:
         return "same", ""
     return "other_inode", "%s is inode %d in the container %s, %d on the host" % (path, inode, container, host_inode)
+
+
+def read_bind(runner, path, container, timeout=TIMEOUT):
+    """What container_mount reports for ``path`` in ``container`` on this node (fails the module on a hung docker)."""
+    try:
+        host_inode = os.stat(path).st_ino
+    except OSError:
+        host_inode = None
+    running, seen = False, None
+    docker = runner.bin("docker", required=False)
+    if host_inode is not None and docker:
+        res = runner.run([docker, "inspect", "-f", "{{.State.Running}}", container], timeout=timeout, kill_after=5)
+        if res.timed_out:
+            runner.fail(res, "docker did not answer within %d s" % timeout, hint="check the docker daemon on this node")
+        running = res.ok and res.stdout.strip() == "true"
+        if running:
+            res = runner.run([docker, "exec", container, "stat", "-c", "%i:%h", "--", path], timeout=timeout,
+                             kill_after=5)
+            if res.timed_out:
+                runner.fail(res, "docker exec in %s did not answer within %d s" % (container, timeout),
+                            hint="check the docker daemon and the container on this node")
+            seen = parse_stat(res.stdout) if res.ok else None
+    state, message = bind_state(path, container, host_inode, running, seen)
+    if not message:
+        message = {
+            "absent": "%s does not exist on this node" % path,
+            "not_running": "%s does not run: it binds the current %s when it starts" % (container, path),
+            "same": "%s sees this node's %s" % (container, path),
+        }[state]
+    return dict(state=state, stale=STALE[state], msg=message, host_inode=host_inode,
+                container_inode=seen[0] if seen else None, container_links=seen[1] if seen else None)

@@ -120,8 +120,11 @@ RESULT["connected"] = True
 RESULT["phase"] = "list nodes"
 RESULT["nodes"] = ray.nodes()
 RESULT["driver_node_id"] = ray.get_runtime_context().get_node_id()
-if not CFG["probe"]:
+# probe_if_ips: probe only a cluster that is whole (exactly these nodes alive); probing one still forming can hang.
+if not CFG["probe"] and sorted(CFG.get("probe_if_ips") or [None]) != sorted(
+        n.get("NodeManagerAddress") for n in RESULT["nodes"] if n.get("Alive")):
     emit(0)
+RESULT["probed"] = True
 
 SIZE = int(CFG["object_size_mb"] * 1024 * 1024)
 TIMEOUT = float(CFG["timeout"])
@@ -231,16 +234,19 @@ emit(0)
 
 
 def probe_config(address, probe=True, object_size_mb=16, timeout=20, reverse_from="task",
-                 deadline=None, workers=1):
+                 deadline=None, workers=1, probe_if_ips=None):
     """The JSON argument for PROBE_PROGRAM and the hard deadline (seconds) it runs under.
 
     Connecting (ray.init, with or without an address) waits at most timeout seconds, like every other wait.
+    ``probe_if_ips`` (with probe false): probe anyway when exactly these IPs are Ray's alive nodes.
     """
     if deadline is None:
-        deadline = probe_deadline(timeout, workers if probe else 0)
+        deadline = probe_deadline(timeout, workers if probe or probe_if_ips else 0)
     cfg = {"address": address, "probe": bool(probe), "object_size_mb": float(object_size_mb),
            "timeout": float(timeout), "reverse_from": reverse_from, "deadline": float(deadline),
            "connect_timeout": float(min(timeout, deadline))}
+    if probe_if_ips and not probe:
+        cfg["probe_if_ips"] = sorted(probe_if_ips)
     return json.dumps(cfg, sort_keys=True), deadline
 
 

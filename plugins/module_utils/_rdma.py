@@ -502,3 +502,55 @@ def fabric_env(selection):
     if selection.get("nccl_gid_index") is not None:
         env["NCCL_IB_GID_INDEX"] = str(selection["nccl_gid_index"])
     return env
+
+
+# An interface MTU: IPv4's minimum to the largest a netdev takes.
+MIN_MTU_RANGE = (68, 65535)
+
+
+def read_links(module, runner):
+    """`ip -j addr show`, parsed; fails the module naming iproute2 when it cannot."""
+    res = runner.run([runner.bin("ip"), "-j", "addr", "show"])
+    if not res.ok:
+        runner.fail(res, "`ip -j addr show` failed", hint="install iproute2 >= 4.14 (JSON output) on the node")
+    try:
+        return parse_ip_addr_json(res.stdout)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc), cmd=res.argv, stdout=res.stdout,
+                         hint="the node's iproute2 is too old for -j; install iproute2 >= 4.14")
+
+
+def gather_fabric(module, runner, sysfs_root="/sys", interface=None, subnet=None, ip=None, min_mtu=9000,
+                  dev_dir="/dev/infiniband"):
+    """This node's fabric as rdma_facts reports it (its sparkfleet_fabric fact), warning below min_mtu.
+
+    Fails the module, naming the interfaces and the fix, as rdma_facts does (rdma_facts and node_facts share it).
+    """
+    if not MIN_MTU_RANGE[0] <= min_mtu <= MIN_MTU_RANGE[1]:
+        module.fail_json(msg="min_mtu must be between %d and %d, got %d" % (MIN_MTU_RANGE + (min_mtu,)),
+                         hint="set min_mtu to the MTU the fabric should run, e.g. 9000")
+    ib_dir = os.path.join(sysfs_root, "class", "infiniband")
+    if not os.path.isdir(ib_dir):
+        module.fail_json(
+            msg="%s does not exist: no RDMA driver loaded or wrong sysfs_root" % ib_dir,
+            hint="on a Spark load mlx5_ib (`modprobe mlx5_ib`, check `ibdev2netdev`); "
+                 "in the lab pass sysfs_root: /opt/sparklab/sysfs")
+    devices = merge_devices(read_rdma_sysfs(sysfs_root), read_links(module, runner))
+    try:
+        sel = select_fabric(devices, interface=interface, subnet=subnet, ip=ip, min_mtu=min_mtu)
+    except FabricError as exc:
+        module.fail_json(msg=exc.msg, hint=exc.hint, devices=devices)
+    for w in sel["warnings"]:
+        module.warn(w)
+    return dict(
+        interface=sel["interface"],
+        ip=sel["ip"],
+        prefix=sel["prefix"],
+        subnet=sel["subnet"],
+        mtu=sel["mtu"],
+        hca=sel["hca"],
+        gid_index=sel["gid_index"],
+        rdma_char_devices=read_char_devices(dev_dir),
+        devices=devices,
+        env=fabric_env(sel),
+    )

@@ -114,6 +114,16 @@ CAUSES = [
             "units/containers), then adjust {gpu_memory_utilization} (lower it when free memory is short at startup, "
             "raise it when no KV cache blocks fit) or reduce {max_model_len}.")),
     Cause(
+        "ray_object_store_full", 27,
+        strong=re.compile(r"OutOfDiskError|ObjectStoreFullError|"
+                          r"object cannot be created because the local object store is full|Local disk is full"),
+        weak=None,
+        hint=(
+            "Ray's object store was full and it could not spill to disk: the disk of Ray's directory ({ray_tmp_dir}) "
+            "is (over 95%) full, or the container's /dev/shm is too small. Free space there or point it at a larger "
+            "disk, and give the containers a larger /dev/shm (docker --shm-size)."),
+        doc="Ray could neither store nor spill an object"),
+    Cause(
         "placement_group", 70,
         strong=re.compile(
             r"Cannot provide a placement group|No available node types can fulfill resource request|"
@@ -126,6 +136,54 @@ CAUSES = [
             "Ray could not place the workers. Check `ray status` shows every node and GPU, and that VLLM_HOST_IP "
             "equals each node's Ray IP ({ray_node_ip}); {tensor_parallel_size} x {pipeline_parallel_size} must equal "
             "the cluster's GPUs, and no stale engine may hold a GPU.")),
+    # NCCL's bootstrap and collectives, named before the generic rendezvous and NCCL classes: when one rank fails
+    # there, the others report a broken store or a generic NCCL error, and the specific cause must win.
+    Cause(
+        "nccl_duplicate_gpu", 56,
+        strong=re.compile(r"Duplicate GPU detected"),
+        weak=None,
+        hint=(
+            "Two ranks of the engine landed on one GPU, which NCCL refuses. Each node must give Ray exactly its own "
+            "GPUs ({gpus_per_node}), {tensor_parallel_size} x {pipeline_parallel_size} must equal the cluster's GPUs, "
+            "and no stale engine or second Ray node may run on a node ({gpu_cleanup})."),
+        doc="two ranks on one GPU"),
+    Cause(
+        "nccl_no_interface", 57,
+        strong=re.compile(r"no socket interface found|NET/Socket : no interface found|"
+                          r"NCCL_SOCKET_IFNAME.{0,200}?(?:no|not) (?:usable |matching )?interface"),
+        weak=None,
+        hint=(
+            "NCCL found no network interface it may use (NCCL_SOCKET_IFNAME names one the container does not have), "
+            "so its bootstrap cannot start. It must name the fabric interface ({fabric_interface}) as `ip -o link` "
+            "shows it inside the container (which runs with --network host), on every node."),
+        doc="NCCL_SOCKET_IFNAME names no interface"),
+    Cause(
+        "nccl_net_unavailable", 58,
+        strong=re.compile(r"Failed to initialize any NET plugin|[Nn]etwork (?:IB|IBext\w{0,20}|Socket) not found|"
+                          r"NCCL_IB_HCA.{0,200}?(?:no|not) (?:device|HCA)"),
+        weak=None,
+        hint=(
+            "NCCL was made to use a network it cannot open: RDMA forced (NCCL_NET=IB, or NCCL_IB_HCA naming devices "
+            "that are not there) without a usable RDMA device in the container. Give the container the devices "
+            "({container_rdma}) with NCCL_IB_HCA following {fabric_interface}'s devices, or allow the TCP path "
+            "({allow_tcp_fallback})."),
+        doc="RDMA forced without a usable device"),
+    Cause(
+        "collective_failed", 59,
+        strong=re.compile(
+            r"Watchdog caught collective operation timeout|watchdog thread terminated with exception|"
+            r"detected by watchdog at work|Timeout at NCCL work|watchdog got stuck|"
+            r"failure detected by watchdog|Some NCCL operations have failed or timed out|"
+            r"NCCL communicator was aborted|[Cc]ollective operation timeout|"
+            r"Cuda failure (?:\d{1,4} )?'|remote process exited or there was a network error|ncclRemoteError|"
+            r"NET/IB : Got completion from peer .{0,200}? with (?:error|status)"),
+        weak=None,
+        hint=(
+            "A collective (all-reduce) did not finish on every rank and torch's NCCL watchdog stopped the engine. "
+            "Usually one rank died or hangs (find the first error in every node's log: an OOM kill, a GPU fault "
+            "shown as a CUDA error), or the fabric drops large packets ({fabric_mtu} on every port and switch); "
+            "rerun with {nccl_debug} for NCCL's view."),
+        doc="a collective stopped by the NCCL watchdog or a GPU fault"),
     Cause(
         "rendezvous_failed", 60,
         strong=re.compile(
@@ -134,7 +192,9 @@ CAUSES = [
             r"TCPStore.{0,400}?(?:timed out|failed|Broken pipe|Connection reset)|TCP client failed to connect|"
             r"Gloo connectFullMesh|gloo/transport/tcp/pair\.cc|"
             r"RendezvousConnectionError|RendezvousTimeoutError|"
-            r"init_process_group.{0,400}?(?:timed out|failed)|connect\(\) timed out\. Original timeout"),
+            r"init_process_group.{0,400}?(?:timed out|failed)|connect\(\) timed out\. Original timeout|"
+            # Gloo (torch.distributed's CPU group) when GLOO_SOCKET_IFNAME names no interface of the container
+            r"Unable to find address for: "),
         weak=re.compile(r"client socket has failed to connect|Network is unreachable|"
                         r"Connection refused.{0,400}?(?:store|rendezvous|c10d)"),
         hint=(
@@ -154,6 +214,26 @@ CAUSES = [
             "NCCL failed to initialise or communicate. Check NCCL_SOCKET_IFNAME / NCCL_IB_HCA follow "
             "{fabric_interface} on each node, MTU {fabric_mtu} on both ends, and /dev/shm size in the container; "
             "rerun with {nccl_debug} for detail.")),
+    # Ray refusing the caller's token, checked before ray_unreachable: the driver then also "fails to connect".
+    Cause(
+        "ray_auth_failed", 52,
+        strong=re.compile(r"InvalidAuthToken|Authentication token is missing or incorrect|"
+                          r"ray\.exceptions\.AuthenticationError"),
+        weak=None,
+        hint=(
+            "Ray refused the token: the cluster runs with token authentication and this process's RAY_AUTH_TOKEN is "
+            "missing or differs from the head's. Use one token on every node and in the server ({ray_auth_token}), "
+            "then restart the Ray cluster ({ray_cluster}) and the server."),
+        doc="the Ray token is missing or wrong"),
+    Cause(
+        "raylet_died", 54,
+        strong=re.compile(r"Raylet is terminated|[Rr]aylet (?:process )?(?:has )?(?:died|exited unexpectedly)"),
+        weak=None,
+        hint=(
+            "A node's Ray (its raylet) died while the engine ran, and the ranks on that node with it. Find why on that "
+            "node (the Ray unit's journal, the kernel log for the OOM killer: lower {gpu_memory_utilization} if memory "
+            "ran out), then restart the Ray cluster ({ray_cluster}) and the server."),
+        doc="the Ray of a node died under the engine"),
     Cause(
         "ray_unreachable", 55,
         strong=re.compile(
@@ -161,7 +241,7 @@ CAUSES = [
             r"Failed to connect to GCS within|"
             r"Failed to get the system config from raylet|RaySystemError|"
             r"GCS (?:server )?(?:is not|could not be) (?:reachable|reached)|"
-            r"Failed to connect to the Ray cluster|Raylet is terminated|Failed to register worker.{0,400}? to Raylet|"
+            r"Failed to connect to the Ray cluster|Failed to register worker.{0,400}? to Raylet|"
             r"ray\.init\(\) .{0,400}?failed|Can't find a `node_ip_address\.json`|"
             r"ray client connection timeout"),
         weak=re.compile(r"Unable to connect to GCS|Failed to connect to GCS"),

@@ -50,6 +50,13 @@ _VLLM_HDR_RE = re.compile(
 _RAY_HDR_RE = re.compile(r"^(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+[\w./-]+:\d+\s+--\s")
 # uvicorn: "INFO:     Application startup complete."
 _UVICORN_RE = re.compile(r"^(?P<lvl>INFO|WARNING|ERROR|CRITICAL):\s+")
+# NCCL's own lines (NCCL_DEBUG=INFO / WARN): "host:pid:tid [dev] NCCL INFO msg", and for warnings (2.2x)
+# "[2026-12-01 15:16:22] host:pid:tid [dev] bootstrap.cc:114 NCCL WARN msg". Their level is NCCL's: an INFO line
+# about a plugin it could not load is as harmless as any other INFO line.
+_NCCL_HDR_RE = re.compile(
+    r"^(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] )?[\w.-]{1,253}:\d{1,10}:\d{1,10} \[\d{1,4}\] "
+    r"(?:[\w./-]{1,200}:\d{1,6} )?NCCL (?P<lvl>INFO|WARN|TRACE|ABORT)\b:? ?")
+_NCCL_LEVELS = {"INFO": "INFO", "TRACE": "DEBUG", "WARN": "WARNING", "ABORT": "ERROR"}
 
 # Longest physical line kept (characters). Longer lines are cut before any pattern sees them, so the work
 # per line is bounded whatever arrives (a 1 MB line, /dev/zero); tqdm redraws joined by carriage returns
@@ -220,6 +227,11 @@ class LineReader(object):
                 if m:
                     level = m.group("lvl")
                     text = text[m.end():]
+                elif "NCCL " in text:
+                    m = _NCCL_HDR_RE.match(text)
+                    if m:
+                        level = _NCCL_LEVELS[m.group("lvl")]
+                        text = text[m.end():]
         if level == "WARN":
             level = "WARNING"
         # One clock per log: the collector's (docker, journal) when present, else vLLM's and Ray's own.

@@ -108,6 +108,11 @@ _AFTER_READY_CAUSE_RE = re.compile(_ENGINE_BROKEN_RE.pattern + r"|ModuleNotFound
                                    r"invalid device function|no kernel image|out of memory|OutOfMemoryError")
 _AFTER_READY_RE = re.compile(r"rrno|in use|vLLM API server version|non-default args|args: Namespace|"
                              + _AFTER_READY_CAUSE_RE.pattern)
+# A collective the NCCL watchdog stopped (or a GPU fault in it) breaks a running engine too. Its patterns are many, so
+# a serving line is tested against them only when it holds one of these words (a long serving log stays cheap).
+_COLLECTIVE_WORDS = ("atchdog", "ollective", "NCCL", "Cuda failure", "ncclRemote", "remote process", "NET/IB")
+_COLLECTIVE_RE = CAUSE["collective_failed"].strong
+
 _NEW_RUN_RE = re.compile(r"vLLM API server version|non-default args:|^args: Namespace\(")
 
 # Lines that look alarming but are expected on one-GPU-per-node Ray clusters and elsewhere.
@@ -125,6 +130,15 @@ _BENIGN_RE = re.compile(
 )
 
 _RAY_OOM_RE = CAUSE["ray_oom_killed"].strong
+# NCCL prints the specific reason for a failure as a WARN line (NCCL WARN Duplicate GPU detected ...), while the
+# exception that ends the startup may say only "NCCL error: invalid usage": such warnings are evidence for the
+# class, never a failure by themselves (a healthy start's INFO and WARN lines are never causes).
+_EVIDENCE_CLASSES = ("nccl_duplicate_gpu", "nccl_no_interface", "nccl_net_unavailable", "collective_failed")
+_WARNING_ONLY_EVIDENCE_RE = re.compile("|".join(CAUSE[c].strong.pattern for c in _EVIDENCE_CLASSES))
+# Lines of at most this many characters (no carriage return) are counted, not parsed: none can show a phase, a
+# cause or progress ("Killed", the shortest that matters, has 6), and a log of millions of them (2-byte lines)
+# must cost no more than a log of a few.
+_SHORT_LINES_RE = re.compile(r"(?m)^[^\r\n]{0,5}\n")
 # Warnings that are weak evidence of a cause (vLLM logs tolerated problems at WARNING, but these explain
 # the error that follows them).
 _WARNING_EVIDENCE_RE = re.compile(
@@ -185,6 +199,10 @@ _NO_PROGRESS_RE = re.compile(
     r"Waiting for engine core|still waiting|Waiting for .{0,400}? to be ready|"
     r"Avg prompt throughput: 0\.0 tokens/s, Avg generation throughput: 0\.0"
 )
+
+
+def _collective_failure(text):
+    return any(w in text for w in _COLLECTIVE_WORDS) and bool(_COLLECTIVE_RE.search(text))
 
 
 def _parse_hms(text):
@@ -308,6 +326,12 @@ class VllmLogParser(object):
                 self._cut_unfinished()
             return
         body, rest = text.rsplit("\n", 1)
+        nl = body.find("\n")
+        if nl >= 0 and len(body) - nl > 4096:
+            # Count (not parse) the short lines after the first newline (the first may continue the buffer).
+            tail, dropped = _SHORT_LINES_RE.subn("", body[nl + 1:] + "\n")
+            self.lines_seen += dropped
+            body = body[:nl + 1] + tail[:-1] if tail else body[:nl]
         first = True
         for physical in body.split("\n"):
             if first:
@@ -352,7 +376,8 @@ class VllmLogParser(object):
         if len(physical) > MAX_LINE_CHARS:
             self.truncated_lines += 1
             physical = cap_line(physical)
-        if self.phase == "ready" and not self.confirmed and not _AFTER_READY_RE.search(physical):
+        if (self.phase == "ready" and not self.confirmed and not _AFTER_READY_RE.search(physical)
+                and not _collective_failure(physical)):
             # Serving traffic after startup: nothing in it changes the answer.
             self.lines_seen += 1
             return
@@ -427,12 +452,12 @@ class VllmLogParser(object):
             # serving logs, request errors).
             if "rrno" in text or "in use" in text:
                 self._failure_checks(line)
-            elif _AFTER_READY_CAUSE_RE.search(text):
+            elif _AFTER_READY_CAUSE_RE.search(text) or _collective_failure(text):
                 # The API answers but the engine behind it is broken (for example a worker whose packages
                 # differ from the driver's fails at the first request).
                 self.after_ready = True
                 self._failure_checks(line)
-                if _ENGINE_BROKEN_RE.search(text):
+                if _ENGINE_BROKEN_RE.search(text) or _collective_failure(text):
                     self._confirm()
                 else:
                     # A cause on its own after startup (one request's CUDA OOM or import error) is kept as
@@ -543,6 +568,9 @@ class VllmLogParser(object):
         if line.level in ("INFO", "DEBUG", "WARNING") and not _SYSTEMD_EXIT_RE.search(text):
             # vLLM logs tolerated problems at WARNING; INFO never ends a startup. Ray's OOM notice
             # is the exception: it arrives as a WARNING from the raylet.
+            if line.level == "WARNING" and _WARNING_ONLY_EVIDENCE_RE.search(text):
+                self._evidence(line)
+                return
             if not (line.level == "WARNING" and _WARNING_EVIDENCE_RE.search(text)):
                 return
         if _BENIGN_RE.search(text):
@@ -594,6 +622,17 @@ class VllmLogParser(object):
                 "phase": self.phase, "seq": self._seq,
             })
 
+    def _evidence(self, line):
+        """A warning that names a cause without ending the startup: it classifies a failure other lines end."""
+        for cause in LINE_CAUSES:
+            # The first class whose pattern names the line, as for any line ("Cuda failure 'invalid device
+            # function'" is the image's missing kernels before it is a failed collective).
+            if cause.strong is not None and cause.strong.search(line.text):
+                self._seq += 1
+                self.candidates.append({"cls": cause.name, "line": self._ev(line), "strong": False,
+                                        "evidence": True, "phase": self.phase, "seq": self._seq})
+                return
+
     def _ev(self, line):
         return line.raw.strip()[:500]
 
@@ -604,7 +643,7 @@ class VllmLogParser(object):
 
     # ----- output -----
     def _weak_candidates(self):
-        return [c for c in self.candidates if not c["strong"]]
+        return [c for c in self.candidates if not c["strong"] and not c.get("evidence")]
 
     @property
     def weak_cause_pending(self):

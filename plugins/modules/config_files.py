@@ -36,10 +36,22 @@ options:
       state:
         description:
           - V(file), a regular file holding O(files[].content); V(directory), a directory (parents created as needed,
-            with the default mode; only the last one gets O(files[].mode)).
+            with the default mode; only the last one gets O(files[].mode)); V(line), a file that holds O(files[].line)
+            among its other lines, as M(ansible.builtin.lineinfile) with C(create=true) keeps one - the last line that
+            matches O(files[].regexp) is replaced by it, or it is added at the end when none matches and it is not
+            there yet. A missing file is created, and a missing parent directory with mode C(0700) and the entry's
+            owner and group (an C(.ssh) directory).
         type: str
-        choices: [file, directory]
+        choices: [file, directory, line]
         default: file
+      line:
+        description:
+          - The line (without its newline) for V(line). Required for V(line); not allowed otherwise.
+        type: str
+      regexp:
+        description:
+          - For V(line), a Python regular expression searched in every line; the last line it finds is replaced.
+        type: str
       content:
         description:
           - The whole text of the file (UTF-8). Required for V(file); not allowed for V(directory).
@@ -124,6 +136,7 @@ files:
 """
 
 import os
+import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -139,6 +152,18 @@ def _problem(entry):
         return "%s: content is required for a file" % path
     if entry["state"] == "directory" and entry["content"] is not None:
         return "%s: content is not allowed for a directory" % path
+    if entry["state"] == "line":
+        if entry["line"] is None or entry["content"] is not None:
+            return "%s: a line entry needs line and takes no content" % path
+        if "\n" in entry["line"]:
+            return "%s: line must be one line (it holds a newline)" % path
+        if entry["regexp"] is not None:
+            try:
+                re.compile(entry["regexp"])
+            except re.error as exc:
+                return "%s: regexp %r does not compile: %s" % (path, entry["regexp"], exc)
+    elif entry["line"] is not None or entry["regexp"] is not None:
+        return "%s: line and regexp are for state line only" % path
     try:
         if int(entry["mode"], 8) > 0o7777:
             raise ValueError
@@ -208,13 +233,47 @@ def _file(module, entry, diff):
     return module.set_fs_attributes_if_different(_attributes(module, entry), changed)
 
 
+def with_line(text, line, regexp):
+    """``text`` with ``line`` in it: the last line ``regexp`` finds replaced by it, else ``line`` appended unless there."""
+    lines = text.splitlines()
+    found = [i for i, x in enumerate(lines) if regexp is not None and re.search(regexp, x)]
+    if found:
+        lines[found[-1]] = line
+    elif line not in lines:
+        lines.append(line)
+    else:
+        return text
+    return "\n".join(lines) + "\n"
+
+
+def _line(module, entry, diff):
+    path = entry["path"]
+    parent = os.path.dirname(path)
+    have = ""
+    if os.path.isfile(path):
+        with open(path, "rb") as handle:
+            have = to_text(handle.read(), errors="surrogate_or_strict")
+    created = False
+    if not os.path.isdir(parent):
+        diff["before"][parent], diff["after"][parent] = "absent", "directory"
+        if module.check_mode:
+            return True
+        os.makedirs(parent)
+        module.set_fs_attributes_if_different(_attributes(module, dict(entry, path=parent, mode="0700")), True)
+        created = True
+    want = with_line(have, entry["line"], entry["regexp"])
+    return _file(module, dict(entry, content=want), diff) or created
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             files=dict(type="list", elements="dict", required=True, options=dict(
                 path=dict(type="path", required=True),
-                state=dict(type="str", choices=["file", "directory"], default="file"),
+                state=dict(type="str", choices=["file", "directory", "line"], default="file"),
                 content=dict(type="str", no_log=True),
+                line=dict(type="str"),
+                regexp=dict(type="str"),
                 mode=dict(type="str", required=True),
                 owner=dict(type="str"),
                 group=dict(type="str"),
@@ -228,11 +287,11 @@ def main():
     if problems:
         module.fail_json(msg="; ".join(problems),
                          hint="every entry needs an absolute path and a mode such as \"0644\"; a file needs content, "
-                              "a directory none")
+                              "a directory none, a line entry a line")
     diff = {"before": {}, "after": {}}
     done = []
     for entry in entries:
-        step = _directory if entry["state"] == "directory" else _file
+        step = {"directory": _directory, "line": _line}.get(entry["state"], _file)
         done.append(dict(path=entry["path"], state=entry["state"], changed=bool(step(module, entry, diff))))
     changed_paths = [r["path"] for r in done if r["changed"]]
     # not "results": callbacks read a result's "results" as the items of a loop

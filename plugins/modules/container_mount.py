@@ -93,16 +93,12 @@ container_links:
   sample: 0
 """
 
-import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._mounts import STALE, bind_state, parse_stat
-
-# Seconds each docker call may take (a hung daemon fails the task instead of hanging the run).
-TIMEOUT = 30
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._mounts import read_bind
 
 
 def main():
@@ -120,34 +116,7 @@ def main():
                              " '.', '-'), got %r" % container)
     if not path.startswith("/"):
         module.fail_json(msg="path must be the absolute path of the host directory, got %r" % path)
-    try:
-        host_inode = os.stat(path).st_ino
-    except OSError:
-        host_inode = None
-    running, seen = False, None
-    runner = Runner(module)
-    docker = runner.bin("docker", required=False)
-    if host_inode is not None and docker:
-        res = runner.run([docker, "inspect", "-f", "{{.State.Running}}", container], timeout=TIMEOUT, kill_after=5)
-        if res.timed_out:
-            runner.fail(res, "docker did not answer within %d s" % TIMEOUT, hint="check the docker daemon on this node")
-        running = res.ok and res.stdout.strip() == "true"
-        if running:
-            res = runner.run([docker, "exec", container, "stat", "-c", "%i:%h", "--", path], timeout=TIMEOUT,
-                             kill_after=5)
-            if res.timed_out:
-                runner.fail(res, "docker exec in %s did not answer within %d s" % (container, TIMEOUT),
-                            hint="check the docker daemon and the container on this node")
-            seen = parse_stat(res.stdout) if res.ok else None
-    state, message = bind_state(path, container, host_inode, running, seen)
-    if not message:
-        message = {
-            "absent": "%s does not exist on this node" % path,
-            "not_running": "%s does not run: it binds the current %s when it starts" % (container, path),
-            "same": "%s sees this node's %s" % (container, path),
-        }[state]
-    module.exit_json(changed=False, state=state, stale=STALE[state], msg=message, host_inode=host_inode,
-                     container_inode=seen[0] if seen else None, container_links=seen[1] if seen else None)
+    module.exit_json(changed=False, **read_bind(Runner(module), path, container))
 
 
 if __name__ == "__main__":

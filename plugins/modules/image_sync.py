@@ -165,6 +165,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_docker_load, progress_header
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import ssh_host_problem, ssh_user_problem
 
 # docker save's stdout straight into ssh; pipefail makes a failing save fail the transfer.
 _PIPE = 'image=$1; shift; "$DOCKER" save "$image" | "$@"'
@@ -222,6 +223,11 @@ def main():
     p = module.params
     if p["timeout"] < 1:
         module.fail_json(msg="timeout must be 1 or more seconds (ssh's ConnectTimeout), got %d" % p["timeout"])
+    # Neither a destination nor the user may reach ssh as an option (-oProxyCommand=...): refused, and `--` below.
+    bad = [w for w in [ssh_user_problem(p["ssh_user"])] + [ssh_host_problem(d["ip"], "destination ip")
+                                                           for d in p["destinations"]] if w]
+    if bad:
+        module.fail_json(msg="; ".join(bad) + "; nothing was sent", hint="Give fabric IPs and a plain user name.")
     runner = Runner(module)
     docker = runner.bin("docker")
     bash = runner.bin("bash")
@@ -244,7 +250,7 @@ def main():
             continue
         ssh_argv = [ssh, "-i", p["ssh_key"], "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
                     "-o", "ConnectTimeout=%d" % p["timeout"], "-o", "ServerAliveInterval=15"] + p["ssh_opts"] + [
-                        "%s@%s" % (p["ssh_user"], dest["ip"])] + p["load_command"]
+                        "--", "%s@%s" % (p["ssh_user"], dest["ip"])] + p["load_command"]
         if progress:
             _start_progress(progress, progress_header(name, dest["ip"], size, todo.index(dest) + 1, len(todo)))
         t0 = time.monotonic()

@@ -128,7 +128,7 @@ def expand(path, user):
         return path
     try:
         home = pwd.getpwnam(user).pw_dir if user else pwd.getpwuid(os.getuid()).pw_dir
-    except KeyError:
+    except (KeyError, ValueError):  # ValueError: a name with a NUL byte (no such user either)
         return None
     return home.rstrip("/") + path[1:]
 

@@ -73,6 +73,13 @@ options:
         of nodes is compared.
     type: bool
     default: true
+  probe_if_complete:
+    description:
+      - With O(probe=false), move the objects anyway when the cluster is whole (exactly the O(expected) nodes alive),
+        in the same run. A wait that polls without probing (a cluster still forming can hang a probe) so ends with the
+        proof when the cluster is complete at once, as on a re-run. RV(probed) says whether it did.
+    type: bool
+    default: false
   object_size_mb:
     description:
       - Size in MiB of the object moved in each direction. Objects above 100 KiB go through Ray's
@@ -154,6 +161,11 @@ ok:
   returned: always
   type: bool
   sample: false
+probed:
+  description: Whether objects were moved in this run (O(probe), or O(probe_if_complete) with the cluster whole).
+  returned: always
+  type: bool
+  sample: true
 summary:
   description: One line for a person.
   returned: always
@@ -327,6 +339,7 @@ def main():
             python=dict(type="str", default="python3"),
             container=dict(type="str"),
             probe=dict(type="bool", default=True),
+            probe_if_complete=dict(type="bool", default=False),
             object_size_mb=dict(type="float", default=16),
             timeout=dict(type="float", default=20),
             reverse_from=dict(type="str", choices=["task", "none"], default="task"),
@@ -352,7 +365,8 @@ def main():
     workers = max(len(expected) - 1, 1)
     cfg_json, deadline = probe_config(address, probe=p["probe"], object_size_mb=p["object_size_mb"],
                                       timeout=p["timeout"], reverse_from=p["reverse_from"],
-                                      workers=workers)
+                                      workers=workers, probe_if_ips=[e["ip"] for e in expected]
+                                      if p["probe_if_complete"] else None)
     runner = Runner(module, env=dict(RAY_USAGE_STATS_ENABLED="0"))
     res = runner.run(build_command(runner, p, cfg_json), data=PROBE_PROGRAM, timeout=int(deadline + GRACE),
                      kill_after=KILL_AFTER)
@@ -376,6 +390,8 @@ def main():
     probes = probe_reports(doc.get("probes"), comparison["host_of"], head_name, head_ip,
                            p["timeout"], p["reverse_from"] == "task")
 
+    # a probe program from before "probed" existed probed whenever it was asked to and connected
+    probed = bool(doc.get("probed", p["probe"] and doc.get("connected")))
     error = None
     problems = []
     hint = None
@@ -388,13 +404,13 @@ def main():
         hint = hint or hint_for(comparison, probes, names=p["setting_names"], address=address)
     ok = not problems
     if ok:
-        summary = summary_of(nodes, expected, comparison, probes, p["object_size_mb"], p["probe"])
+        summary = summary_of(nodes, expected, comparison, probes, p["object_size_mb"], probed)
     else:
         summary = "Ray cluster check failed: " + _advice_once("; ".join(problems))
 
     result = dict(
         changed=False, ok=ok, summary=summary, address=address, ray_version=doc.get("ray_version"),
-        nodes=nodes, expected=expected,
+        nodes=nodes, expected=expected, probed=probed,
         mismatched=comparison["mismatched"], missing=comparison["missing"], extra=comparison["extra"],
         dead=comparison["dead"], probes=probes, problems=problems, error=error,
     )

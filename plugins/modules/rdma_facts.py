@@ -245,36 +245,10 @@ hint:
   type: str
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import (
-    FabricError,
-    fabric_env,
-    merge_devices,
-    parse_ip_addr_json,
-    read_char_devices,
-    read_rdma_sysfs,
-    select_fabric,
-)
-
-
-def read_links(module):
-    runner = Runner(module)
-    res = runner.run([runner.bin("ip"), "-j", "addr", "show"])
-    if not res.ok:
-        runner.fail(res, "`ip -j addr show` failed", hint="install iproute2 >= 4.14 (JSON output) on the node")
-    try:
-        return parse_ip_addr_json(res.stdout)
-    except ValueError as exc:
-        module.fail_json(msg=str(exc), cmd=res.argv, stdout=res.stdout,
-                         hint="the node's iproute2 is too old for -j; install iproute2 >= 4.14")
-
-
-# An interface MTU: IPv4's minimum to the largest a netdev takes.
-MIN_MTU_RANGE = (68, 65535)
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import gather_fabric
 
 
 def main():
@@ -290,37 +264,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    if not MIN_MTU_RANGE[0] <= p["min_mtu"] <= MIN_MTU_RANGE[1]:
-        module.fail_json(msg="min_mtu must be between %d and %d, got %d" % (MIN_MTU_RANGE + (p["min_mtu"],)),
-                         hint="set min_mtu to the MTU the fabric should run, e.g. 9000")
-    ib_dir = os.path.join(p["sysfs_root"], "class", "infiniband")
-    if not os.path.isdir(ib_dir):
-        module.fail_json(
-            msg="%s does not exist: no RDMA driver loaded or wrong sysfs_root" % ib_dir,
-            hint="on a Spark load mlx5_ib (`modprobe mlx5_ib`, check `ibdev2netdev`); "
-                 "in the lab pass sysfs_root: /opt/sparklab/sysfs")
-
-    devices = merge_devices(read_rdma_sysfs(p["sysfs_root"]), read_links(module))
-    try:
-        sel = select_fabric(devices, interface=p["interface"], subnet=p["subnet"], ip=p["ip"],
-                            min_mtu=p["min_mtu"])
-    except FabricError as exc:
-        module.fail_json(msg=exc.msg, hint=exc.hint, devices=devices)
-
-    fabric = dict(
-        interface=sel["interface"],
-        ip=sel["ip"],
-        prefix=sel["prefix"],
-        subnet=sel["subnet"],
-        mtu=sel["mtu"],
-        hca=sel["hca"],
-        gid_index=sel["gid_index"],
-        rdma_char_devices=read_char_devices(p["dev_dir"]),
-        devices=devices,
-        env=fabric_env(sel),
-    )
-    for w in sel["warnings"]:
-        module.warn(w)
+    fabric = gather_fabric(module, Runner(module), sysfs_root=p["sysfs_root"], interface=p["interface"],
+                           subnet=p["subnet"], ip=p["ip"], min_mtu=p["min_mtu"], dev_dir=p["dev_dir"])
     result = dict(fabric)
     result.update(changed=False, ansible_facts=dict(sparkfleet_fabric=fabric))
     module.exit_json(**result)

@@ -20,7 +20,8 @@ import time
 # Module returns the report keeps (short action name -> fields).
 CAPTURED = {
     "image_check": ("image", "vllm_version", "ray_version", "model_architectures"),
-    "model_sync": ("files_total", "files_transferred", "bytes_transferred", "transfer_seconds", "mb_per_s", "seconds"),
+    "model_sync": ("files_total", "files_transferred", "bytes_transferred", "transfer_seconds", "mb_per_s", "seconds",
+                   "verified", "failed"),
     "ray_cluster_check": ("ok", "summary", "ray_version", "address"),
     "vllm_wait": ("phase", "ready", "summary", "phase_times", "vllm_version", "failure", "progress"),
     "nccl_transport": ("transports",),
@@ -136,7 +137,8 @@ def _versions(stats, captured):
 
 def _transfer(stats, captured):
     sync = captured.get("model_sync") or {}
-    return {k: sync.get(k) for k in ("files_transferred", "bytes_transferred", "transfer_seconds", "mb_per_s")} \
+    return {k: sync.get(k) for k in ("files_transferred", "bytes_transferred", "transfer_seconds", "mb_per_s",
+                                     "verified", "failed")} \
         if sync else None
 
 
@@ -295,8 +297,12 @@ def _startup_section(report):
 
 def _transfer_section(report):
     transfer = report.get("transfer") or {}
+    if transfer.get("failed"):
+        return ["  transfer: the model sync failed (see below); no copy is reported verified"]
     if transfer.get("bytes_transferred") == 0:
-        return ["  transfer: nothing to send (every worker has the model, verified)"]
+        # "verified" only when model_sync checked every worker's copy in this run (its `verified` return).
+        return ["  transfer: nothing to send (every worker has the model, %s)"
+                % ("verified" if transfer.get("verified") is True else "not verified in this run")]
     if transfer.get("bytes_transferred") is not None:
         moved = (transfer["bytes_transferred"] / 1e6, _fmt_s(transfer.get("transfer_seconds")),
                  transfer.get("mb_per_s") or 0.0)

@@ -114,7 +114,7 @@ class Lab:
         return json.loads(p.stdout.strip().splitlines()[-1])
 
     # ------------------------------------------------------------------ playbooks
-    def play(self, data_dir, playbook, cmdline="", extravars=None):
+    def play(self, data_dir, playbook, cmdline="", extravars=None, envvars=None):
         """A playbook (a path under the repository) on the lab inventory through ansible-runner, with the
         repository's ansible.cfg: (result, failures), failures being the failed or unreachable task events that
         were not ignored. cmdline and extravars are always passed (ansible-runner would reuse the env/ files an earlier
@@ -122,7 +122,7 @@ class Lab:
         Path(data_dir).mkdir(parents=True, exist_ok=True)
         r = self.ansible_run(private_data_dir=str(data_dir), playbook=str(REPO / playbook),
                              inventory=str(self.inventory), cmdline=cmdline, extravars=extravars or {},
-                             envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
+                             envvars=dict({"ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}, **(envvars or {})))
         failures = [e for e in r["events"] if e["event"] in ("runner_on_failed", "runner_on_unreachable")
                     and not (e.get("res") or {}).get("_ansible_ignore_errors")]
         return r, failures
@@ -144,9 +144,9 @@ class Lab:
         assert staged.returncode == 0, staged.stderr[-3000:]
         return RUNTIME_IMAGE_FILE.read_text().strip()
 
-    def site(self, data_dir, cmdline=""):
+    def site(self, data_dir, cmdline="", envvars=None):
         """site.yml with the inventory's settings (what a test leaves behind); fails the test unless it succeeds."""
-        r, failures = self.play(data_dir, "site.yml", cmdline=cmdline)
+        r, failures = self.play(data_dir, "site.yml", cmdline=cmdline, envvars=envvars)
         assert r["status"] == "successful" and not failures, failures[-3:] or r
         return r
 

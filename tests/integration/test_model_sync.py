@@ -8,6 +8,7 @@ sync key authorized on the workers by an Ansible play, as the role will do.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -206,3 +207,45 @@ def test_refuses_a_destination_that_is_not_a_model_directory(synclab, dest):
         assert lab.sh(h, "ls -A / /srv/userdata | sha256sum").stdout == before[h]
     assert lab.sh(target, "cat /srv/userdata/notes.txt").stdout.strip() == "keep"
     lab.sh(target, "rm -rf /srv/userdata")
+
+
+@pytest.mark.fault(name='controller killed mid-sync and re-run at once',
+                   expected="the re-run stops the orphaned transfer first, then sends only what is missing; "
+                            "the worker's copy is marked incomplete until then")
+def test_a_rerun_stops_the_transfer_a_killed_controller_left_running(synclab, observe):
+    """Issue 18.2: the orphaned sync of a killed controller and the re-run's collided in the staging directory."""
+    lab = synclab
+    target = lab.workers[0]
+    lab.sh(target, "rm -rf /models/itest-o")
+    # poll 0: the controller leaves the module running on the head, as when it is killed mid-sync.
+    r = play(lab, lab.dir, "sync.yml", src=MODEL, dest="/models/itest-o", bwlimit=1024, sync_poll=0)
+    assert r["status"] == "successful", r
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        n = lab.sh(target, "ls /models/itest-o 2>/dev/null | grep -c safetensors").stdout.strip()
+        if n and int(n) >= 1:
+            break
+        time.sleep(0.2)
+    state = lab.sh(target, "cat /models/itest-o/.sparkfleet-model").stdout
+    assert "copy=incomplete" in state, state  # marked before the first byte, for status.yml
+    orphan = lab.sh("spark-1", "pgrep -u spark -f 'receive /models/itest-o'").stdout.split()  # its ssh
+    assert orphan, "the first run is not sending any more"
+    landed = lab.sh(target, "cd /models/itest-o && ls").stdout.split()
+    r = play(lab, lab.dir, "sync.yml", src=MODEL, dest="/models/itest-o")
+    res = sync_result(r)
+    assert r["status"] == "successful", res
+    text = json.dumps(r["events"])
+    warned = [w for w in re.findall(r"a transfer of an earlier run[^\"\\]*", text) if "was stopped" in w]
+    assert warned, (sorted(res), res.get("warnings"), res.get("deprecations"))
+    observe(warned[0])
+    for pid in orphan:
+        assert lab.sh("spark-1", "kill -0 %s" % pid).returncode != 0, "the orphaned sender still runs"
+    assert sums(lab, target, "/models/itest-o") == sums(lab, "spark-1", MODEL)
+    per = res["destinations"][lab.fabric_ip(target)]
+    total = int(lab.sh("spark-1", "cat %s/* | wc -c" % MODEL).stdout)
+    # No collision: the re-run sent at most what was not in place when it started, never a file twice.
+    assert per["bytes_transferred"] <= total, per
+    assert per["files_transferred"] <= SHARDS + 2 - len([f for f in landed if not f.startswith(".")]) + 1, per
+    state = lab.sh(target, "cat /models/itest-o/.sparkfleet-model").stdout
+    assert "copy=complete" in state and "verified=yes" in state, state
+    assert res["verified"] is True

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import json
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
+
+
+# Property tests draw the same examples on every run (a suite that passes passes again); a test's own settings()
+# keep their other values. SPARKFLEET_PROPERTY_EXAMPLES=N draws N fresh random examples per test instead.
+if os.environ.get("SPARKFLEET_PROPERTY_EXAMPLES"):
+    settings.register_profile("sparkfleet", max_examples=int(os.environ["SPARKFLEET_PROPERTY_EXAMPLES"]))
+else:
+    settings.register_profile("sparkfleet", derandomize=True)
+settings.load_profile("sparkfleet")
 
 
 class _ModuleExit(Exception):

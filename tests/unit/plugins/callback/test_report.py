@@ -353,3 +353,19 @@ def test_sections_are_extensible(monkeypatch):
     report = _report.build("site.yml", _report.PhaseClock(now=Clock()), {}, {"sparkfleet": {"x": 7}}, {}, None,
                            now=Clock())
     assert _report.table(report)[-1] == "  qualify: 7"
+
+
+@pytest.mark.parametrize("sync, line", [
+    ({"bytes_transferred": 0, "verified": True}, "nothing to send (every worker has the model, verified)"),
+    ({"bytes_transferred": 0, "verified": False}, "nothing to send (every worker has the model, not verified in this run)"),
+    ({"bytes_transferred": 0}, "not verified in this run"),
+    ({"bytes_transferred": 0, "verified": False, "failed": True}, "the model sync failed"),
+])
+def test_the_report_says_verified_only_when_model_sync_verified(sync, line):
+    """Issue 18.2: a run that refused (or did not verify) never reports every worker's copy verified."""
+    got = _report.capture("sparkfleet.vllm.model_sync", sync)
+    report = _report.build("site.yml", _report.PhaseClock(), dict([got]), {}, {}, None)
+    text = "\n".join(_report.table(report))
+    assert line in text, text
+    if not sync.get("verified"):
+        assert "model, verified)" not in text

@@ -339,3 +339,170 @@ def test_the_sender_sends_nothing_to_a_listener_that_cannot_prove_the_secret(tmp
     impostor.close()
     assert got == b"" and res["bytes"] == 0
     assert "did not prove it holds this run's secret" in res["errors"][0]
+
+
+# --------------------------------------------------------------------------- hostile peers on the fabric (issue 17.11)
+
+def _from(source, port):
+    """A connection to the receiver from another loopback address (another host of the fabric)."""
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", port))
+    return sock
+
+
+def test_wrong_secrets_and_silent_peers_never_stop_the_receiver_nor_hold_up_the_real_sender(tmp_path, model):
+    src, blobs, files = model
+    dest = tmp_path / "dest"
+    # The receiver's timeout (20 s) is longer than the sender's (10 s): a receiver that answers one peer at a time
+    # would keep the real sender waiting behind the silent ones until it gives up.
+    recv = Receiver(dest, files, streams=2, timeout=20, hash=True)
+    port = recv.first["port"]
+    silent = [_from("127.0.0.2", port) for _i in range(12)]  # more than one source may hold open at once
+    for _i in range(20):  # more wrong answers than the 16 that used to end the receiver
+        wrong = _from("127.0.0.3", port)
+        try:
+            nonce = wrong.recv(32)
+            wrong.sendall(hmac.new(b"\x00" * 32, nonce, hashlib.sha256).digest())
+            assert wrong.recv(32) == b""  # no proof for a wrong answer: the receiver hangs up
+        except ConnectionResetError:
+            pass
+        wrong.close()
+    assert recv.proc.poll() is None, recv.proc.stderr.read()
+    sent = send(src, recv.first, fast_bins([(f[0], f[1]) for f in files], {}, 2), hash=True)
+    assert sent["errors"] == [], sent
+    res = recv.result()
+    for s in silent:
+        s.close()
+    assert res["ok"] == sorted(blobs) and res["failed"] == {}
+    assert res["refused"] >= 20
+    assert (dest / "a.safetensors").read_bytes() == blobs["a.safetensors"]
+
+
+def test_a_json_list_after_authentication_is_refused_in_one_line_without_a_traceback(tmp_path, model):
+    src, blobs, files = model
+    dest = tmp_path / "dest"
+    recv = Receiver(dest, files)
+    raw = RawSender(recv.first)
+    data = b"[1, 2, 3]"
+    raw.sock.sendall(struct.pack(">I", len(data)) + data)
+    res = recv.result()
+    raw.close()
+    err = recv.proc.stderr.read()
+    assert b"Traceback" not in err, err
+    assert res["ok"] == [] and res["failed"] == {"(stream)": "message is not a JSON object"}
+
+
+def _hostile_stream(tmp_path, files, payloads):
+    """One authenticated stream per payload, each sending that payload and hanging up: the receiver's result."""
+    recv = Receiver(tmp_path / "dest", files, streams=len(payloads), timeout=10, hash=True)
+    raws = [RawSender(recv.first) for _p in payloads]
+    for raw, payload in zip(raws, payloads):
+        raw.sock.sendall(payload)
+        raw.close()
+    res = recv.result()
+    err = recv.proc.stderr.read()
+    return res, err, recv.proc.returncode
+
+
+@pytest.mark.parametrize("payload", [
+    struct.pack(">I", 2) + b"{}",
+    struct.pack(">I", 4) + b"null",
+    struct.pack(">I", 9) + b'"a" + "b"',
+    struct.pack(">I", 20000) + b"[" * 20000,
+    struct.pack(">I", 1 << 30),
+    struct.pack(">I", 45) + b'{"name": "a.safetensors", "offset": -1, "length": 3}'[:45],
+    struct.pack(">I", 50) + b'{"name": "a.safetensors", "offset": 0.5, "length": 3}'[:50],
+    struct.pack(">I", 55) + b'{"name": ["a"], "offset": 0, "length": 3145728}         '[:55],
+    struct.pack(">I", 3) + b"\xff\xfe\xfd",
+])
+def test_any_bytes_after_authentication_end_the_stream_not_the_receiver(tmp_path, model, payload):
+    _src, _blobs, files = model
+    res, err, rc = _hostile_stream(tmp_path, files, [payload])
+    assert b"Traceback" not in err, err
+    assert rc == 0 and res is not None and res["ok"] == [] and res["failed"], (res, err)
+
+
+def test_property_any_bytes_on_a_stream_never_give_a_traceback(tmp_path_factory, model):
+    from hypothesis import HealthCheck, given, settings, strategies as st
+    _src, _blobs, files = model
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(st.binary(max_size=300), min_size=1, max_size=4))
+    def prop(payloads):
+        res, err, rc = _hostile_stream(tmp_path_factory.mktemp("h"), files, payloads)
+        assert b"Traceback" not in err, err
+        assert rc == 0 and res is not None and res["ok"] == []
+
+    prop()
+
+
+@pytest.mark.parametrize("request_line", [
+    b"[]\n", b"{}\n", b'{"files": 3}\n', b'{"files": [[1, 2]]}\n', b'{"files": [["a", -1, 0, 420, null]]}\n',
+    b'{"files": [["a", 1, 0, 420, 5]]}\n', b'{"files": [], "streams": "x"}\n', b"\xff\n", b"[" * 100000 + b"\n",
+])
+def test_a_bad_request_on_stdin_is_one_line_never_a_traceback(tmp_path, request_line):
+    env = dict(os.environ, HOME=str(tmp_path))
+    env.pop("SSH_CONNECTION", None)
+    for mode in ("receive", "send"):
+        p = subprocess.run([sys.executable, "-c", FAST_SCRIPT, mode, str(tmp_path / "d")], input=request_line,
+                           capture_output=True, env=env, timeout=30, check=False)
+        assert p.returncode == 2 and b"Traceback" not in p.stderr, p.stderr
+        assert p.stderr.startswith(b"sparkfleet fast copy: ") and p.stderr.count(b"\n") == 1, p.stderr
+
+
+def test_the_sender_never_follows_a_symlink_out_of_the_model(tmp_path, model):
+    """A link planted in a worker's copy (to the worker's private key, say) is never sent on by a relay."""
+    src, blobs, files = model
+    secret = tmp_path / "id_ed25519"
+    secret.write_bytes(b"PRIVATE KEY")
+    secret.chmod(0o600)
+    (src / "b.safetensors").unlink()
+    os.symlink(str(secret), str(src / "b.safetensors"))
+    entry = [f for f in files if f[0] == "b.safetensors"][0]
+    entry[1] = len(b"PRIVATE KEY")
+    dest = tmp_path / "dest"
+    recv = Receiver(dest, [entry])
+    sent = send(src, recv.first, fast_bins([(entry[0], entry[1])], {}, 1))
+    res = recv.result()
+    assert sent["bytes"] == 0 and "symlink out of" in sent["errors"][0], sent
+    assert res["ok"] == [] and not (dest / "b.safetensors").exists()
+    assert not any(b"PRIVATE" in p.read_bytes() for p in (dest / ".sparkfleet-sync").iterdir())
+
+
+def test_a_second_receiver_into_the_same_directory_waits_for_the_first(tmp_path, model):
+    src, blobs, files = model
+    dest = tmp_path / "dest"
+    first = Receiver(dest, files, timeout=30)
+    second = Receiver(dest, files, timeout=5)  # a run re-started while a receiver of the killed one still runs
+    assert second.first is None
+    assert second.proc.wait(timeout=30) == 6
+    assert b"another transfer into" in second.proc.stderr.read()
+    first.proc.stdin.close()
+    first.proc.wait(timeout=10)
+    third = Receiver(dest, files)  # once the first is gone, the lock is free
+    sent = send(src, third.first, fast_bins([(f[0], f[1]) for f in files], {}, 1))
+    assert sent["errors"] == [] and third.result()["ok"] == sorted(blobs)
+
+
+@pytest.mark.parametrize("cut", [(1 << 20) + 123, 4095, 7])
+def test_a_part_cut_mid_block_is_continued_to_the_same_bytes(tmp_path, model, cut):
+    """Writes go to disk in whole blocks (O_DIRECT where the filesystem takes it); a part that ends mid-block is
+    continued up to the next block boundary first, then in whole blocks again."""
+    src, blobs, files = model
+    name, data = "a.safetensors", blobs["a.safetensors"]
+    dest = tmp_path / "dest"
+    recv = Receiver(dest, files, hash=True)
+    raw = RawSender(recv.first)
+    raw.msg({"name": name, "offset": 0, "length": len(data)})
+    raw.sock.sendall(data[:cut])
+    time.sleep(0.3)
+    raw.close()
+    recv.result()
+    again = Receiver(dest, files, hash=True)
+    assert again.first["offsets"] == {name: cut}
+    sent = send(src, again.first, fast_bins([(f[0], f[1]) for f in files], again.first["offsets"], 1), hash=True)
+    assert sent["errors"] == []
+    assert again.result()["ok"] == sorted(blobs)
+    assert (dest / name).read_bytes() == data

@@ -112,13 +112,36 @@ def test_dangling_symlink_named(model):
     assert "tokenizer.json is a dangling symlink" in check_model_dir(str(model))[1]
 
 
-def test_hf_snapshot_symlinks_are_followed(tmp_path, model):
+def test_hf_snapshot_symlinks_into_its_blobs_are_followed(tmp_path, model):
+    repo = tmp_path / "models--org--m"
+    snap = repo / "snapshots" / "0123abcd"
+    snap.mkdir(parents=True)
+    os.rename(str(model), str(repo / "blobs"))
+    for entry in (repo / "blobs").iterdir():
+        os.symlink("../../blobs/" + entry.name, str(snap / entry.name))
+    report, problems = check_model_dir(str(snap))
+    assert problems == [] and len(report["files"]) == 4
+
+
+def test_symlinks_out_of_the_model_are_refused_and_never_listed(tmp_path, model):
+    """Issue 17.12: a link to a file outside the model (a 0600 key, say) is never queued for the workers."""
+    (tmp_path / "secret").write_text("PRIVATE")
+    (tmp_path / "secret").chmod(0o600)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "x.json").write_text("{}")
+    os.symlink(str(tmp_path / "secret"), str(model / "extra.json"))
+    os.symlink(str(tmp_path / "elsewhere"), str(model / "sub"))
+    os.symlink("config.json", str(model / "inside.json"))  # a link within the model is fine
+    report, problems = check_model_dir(str(model))
+    names = [n for n, _s in report["files"]]
+    assert "extra.json" not in names and not any(n.startswith("sub/") for n in names) and "inside.json" in names
+    assert sorted(p.split(" is a symlink")[0] for p in problems) == ["extra.json", "sub"], problems
+    # A snapshot directory with links to some other place is refused the same way.
     snap = tmp_path / "snap"
     snap.mkdir()
     for entry in model.iterdir():
         os.symlink(str(entry), str(snap / entry.name))
-    report, problems = check_model_dir(str(snap))
-    assert problems == [] and len(report["files"]) == 4
+    assert any("symlink out of the model directory" in p for p in check_model_dir(str(snap))[1])
 
 
 def test_staging_dir_is_not_part_of_the_model(model):
@@ -310,6 +333,9 @@ def _probe(real, kind, count=0, has=(), entries=()):
     ("/models/m", _probe("/models/m", "absent"), None),
     ("/models/m", _probe("/models/m", "dir"), None),
     ("/models/m", _probe("/models/m", "dir", 40, ["config.json"], ["config.json"]), None),
+    # A config.json that is not a model's (~/.docker's) does not make a model directory (issue 17.6).
+    ("/models/docker", _probe("/models/docker", "dir", 3, [], ["config.json", "daemon.json", "contexts"]),
+     "no model config.json"),
     ("/models/m", _probe("/models/m", "dir", 3, ["*.safetensors"], ["a.safetensors"]), None),
     ("/models/m", _probe("/models/m", "dir", 1, [".sparkfleet-model"], [".sparkfleet-model"]), None),
     # A symlink that leads to / or into the system is refused by where it leads.
@@ -338,7 +364,7 @@ def test_dest_probe_script_reports_a_real_directory(tmp_path):
         dest_probe_script, parse_dest_probe, parse_df_avail)
     d = tmp_path / "m"
     d.mkdir()
-    (d / "config.json").write_text("{}")
+    (d / "config.json").write_text('{"model_type": "qwen3_5_moe"}')
     (d / "x.safetensors").write_bytes(b"")
     (tmp_path / "link").symlink_to(d)
     out = subprocess.run(["sh", "-c", dest_probe_script(str(tmp_path / "link"))], capture_output=True,
@@ -367,3 +393,109 @@ def test_symlink_loop_in_a_snapshot_is_walked_once(model):
     report, problems = check_model_dir(model)
     assert problems == []
     assert not any(rel.startswith("loop/") for rel, _s in report["files"])
+
+
+def test_the_probe_counts_a_config_json_only_when_it_is_a_models(tmp_path):
+    import subprocess
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
+        dest_problem, dest_probe_script, parse_dest_probe)
+    d = tmp_path / "docker"
+    d.mkdir()
+    (d / "config.json").write_text('{"auths": {"r.example": {"auth": "c2VjcmV0"}}}')
+    (d / "daemon.json").write_text("{}")
+    probe = parse_dest_probe(subprocess.run(["sh", "-c", dest_probe_script(str(d))], capture_output=True, text=True,
+                                            check=True).stdout)
+    assert probe["has"] == [] and probe["listing"] is None  # nothing of it is even listed
+    assert "is not a model directory" in dest_problem(str(d), probe)
+    (d / "config.json").write_text('{\n  "architectures": ["Qwen3_5MoeForConditionalGeneration"]\n}')
+    probe = parse_dest_probe(subprocess.run(["sh", "-c", dest_probe_script(str(d))], capture_output=True, text=True,
+                                            check=True).stdout)
+    assert probe["has"] == ["config.json"] and dest_problem(str(d), probe) is None
+    assert set(probe["listing"]) == {"config.json", "daemon.json"}
+
+
+def test_the_probe_lists_sizes_and_mtimes_and_the_plan_sends_what_differs(tmp_path):
+    import subprocess
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
+        dest_probe_script, parse_dest_probe, plan_moves)
+    d = tmp_path / "m"
+    (d / "sub").mkdir(parents=True)
+    (d / ".sparkfleet-sync").mkdir()
+    (d / ".sparkfleet-sync" / "x.part").write_text("partial")
+    (d / "model.safetensors.index.json").write_text("{}")
+    (d / "a.safetensors").write_bytes(b"a" * 10)
+    (d / "sub" / "b c.json").write_bytes(b"b" * 5)
+    (d / "old.bin").write_bytes(b"o")
+    (d / ".sparkfleet-model").write_text("copy=complete\nverified=yes\n")
+    os.utime(d / "a.safetensors", ns=(1_700_000_000_123_456_789, 1_700_000_000_123_456_789))
+    probe = parse_dest_probe(subprocess.run(["sh", "-c", dest_probe_script(str(d))], capture_output=True, text=True,
+                                            check=True).stdout)
+    listing = probe["listing"]
+    assert listing["a.safetensors"] == (10, 1_700_000_000_123_456_789)
+    assert listing["sub/b c.json"][0] == 5 and not any(n.startswith(".sparkfleet-sync") for n in listing)
+    assert probe["state"] == {"copy": "complete", "verified": "yes"}
+    stats = {"a.safetensors": (10, 1_700_000_000_123_456_789), "sub/b c.json": (5, 1),
+             "model.safetensors.index.json": listing["model.safetensors.index.json"], "new.json": (3, 5)}
+    moved, deleted = plan_moves(stats, listing, delete=True)
+    assert moved == [("new.json", 3), ("sub/b c.json", 5)]
+    assert deleted == ["old.bin"]  # never our marker
+    assert plan_moves(stats, listing)[1] == []
+    # A filesystem without sub-second times: whole seconds decide, as rsync does.
+    assert plan_moves({"a": (1, 1_700_000_000_999_999_999)}, {"a": (1, 1_700_000_000_000_000_000)})[0] == []
+    assert plan_moves({"a": (1, 1_700_000_001_000_000_001)}, {"a": (1, 1_700_000_000_000_000_000)})[0] == [("a", 1)]
+
+
+@pytest.mark.parametrize("hosts, kept, merged", [
+    (["10.99.1.12", "10.99.1.12."], ["10.99.1.12"], [("10.99.1.12", "10.99.1.12.")]),
+    (["spark-2", "SPARK-2", "spark-2."], ["spark-2"], [("spark-2", "SPARK-2"), ("spark-2", "spark-2.")]),
+    (["fd00::12", "[fd00:0::12]", "FD00:0000::0012"], ["fd00::12"],
+     [("fd00::12", "[fd00:0::12]"), ("fd00::12", "FD00:0000::0012")]),
+    (["10.99.1.12", "10.99.1.13"], ["10.99.1.12", "10.99.1.13"], []),
+])
+def test_one_host_spelled_two_ways_is_one_destination(hosts, kept, merged):
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import unique_hosts
+    assert unique_hosts(hosts) == (kept, [], merged)
+
+
+def test_a_name_and_its_address_are_one_destination():
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import unique_hosts
+    resolve = {"spark-2": {"10.99.1.12"}, "spark-3": {"10.99.1.13"}}.get
+    assert unique_hosts(["10.99.1.12", "spark-2", "spark-3"], resolve) == (
+        ["10.99.1.12", "spark-3"], [], [("10.99.1.12", "spark-2")])
+
+
+@pytest.mark.parametrize("host", ["-oProxyCommand=sh", "-p2222", "a b", "spark@10.99.1.12", "", " ", "x;id",
+                                  "$(id)", "h\n-oX=y", "[fd00::1", "a/b"])
+def test_hosts_that_ssh_would_read_as_options_are_refused(host):
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import unique_hosts
+    kept, problems, _merged = unique_hosts([host])
+    assert kept == [] and len(problems) == 1 and "destination" in problems[0]
+
+
+def test_property_host_and_user_checks_never_raise_and_never_pass_an_option():
+    from hypothesis import given, settings, strategies as st
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import unique_hosts
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import ssh_user_problem
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.text(max_size=20), max_size=4), st.text(max_size=20))
+    def prop(hosts, user):
+        kept, problems, _merged = unique_hosts(hosts)
+        assert all(not h.startswith("-") and h == h.strip() and "@" not in h and " " not in h for h in kept)
+        assert len(kept) + len(problems) <= len(hosts)
+        why = ssh_user_problem(user)
+        assert why is None or "ssh_user" in why
+        if why is None and user:
+            assert not user.startswith("-") and all(c.isalnum() or c in "_.-" for c in user)
+
+    prop()
+
+
+def test_copy_state_round_trips():
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import copy_state, parse_copy_state
+    text = copy_state(False, reason="push to x failed:\n  disk full", when="2026-12-01T15:00:00Z")
+    assert parse_copy_state(text) == {"copy": "incomplete", "verified": "no", "fingerprint": "none",
+                                      "updated": "2026-12-01T15:00:00Z", "reason": "push to x failed: disk full"}
+    done = parse_copy_state(copy_state(True, "abc", True))
+    assert done["copy"] == "complete" and done["verified"] == "yes" and done["fingerprint"] == "abc"
+    assert parse_copy_state("") == {}

@@ -291,3 +291,32 @@ def test_probe_program_refuses_fast_when_no_gcs_listens(tmp_path):
 def test_without_inventory_nothing_is_extra_or_missing():
     got = _compare(raw_nodes("nodes_local_2node_pinned.json"), [])
     assert got["extra"] == [] and got["missing"] == [] and got["mismatched"] == []
+
+
+_FAKE_RAY_TWO_NODES = (
+    "__version__ = '2.60.0'\n"
+    "def init(**kwargs):\n    return None\n"
+    "def nodes():\n"
+    "    return [{'NodeID': 'a', 'NodeManagerAddress': '10.99.1.11', 'Alive': True},\n"
+    "            {'NodeID': 'b', 'NodeManagerAddress': '10.99.1.12', 'Alive': %s}]\n"
+    "class _Ctx:\n    def get_node_id(self):\n        return 'a'\n"
+    "def get_runtime_context():\n    return _Ctx()\n"
+    "class _Fn:\n    def options(self, **kwargs):\n        return self\n"
+    "    def remote(self, *args):\n        return object()\n"
+    "def remote(**kwargs):\n    return lambda f: _Fn()\n"
+    "def get(ref, timeout=None):\n    raise TimeoutError('no worker in this fake')\n")
+
+
+@pytest.mark.parametrize("worker_alive, probed", [("True", True), ("False", False)])
+def test_probe_program_probes_a_whole_cluster_only(tmp_path, worker_alive, probed):
+    # probe_if_ips: a wait that polls without probing proves the cluster in the same run once it is whole; a cluster
+    # still forming (the worker not alive yet) is only listed.
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "__init__.py").write_text(_FAKE_RAY_TWO_NODES % worker_alive)
+    cfg, deadline = _ray.probe_config("auto", probe=False, timeout=2, probe_if_ips=["10.99.1.12", "10.99.1.11"])
+    assert deadline > _ray.probe_deadline(2, 0)  # the probe's time is in the deadline
+    proc = _run_program(cfg, tmp_path)[0]
+    doc = _ray.parse_probe_output(proc.stdout)
+    assert doc["connected"] is True and len(doc["nodes"]) == 2
+    assert bool(doc.get("probed")) is probed
+    assert len(doc["probes"]) == (1 if probed else 0)  # the fake's worker never answers: the probe says so

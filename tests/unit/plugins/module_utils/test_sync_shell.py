@@ -18,7 +18,7 @@ FIXED = set(destination_commands(DEST).values())
 RSH = ("'--rsh=ssh -o BatchMode=yes -o Compression=no -o StrictHostKeyChecking=accept-new -o ConnectTimeout=60 "
        "-c aes128-gcm@openssh.com,chacha20-poly1305@openssh.com -o StrictHostKeyChecking=accept-new "
        "-o UserKnownHostsFile=~/.ssh/sparkfleet_known_hosts'")
-RELAY = ("rsync --recursive --copy-links --perms --times --whole-file --mkpath '--out-format=SFL|%i|%l|%n' "
+RELAY = ("rsync --recursive --perms --times --whole-file --mkpath '--out-format=SFL|%i|%l|%n' "
          "--exclude=/.sparkfleet-sync/ --exclude=/.sparkfleet-model " + RSH + " --temp-dir=.sparkfleet-sync "
          "--ignore-times --from0 --files-from=- --timeout=60 {src} spark@10.99.1.13:{dst}")
 
@@ -31,6 +31,10 @@ ALLOWED = [
     "--temp-dir .sparkfleet-sync --mkpath . " + DEST + "/",
     "rsync --server -nWtpre.iLsfxCIvu --log-format=%i --timeout=60 --delete --mkpath . " + DEST + "/",
     "rsync --server -nWtpcre.iLsfxCIvu --log-format=%i --timeout=60 --mkpath . " + DEST + "/",
+    # rsync 3.5.0 orders the letters differently.
+    "rsync --server -nWtprce.iLsfxCIvu --log-format=%i --timeout=60 --delete --mkpath . " + DEST + "/",
+    "rsync --server -WtprcIRe.iLsfxCIvu --log-format=%i --timeout=60 --bwlimit=100 --temp-dir .sparkfleet-sync "
+    "--mkpath . " + DEST + "/",
     RELAY.format(src=DEST + "/", dst=DEST + "/"),
 ]
 
@@ -56,6 +60,31 @@ REFUSED = [
     (destination_commands("/models/other")["receive"], "only model_sync's own commands"),
     (destination_commands(DEST)["receive"].replace("receive", "send", 1) + "x", "only model_sync's own commands"),
     ("python3 -c 'import os; os.system(\"sh\")' receive " + DEST, "only model_sync's own commands"),
+    # Issue 17.4: no symlink handling on the receiving side, no link following in a relay.
+    ("rsync --server -lWtpre.iLsfxCIvu --log-format=%i --mkpath . " + DEST + "/", "(-l)"),
+    ("rsync --server -WtprKe.iLsfxCIvu --log-format=%i --mkpath . " + DEST + "/", "(-K)"),
+    ("rsync --server -WtprLe.iLsfxCIvu --log-format=%i --mkpath . " + DEST + "/", "(-L)"),
+    ("rsync --server -Wtpre.iLsfxCIvu --copy-links --mkpath . " + DEST + "/", "--copy-links is not allowed"),
+    ("rsync --server -Wtpre.iLsfxCIvu --keep-dirlinks --mkpath . " + DEST + "/", "--keep-dirlinks is not allowed"),
+    ("rsync --server -Wtpre.iLsfxCIvu --links --mkpath . " + DEST + "/", "--links is not allowed"),
+    ("rsync --server -Wtpogre.iLsfxCIvu --mkpath . " + DEST + "/", "(-go)"),
+    ("rsync --server -Wtpre.iLsfxCIvu --timeout=1 --timeout=2 --mkpath . " + DEST + "/", "given twice"),
+    ("rsync --server -Wtpre.iLsfxCIvu --mkpath . " + DEST + "/../../etc/", "only write into"),
+    (RELAY.replace("--recursive", "--recursive --copy-links").format(src=DEST + "/", dst=DEST + "/"),
+     "--copy-links is not allowed in a relay"),
+    (RELAY.replace("--recursive", "--recursive -L").format(src=DEST + "/", dst=DEST + "/"), "-L is not allowed"),
+    (RELAY.replace("--recursive", "--recursive --links").format(src=DEST + "/", dst=DEST + "/"),
+     "--links is not allowed"),
+    (RELAY.replace("--recursive", "--recursive --copy-unsafe-links").format(src=DEST + "/", dst=DEST + "/"),
+     "--copy-unsafe-links is not allowed"),
+    (RELAY.format(src=DEST + "/", dst=DEST + "/").replace("spark@10.99.1.13", "-oProxyCommand=x"),
+     "-oProxyCommand=x:/models/Qwen3.5-122B-A10B-FP8/ is not allowed"),
+    # A newline at the end of a quoted argument matches no pattern ('$' alone would let it through).
+    ("rsync --server '-Wtpre.iLsfxCIvu\n' --mkpath . " + DEST + "/", "is not allowed"),
+    ("rsync --server -Wtpre.iLsfxCIvu '--timeout=60\n' --mkpath . " + DEST + "/", "is not allowed"),
+    (RELAY.format(src=DEST + "/", dst=DEST + "/").replace("spark@10.99.1.13:" + DEST + "/",
+                                                          "'spark@10.99.1.13\n:" + DEST + "/'"),
+     "another node's " + DEST),
 ]
 
 
@@ -84,8 +113,34 @@ def test_as_a_forced_command_it_refuses_with_status_126(tmp_path):
     env = dict(os.environ, SSH_ORIGINAL_COMMAND="id")
     p = subprocess.run([sys.executable, script, DEST, str(allowed)], env=env, capture_output=True, text=True, check=False)
     assert p.returncode == 126 and "refused" in p.stderr and p.stdout == ""
-    env["SSH_ORIGINAL_COMMAND"] = "true" if "true" in FIXED else destination_commands(str(tmp_path))["finish"]
+    env["SSH_ORIGINAL_COMMAND"] = "true" if "true" in FIXED else destination_commands(str(tmp_path))["state"]
     allowed.write_text(json.dumps([env["SSH_ORIGINAL_COMMAND"]]))
-    p = subprocess.run([sys.executable, script, str(tmp_path), str(allowed)], env=env, capture_output=True, text=True, check=False)
+    p = subprocess.run([sys.executable, script, str(tmp_path), str(allowed)], env=env, capture_output=True, text=True,
+                       input="copy=complete\n", check=False)
     assert p.returncode == 0, p.stderr
-    assert (tmp_path / ".sparkfleet-model").exists()
+    assert (tmp_path / ".sparkfleet-model").read_text() == "copy=complete\n"
+
+
+def test_the_state_command_never_writes_through_a_planted_symlink(tmp_path):
+    """The marker is written as a new file and renamed: a link in its place (or in the temporary's) is replaced."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    dest = tmp_path / "model"
+    dest.mkdir()
+    os.symlink(str(victim), str(dest / ".sparkfleet-model"))
+    os.symlink(str(victim), str(dest / ".sparkfleet-model.new"))
+    cmd = destination_commands(str(dest))["state"]
+    subprocess.run(["sh", "-c", cmd], input="copy=incomplete\n", text=True, check=True)
+    assert victim.read_text() == "keep"
+    assert not os.path.islink(str(dest / ".sparkfleet-model"))
+    assert (dest / ".sparkfleet-model").read_text() == "copy=incomplete\n"
+
+
+@pytest.mark.parametrize("host", ["10.99.1.12\n", "spark-2\n", "fe80::1\n"])
+def test_a_host_with_a_trailing_newline_is_refused(host):
+    assert "not a host name" in _sync_shell.ssh_host_problem(host)
+
+
+@pytest.mark.parametrize("user", ["spark\n", "0\n"])
+def test_a_user_with_a_trailing_newline_is_refused(user):
+    assert "ssh_user" in _sync_shell.ssh_user_problem(user)

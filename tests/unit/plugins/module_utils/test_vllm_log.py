@@ -657,3 +657,98 @@ def test_a_request_oom_after_ready_alone_does_not_fail_a_completed_startup():
     dead = "(APIServer pid=1) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n"
     snap = parse(up + oom + dead)
     assert (snap["phase"], snap["failure"]["class"]) == ("failed", "cuda_oom")
+
+
+# ---- healthy starts: their INFO and WARN lines are never causes (issue 17, diagnosis) ----
+
+# Real healthy starts captured with NCCL_DEBUG=INFO (an H200, NCCL 2.28.9) and Ray 2.60 (the lab), and vLLM's Ray
+# executor forwarding every NCCL INFO line of NCCL_DEBUG_SUBSYS=ALL.
+HEALTHY = sorted(n for n in EXPECTED if EXPECTED[n]["class"] is None and (n.startswith("real_") or "nccl" in n))
+_GENERIC_END = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+
+
+def test_the_healthy_captures_cover_nccl_and_ray():
+    assert len([n for n in HEALTHY if "nccl" in n]) >= 5 and "real_ray_healthy_lab.log" in HEALTHY
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_no_line_of_a_healthy_start_is_a_cause(name):
+    p = VllmLogParser(stall_timeout=600)
+    p.feed(_read(name))
+    p.finish()
+    assert p.candidates == [], [c["line"] for c in p.candidates][:3]
+    if EXPECTED[name]["phase"] == "ready":
+        return
+    # Ended by a failure that names no cause, the startup is the generic failure, not one of its lines' classes.
+    snap = parse(_read(name) + _GENERIC_END)
+    assert snap["failure"]["class"] == "engine_init_failed"
+    healthy = set(ln.strip() for ln in _read(name).splitlines())
+    assert not [ln for ln in snap["failure"]["evidence"] if ln in healthy]
+
+
+def test_an_nccl_warning_names_the_cause_of_a_failure_other_lines_end():
+    warn = ("(RayWorkerProc pid=77, ip=192.168.200.13) [2026-12-01 15:16:24] spark-2:77:77 [0] init.cc:904 NCCL WARN"
+            " Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 60\n")
+    alone = parse(warn)
+    assert alone["failure"] is None  # a warning alone ends nothing
+    snap = parse(warn + "RuntimeError: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)\n")
+    assert snap["failure"]["class"] == "nccl_duplicate_gpu"
+
+
+def test_nccl_info_lines_about_plugins_and_symbols_are_not_causes():
+    lines = [
+        "spark-1:520:520 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so",
+        "spark-1:520:520 [0] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: No such"
+        " file or directory No plugin found (libnccl-net.so), using internal implementation",
+        "spark-1:520:520 [0] NCCL INFO dlvsym failed on mlx5dv_reg_dmabuf_mr - /lib/aarch64-linux-gnu/libmlx5.so:"
+        " undefined symbol: mlx5dv_reg_dmabuf_mr, version MLX5_1.25",
+        "spark-1:520:520 [0] NCCL INFO NET/Plugin: Failed to find ncclNetPlugin_v8 symbol.",
+        "spark-1:520:520 [0] NCCL INFO Failed to initialize NET plugin IB",
+    ]
+    p = VllmLogParser()
+    p.feed("\n".join(lines) + "\n")
+    p.finish()
+    p.settle(final=True)
+    assert p.candidates == [] and not p.failed
+
+
+def test_a_collective_failure_after_startup_complete_ends_the_startup():
+    ready = _read("ok_018_ray_newest.log")
+    line = ("(RayWorkerProc pid=77, ip=192.168.200.13) [rank1]:[E1201 15:18:05.395425641 ProcessGroupNCCL.cpp:689]"
+            " [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=4,"
+            " NumelOut=4, Timeout(ms)=600000) ran for 600084 milliseconds before timing out.\n")
+    assert parse(ready)["phase"] == "ready"
+    snap = parse(ready + line)
+    assert snap["phase"] == "failed" and snap["failure"]["class"] == "collective_failed"
+
+
+def test_short_lines_are_counted_and_change_no_answer():
+    text = _read("fail_cuda_oom_v1_profiling.log")
+    padded = "".join(ln + "ab\n\n" for ln in text.splitlines(True))
+    for chunks in (None, 7):
+        snap = parse(padded, chunks=chunks)
+        assert snap["failure"] == parse(text)["failure"]
+    p = VllmLogParser()
+    p.feed("x\n" * 300000 + text)
+    p.finish()
+    assert p.lines_seen >= 300000 and p.failed
+
+
+@pytest.mark.parametrize("line, cls", [
+    ("[rank1]:[E1201 10:00:00.1 ProcessGroupNCCL.cpp:1703] [PG ID 0 PG GUID 0(default_pg) Rank 1] Exception (either"
+     " an error or timeout) detected by watchdog at work: 2, last enqueued NCCL work: 2, last completed NCCL work: 1.",
+     "collective_failed"),
+    ("terminate called after throwing an instance of 'c10::DistBackendError'", "nccl_error"),
+    ("RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/device.cc:83] ifa != nullptr. Unable to"
+     " find address for: sparkfab0", "rendezvous_failed"),
+    ("spark-2:77:90 [0] misc/socket.cc:484 NCCL WARN NET/Socket : no interface found", None),
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, remote process exited or there"
+     " was a network error, NCCL version 2.28.3\nncclRemoteError: A call failed possibly due to a network error or a"
+     " remote process exiting prematurely.", "collective_failed"),
+    ("spark-2:77:95 [0] transport/net_ib.cc:1695 NCCL WARN NET/IB : Got completion from peer 192.168.200.12<42271>"
+     " with status=12 opcode=1 len=0 vendor err 129 (Send) localGid ::ffff:192.168.200.13\n"
+     "RuntimeError: NCCL error: unhandled system error", "collective_failed"),
+])
+def test_nccl_and_torch_distributed_lines(line, cls):
+    snap = parse(line + "\n")
+    assert (snap["failure"] or {}).get("class") == cls

@@ -121,3 +121,59 @@ def test_a_missing_directory_or_a_directory_in_the_way_is_named(run_module, tmp_
     assert r["failed"] is True and "exists and is not a regular file" in r["msg"]
     r = run_module(config_files, {"files": [{"path": str(tmp_path / "d"), "state": "directory", "mode": "0700"}]})
     assert r["changed"] is True and mode(tmp_path / "d") == 0o700
+
+
+# An authorized_keys line as model_sync's role writes it, among the user's own keys (lineinfile's behaviour).
+KEY_LINE = ('restrict,agent-forwarding,from="10.99.1.0/24",command="/usr/bin/python3 /usr/local/lib/sparkfleet/'
+            'sync_shell.py /models/tiny /etc/sparkfleet/sync-commands.json" ssh-ed25519 AAAAC3Nz sparkfleet model sync')
+
+
+def line_entry(path, line=KEY_LINE):
+    return {"path": str(path), "state": "line", "line": line, "regexp": "sparkfleet model sync$", "owner": ME,
+            "group": MY_GROUP, "mode": "0600"}
+
+
+def test_line_creates_the_file_and_its_directory_then_a_rerun_changes_nothing(run_module, tmp_path):
+    keys = tmp_path / "home" / ".ssh" / "authorized_keys"
+    r = run_module(config_files, {"files": [line_entry(keys)]})
+    assert r["changed"] is True and r["changed_paths"] == [str(keys)]
+    assert keys.read_text() == KEY_LINE + "\n"
+    assert (mode(keys.parent), mode(keys)) == (0o700, 0o600)
+    assert run_module(config_files, {"files": [line_entry(keys)]})["changed"] is False
+
+
+def test_line_replaces_the_last_match_and_keeps_the_other_keys(run_module, tmp_path):
+    keys = tmp_path / "authorized_keys"
+    keys.write_text("ssh-ed25519 AAAAuser laptop\ncommand=\"old\" ssh-ed25519 AAAAold sparkfleet model sync\n"
+                    "ssh-rsa AAAAother admin")  # no final newline
+    keys.chmod(0o600)
+    r = run_module(config_files, {"files": [line_entry(keys)]})
+    assert r["changed"] is True
+    assert keys.read_text() == "ssh-ed25519 AAAAuser laptop\n%s\nssh-rsa AAAAother admin\n" % KEY_LINE
+    assert run_module(config_files, {"files": [line_entry(keys)]})["changed"] is False
+
+
+def test_line_is_appended_when_nothing_matches(run_module, tmp_path):
+    keys = tmp_path / "authorized_keys"
+    keys.write_text("ssh-ed25519 AAAAuser laptop\n")
+    keys.chmod(0o600)
+    run_module(config_files, {"files": [line_entry(keys)]})
+    assert keys.read_text() == "ssh-ed25519 AAAAuser laptop\n%s\n" % KEY_LINE
+
+
+def test_line_in_check_mode_changes_nothing(run_module, tmp_path):
+    keys = tmp_path / "home" / ".ssh" / "authorized_keys"
+    r = run_module(config_files, {"files": [line_entry(keys)]}, check_mode=True)
+    assert r["changed"] is True and not (tmp_path / "home").exists()
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"state": "line", "mode": "0600"}, "needs line"),
+    ({"state": "line", "line": "a\nb", "mode": "0600"}, "one line"),
+    ({"state": "line", "line": "a", "regexp": "(", "mode": "0600"}, "does not compile"),
+    ({"state": "file", "content": "x", "line": "a", "mode": "0600"}, "state line only"),
+])
+def test_bad_line_entries_are_refused_before_anything_is_touched(run_module, tmp_path, entry, words):
+    r = run_module(config_files, {"files": [dict(entry, path=str(tmp_path / "k"))]})
+    assert r["failed"] and words in r["msg"]
+    assert not (tmp_path / "k").exists()

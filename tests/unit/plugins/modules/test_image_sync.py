@@ -117,3 +117,22 @@ def test_check_mode_writes_no_progress(run_module, fake, tmp_path):
     progress = tmp_path / "p"
     r = run_module(image_sync, dict(args({"ip": "10.99.1.12"}), progress_file=str(progress)), check_mode=True)
     assert r["changed"] is True and not progress.exists()
+
+
+@pytest.mark.parametrize("dest, user", [
+    ({"name": "spark-2", "ip": "-oProxyCommand=touch /tmp/sparkfleet-pwned"}, "spark"),
+    ({"name": "spark-2", "ip": "10.99.1.12"}, "-oProxyCommand=sh"),
+])
+def test_a_destination_or_user_never_reaches_ssh_as_an_option(run_module, fake, dest, user):
+    """Issue 17.10 (model_sync's helper checks, reused): refused before docker or ssh runs."""
+    a = args(dest)
+    a["ssh_user"] = user
+    r = run_module(image_sync, a)
+    assert r["failed"] is True and ("destination ip" in r["msg"] or "ssh_user" in r["msg"]), r
+    assert fake() == [] and not os.path.exists("/tmp/sparkfleet-pwned")
+
+
+def test_ssh_options_end_before_the_host(run_module, fake):
+    run_module(image_sync, args({"name": "spark-2", "ip": "10.99.1.12", "image_id": ""}))
+    ssh = [line for line in fake() if line.startswith("ssh ")][0]
+    assert " -- spark@10.99.1.12 " in ssh

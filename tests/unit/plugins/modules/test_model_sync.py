@@ -8,6 +8,7 @@ asked to do, and runs the command locally. Unknown hosts fail like an unreachabl
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import struct
@@ -18,6 +19,7 @@ import time
 import pytest
 
 from ansible_collections.sparkfleet.vllm.plugins.modules import model_sync
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _model_sync_run as model_sync_run
 from ansible_collections.sparkfleet.vllm.tests.unit.support.model_files import write_safetensors
 
 pytestmark = pytest.mark.skipif(
@@ -32,6 +34,8 @@ SHIM = r'''#!%(python)s
 import json, os, re, sys
 args = sys.argv[1:]
 takes_value = set("-o -i -c -p -l -F -J -b -e -m -L -R -D -W -E -S -O -Q -B -w -I".split())
+if "-O" in args:  # a master connection asked to exit: nothing to run
+    sys.exit(0)
 opts = []
 i = 0
 while i < len(args) and args[i].startswith("-"):
@@ -52,6 +56,14 @@ cmd = re.sub(r"(?<![:\w/.-])" + re.escape(dest), hosts[host] + dest, cmd)
 # sshd tells the session which address the client reached: every fake host is this machine's loopback.
 if os.environ.get("SHIM_NO_SSH_CONNECTION") != "1":
     os.environ["SSH_CONNECTION"] = "127.0.0.1 50000 127.0.0.1 22"
+# A destination whose disk is this small (bytes) while its receiver runs: a tmpfs over the directory, seen by the
+# receiver only (its own mount namespace).
+small = os.environ.get("SHIM_SMALL_DISK")
+if small and (" receive " in cmd or cmd.startswith("rsync --server")):
+    where = hosts[host] + dest
+    os.makedirs(where, exist_ok=True)
+    cmd = "mount -t tmpfs -o size=%%s tmpfs %%s && mkdir %%s/.sparkfleet-sync && %%s" %% (small, where, where, cmd)
+    os.execvp("unshare", ["unshare", "-m", "sh", "-c", cmd])
 os.execvp("sh", ["sh", "-c", cmd])
 '''
 
@@ -151,7 +163,7 @@ def test_ssh_transport_is_whole_file_uncompressed_with_fast_cipher(run_module, l
               and " -n" not in c["cmd"]]
     assert pushes, lab.calls()
     for call in lab.calls():
-        assert "aes128-gcm@openssh.com,chacha20-poly1305@openssh.com" in call["opts"]
+        assert "aes128-gcm@openssh.com,chacha20-poly1305@openssh.com" in call["opts"], call
         assert "Compression=no" in call["opts"]
     for call in pushes:
         flags = call["cmd"].split()[2]  # rsync --server -<flags>
@@ -208,8 +220,8 @@ def test_missing_shard_named_in_index_fails(run_module, lab):
 
 
 def test_no_room_on_a_destination_fails_before_copying_with_numbers(run_module, lab, monkeypatch):
-    real = model_sync.parse_df_avail
-    monkeypatch.setattr(model_sync, "parse_df_avail", lambda text: min(real(text), 1000))
+    real = model_sync_run.parse_df_avail
+    monkeypatch.setattr(model_sync_run, "parse_df_avail", lambda text: min(real(text), 1000))
     res = run_module(model_sync, lab.args(destinations=["10.99.1.12", "10.99.1.13"]))
     assert res["failed"] is True
     assert "has 1000 bytes" in res["msg"] and "needs %d bytes" % sum(
@@ -242,6 +254,19 @@ def test_three_destinations_fan_out_as_a_tree_through_a_per_run_agent(run_module
     assert relay, lab.calls()
     for call in relay:
         assert "-A" in call["opts"] and call["agent"] is True  # the key travels as a forwarded agent
+    # Issue 17.4: the relay's own rsync follows no symlink: a link planted in a worker's copy (to that worker's key)
+    # is skipped, never sent on. Run the relay's exact options between two local directories.
+    import shlex
+    planted, nexthop = lab.tmp / "planted", lab.tmp / "nexthop"
+    planted.mkdir()
+    nexthop.mkdir()
+    (lab.tmp / "worker_key").write_text("PRIVATE KEY")
+    (lab.tmp / "worker_key").chmod(0o600)
+    os.symlink(str(lab.tmp / "worker_key"), str(planted / "model-00001-of-00004.safetensors"))
+    argv = [a for a in shlex.split(relay[0]["cmd"]) if not a.startswith("--rsh=") and not a.startswith("--temp-dir")]
+    argv = argv[:-2] + [str(planted) + "/", str(nexthop) + "/"]
+    subprocess.run(argv, input=b"model-00001-of-00004.safetensors\0", capture_output=True, check=False)
+    assert os.listdir(str(nexthop)) == []
     assert res["files_transferred"] == 21
     # No key file was left behind on any host.
     for h in hosts:
@@ -270,7 +295,7 @@ def test_verify_catches_a_destination_file_damaged_behind_rsyncs_back(run_module
     # listing; make the size check the one that catches it by skipping the transfer.
     target = os.path.join(lab.dest("10.99.1.12"), "model-00001-of-00004.safetensors")
     os.truncate(target, 10)
-    monkeypatch.setattr(model_sync.ModelSync, "transfer", lambda self, f, t, m, info: (True, None))
+    monkeypatch.setattr(model_sync_run.ModelSync, "transfer", lambda self, f, t, m, info: (True, None))
     res = run_module(model_sync, lab.args())
     assert res["failed"] is True
     assert "model-00001-of-00004.safetensors is 10 bytes" in res["msg"]
@@ -509,8 +534,8 @@ def test_a_first_tcp_sync_hashes_the_source_while_sending_and_nothing_twice(run_
     from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import fingerprint
     from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import destination_commands, list_files
     hashed_up_front = []
-    real = model_sync.ModelSync.local_hashes
-    monkeypatch.setattr(model_sync.ModelSync, "local_hashes",
+    real = model_sync_run.ModelSync.local_hashes
+    monkeypatch.setattr(model_sync_run.ModelSync, "local_hashes",
                         lambda self, names, fail=True: hashed_up_front.extend(names) or real(self, names, fail))
     res = run_module(model_sync, lab.args())
     assert res.get("failed") is not True, res
@@ -570,3 +595,196 @@ def test_tcp_only_fails_instead_of_falling_back(run_module, lab, monkeypatch):
 def test_transport_choices_are_checked(run_module, lab):
     res = run_module(model_sync, lab.args(transport="udp"))
     assert res["failed"] is True and "transport" in res["msg"] and "udp" in res["msg"]
+
+
+# --------------------------------------------------------------------------- bad input, hostile copies (issue 17)
+
+def test_a_file_linked_from_outside_the_model_is_never_queued(run_module, lab, tmp_path):
+    """Issue 17.12: a 0600 file linked from the model directory is refused, not sent to the workers."""
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("PRIVATE KEY")
+    secret.chmod(0o600)
+    os.symlink(str(secret), os.path.join(lab.src, "extra.json"))
+    res = run_module(model_sync, lab.args())
+    assert res["failed"] is True, res
+    assert "extra.json is a symlink out of the model directory" in res["msg"] and "nothing was copied" in res["msg"]
+    assert lab.calls() == []
+    assert not os.path.exists(lab.dest("10.99.1.12"))
+
+
+def test_a_hugging_face_snapshot_links_into_its_blobs_and_is_sent(run_module, lab, tmp_path):
+    repo = tmp_path / "hub" / "models--org--m"
+    snap = repo / "snapshots" / "abc123"
+    (repo / "blobs").mkdir(parents=True)
+    snap.mkdir(parents=True)
+    for name in sorted(os.listdir(lab.src)):
+        os.rename(os.path.join(lab.src, name), str(repo / "blobs" / ("blob-" + name)))
+        os.symlink("../../blobs/blob-" + name, str(snap / name))
+    res = run_module(model_sync, lab.args(src=str(snap)))
+    assert res.get("failed") is not True, res
+    assert res["files_transferred"] == 7 and res["destinations"]["10.99.1.12"]["verified"] is True
+
+
+@pytest.mark.parametrize("field, value", [
+    ("destinations", ["-oProxyCommand=touch /tmp/sparkfleet-pwned"]),
+    ("destinations", ["10.99.1.12", "-oProxyCommand=sh"]),
+    ("destinations", ["spark@10.99.1.12"]),
+    ("destinations", ["10.99.1.12 -oProxyCommand=sh"]),
+    ("destinations", [""]),
+    ("ssh_user", "-oProxyCommand=sh"),
+    ("ssh_user", "spark -oProxyCommand=sh"),
+    ("ssh_user", "a@b"),
+])
+def test_ssh_option_injection_is_refused_before_any_connection(run_module, lab, field, value):
+    """Issue 17.10: a destination or ssh_user never reaches ssh as an option."""
+    res = run_module(model_sync, lab.args(**{field: value}))
+    assert res["failed"] is True, res
+    assert ("destination" if field == "destinations" else "ssh_user") in res["msg"], res["msg"]
+    assert "nothing was copied" in res["msg"] and "hint" in res
+    assert lab.calls() == []
+    assert not os.path.exists("/tmp/sparkfleet-pwned")
+
+
+def test_every_ssh_command_ends_its_options_before_the_host(run_module, lab):
+    res = run_module(model_sync, lab.args(drop_cache=True))
+    assert res.get("failed") is not True, res
+    direct = [c for c in lab.calls() if not c["cmd"].startswith("rsync --server")]
+    assert direct and all(c["opts"][-1] == "--" for c in direct), direct
+
+
+def test_one_host_spelled_two_ways_is_one_transfer(run_module, lab, monkeypatch):
+    from ansible.module_utils import basic
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, w: warnings.append(w))
+    hosts = dict(lab.hosts)
+    hosts["10.99.1.12."] = hosts["10.99.1.12"]  # the same directory: the same host
+    monkeypatch.setenv("SHIM_HOSTS", json.dumps(hosts))
+    res = run_module(model_sync, lab.args(destinations=["10.99.1.12", "10.99.1.12."]))
+    assert res.get("failed") is not True, res
+    assert list(res["destinations"]) == ["10.99.1.12"]
+    assert len([c for c in lab.calls() if " receive " in c["cmd"]]) == 1
+    assert any("10.99.1.12 and 10.99.1.12. are the same host" in w for w in warnings), warnings
+    assert tree(lab.dest("10.99.1.12")) == tree(lab.src)
+
+
+def test_a_directory_with_a_config_json_that_is_not_a_models_is_refused(run_module, lab):
+    """Issue 17.6: ~/.docker holds a config.json; with delete=true it would be emptied."""
+    dest = lab.dest("10.99.1.12")
+    os.makedirs(dest)
+    with open(os.path.join(dest, "config.json"), "w") as handle:
+        json.dump({"auths": {"registry.example": {"auth": "c2VjcmV0"}}}, handle)
+    with open(os.path.join(dest, "daemon.json"), "w") as handle:
+        handle.write("{}")
+    before = tree(dest)
+    res = run_module(model_sync, lab.args(delete=True))
+    assert res["failed"] is True, res
+    assert "is not a model directory" in res["msg"] and "daemon.json" in res["msg"], res["msg"]
+    assert tree(dest) == before
+
+
+def test_property_bad_options_are_refused_naming_them_never_a_traceback(run_module, lab, tmp_path):
+    from hypothesis import HealthCheck, given, settings, strategies as st
+    notmodel = tmp_path / "notmodel"
+    notmodel.mkdir()
+    text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(destinations=st.lists(text, max_size=3), ssh_user=st.one_of(st.none(), text),
+           streams=st.integers(-3, 70), bwlimit=st.integers(-5, 5), timeout=st.integers(-2, 100))
+    def prop(destinations, ssh_user, streams, bwlimit, timeout):
+        res = run_module(model_sync, dict(src=str(notmodel), dest=DEST, destinations=destinations, ssh_user=ssh_user,
+                                          streams=streams, bwlimit=bwlimit, timeout=timeout))
+        assert res["failed"] is True and res["msg"]
+        named = [n for n in ("streams", "bwlimit", "timeout", "ssh_user", "destination")
+                 if n in res["msg"]]
+        # Options are checked first; valid ones get as far as the source model, which is not one.
+        assert named or "is not a model directory" in res["msg"], res["msg"]
+        assert lab.calls() == []
+
+    prop()
+
+
+# --------------------------------------------------------------------------- every run's work is one (issue 18.2)
+
+def test_a_rerun_stops_the_transfer_left_running_by_a_killed_controller(run_module, lab, tmp_path, monkeypatch):
+    from ansible.module_utils import basic
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, w: warnings.append(w))
+    args = lab.args(streams=1, bwlimit=50)  # 50 KiB/s: the model takes ~15 s
+    argsfile = tmp_path / "args.json"
+    argsfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    env = dict(os.environ, PYTHONPATH=COLLECTIONS)
+    orphan = subprocess.Popen([sys.executable, model_sync.__file__, str(argsfile)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stage = os.path.join(lab.dest("10.99.1.12"), ".sparkfleet-sync")
+    deadline = time.time() + 30
+    while time.time() < deadline and not (os.path.isdir(stage) and os.listdir(stage)):
+        time.sleep(0.05)
+    assert os.path.isdir(stage) and os.listdir(stage), "the first run never started sending"
+    res = run_module(model_sync, lab.args())
+    assert res.get("failed") is not True, res
+    assert orphan.wait(timeout=10) != 0  # stopped, not finished
+    assert any("an earlier run" in w and "was stopped" in w for w in warnings), warnings
+    assert tree(lab.dest("10.99.1.12")) == tree(lab.src)
+    assert res["destinations"]["10.99.1.12"]["verified"] is True
+
+
+def test_a_run_that_did_not_verify_never_says_verified(run_module, lab):
+    res = run_module(model_sync, lab.args(verify=False))
+    assert res.get("failed") is not True, res
+    assert res["verified"] is False and res["destinations"]["10.99.1.12"]["verified"] is None
+    marker = open(os.path.join(lab.dest("10.99.1.12"), ".sparkfleet-model")).read()
+    assert "copy=complete" in marker and "verified=no" in marker
+    checked = run_module(model_sync, lab.args())
+    assert checked["verified"] is True and checked["changed"] is False
+    marker = open(os.path.join(lab.dest("10.99.1.12"), ".sparkfleet-model")).read()
+    assert "verified=yes" in marker and "fingerprint=%s" % checked["fingerprint"] in marker
+    # A refused run verified nothing.
+    refused = run_module(model_sync, lab.args(destinations=["10.99.1.12", "10.99.1.99"]))
+    assert refused["failed"] is True and refused["verified"] is False
+
+
+def test_a_disk_that_fills_during_the_sync_is_named_with_its_numbers(run_module, lab, monkeypatch):
+    if subprocess.call(["unshare", "-m", "true"], stderr=subprocess.DEVNULL) != 0:
+        pytest.skip("needs unshare -m (root) for a small filesystem")
+    monkeypatch.setenv("SHIM_SMALL_DISK", "256k")
+    res = run_module(model_sync, lab.args())
+    assert res["failed"] is True, res
+    total = sum(len(b) for b in tree(lab.src).values())
+    assert "10.99.1.12 ran out of space under %s during the sync" % DEST in res["msg"], res["msg"]
+    assert re.search(r"(\d+) bytes \([\d.]+ GB\) of the model still to write there, (\d+) bytes", res["msg"])
+    needed, free = [int(x) for x in re.search(r"(\d+) bytes \(.*?, (\d+) bytes", res["msg"]).groups()]
+    assert 0 < needed <= total and free < 256 * 1024
+    assert "Free at least" in res["hint"] and "run again" in res["hint"]
+    assert "No space left on device" not in res["msg"]
+    assert res["destinations"]["10.99.1.12"]["copy"] == "incomplete"
+    assert res["destinations"]["10.99.1.12"]["transport"] == "tcp"  # not sent again over ssh into the same disk
+
+
+def test_a_killed_transfer_leaves_the_copy_marked_incomplete(run_module, lab, tmp_path):
+    args = lab.args(streams=1, bwlimit=50)
+    argsfile = tmp_path / "args.json"
+    argsfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    proc = subprocess.Popen([sys.executable, model_sync.__file__, str(argsfile)],
+                            env=dict(os.environ, PYTHONPATH=COLLECTIONS), stdout=subprocess.DEVNULL,
+                            start_new_session=True)
+    marker = os.path.join(lab.dest("10.99.1.12"), ".sparkfleet-model")
+    deadline = time.time() + 30
+    while time.time() < deadline and not os.path.exists(marker):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import parse_copy_state
+    state = parse_copy_state(open(marker).read())
+    assert state["copy"] == "incomplete" and state["verified"] == "no", state
+
+
+def test_a_disk_that_fills_under_rsync_is_named_with_its_numbers_too(run_module, lab, monkeypatch):
+    if subprocess.call(["unshare", "-m", "true"], stderr=subprocess.DEVNULL) != 0:
+        pytest.skip("needs unshare -m (root) for a small filesystem")
+    monkeypatch.setenv("SHIM_SMALL_DISK", "256k")
+    res = run_module(model_sync, lab.args(transport="ssh"))
+    assert res["failed"] is True, res
+    assert "10.99.1.12 ran out of space under %s during the sync" % DEST in res["msg"], res["msg"]
+    assert "still to write there" in res["msg"] and "No space left on device" not in res["msg"]
+    assert "Free at least" in res["hint"]

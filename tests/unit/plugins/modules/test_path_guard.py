@@ -11,7 +11,7 @@ import os
 import pwd
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _paths
@@ -154,6 +154,7 @@ def test_check_mode_is_the_same_read(run_module):
 @PROPS
 @given(path=st.text(max_size=40) | st.sampled_from(["/", "//etc", "/etc/../", "~/.ssh/x", "~", "/dev/null", "/proc/self/fd"]),
        kind=st.sampled_from(path_guard.KINDS), user=st.none() | st.text(max_size=8))
+@example(path="~/x", kind="directory", user="\x00")  # getpwnam() raises ValueError on a NUL byte
 def test_no_input_gives_a_traceback(run_module, path, kind, user):
     res = _run(run_module, {"name": "v", "path": path, "kind": kind, "user": user})
     assert isinstance(res.get("problems", []), list)

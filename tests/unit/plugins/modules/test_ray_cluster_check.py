@@ -265,3 +265,19 @@ def test_connect_hint_names_the_port_tried_and_the_callers_setting(run_module, p
 def test_unknown_setting_names_are_refused(run_module, probe_cmd):
     res = run(run_module, python=VENV_PY, expected=LOCAL, setting_names={"fabric": "x"})
     assert res["failed"] is True and res["msg"] == "setting_names has unknown setting(s) fabric"
+
+
+def test_a_wait_that_finds_the_cluster_whole_returns_the_proof(run_module, probe_cmd):
+    # probe_if_complete: the program gets the expected IPs and probes when exactly those are alive; the module says so.
+    doc = _ray.parse_probe_output(stdout_of("probe_ok_local.stdout"))
+    probe_cmd(0, as_stdout(dict(doc, probed=True)))
+    res = run(run_module, python=VENV_PY, expected=LOCAL, probe=False, probe_if_complete=True,
+              fail_on_mismatch=False)
+    cfg = json.loads(probe_cmd.calls[0]["args"][6])
+    assert cfg["probe"] is False and cfg["probe_if_ips"] == sorted(e["ip"] for e in LOCAL)
+    assert res["ok"] is True and res["probed"] is True and "object round trips ok" in res["summary"]
+    # a cluster still forming: listed only, and the module says it did not probe
+    probe_cmd(0, as_stdout(dict(doc, probes=[], probed=False)))
+    res = run(run_module, python=VENV_PY, expected=LOCAL, probe=False, probe_if_complete=True,
+              fail_on_mismatch=False)
+    assert res["probed"] is False and "round trips" not in res["summary"]

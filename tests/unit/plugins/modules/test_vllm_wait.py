@@ -6,6 +6,7 @@ import atexit
 import gzip
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -16,6 +17,7 @@ import pytest
 
 from ansible.module_utils import basic
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _vllm_wait
 from ansible_collections.sparkfleet.vllm.plugins.modules import vllm_wait
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "vllm_wait")
@@ -168,16 +170,35 @@ def test_placement_wait_lines_do_not_count_as_progress(run_module, tmp_path):
 # ---- journal and docker, with the commands' real output shapes ----
 
 class FakeCommands(object):
-    """Stands in for run_command: answers journalctl / systemctl / docker like the real tools."""
+    """Stands in for run_command: answers journalctl / systemctl / docker like the real tools.
+
+    The wrappers the module puts around a read are applied as the real ones would: coreutils' ``timeout`` (taken
+    off, its seconds kept in ``limits``) and ``bash -c '"$@" [2>&1] | tail -c N'`` (the tool's output merged and
+    cut to its last N bytes). ``calls`` holds the tools' own argv."""
 
     def __init__(self, responses):
         self.responses = responses
         self.calls = []
+        self.limits = []
 
     def __call__(self, module_self, args, **kwargs):
+        args = list(args)
+        if os.path.basename(args[0]) == "timeout":
+            at = 3 if args[1] == "-k" else 1
+            self.limits.append(float(args[at]))
+            args = args[at + 1:]
+        script = None
+        if os.path.basename(args[0]) == "bash" and args[1] == "-c":
+            script, args = args[2], args[4:]
         self.calls.append(list(args))
-        tool = os.path.basename(args[0])
-        return self.responses[tool](args)
+        rc, out, err = self.responses[os.path.basename(args[0])](args)
+        if script is not None:
+            m = re.search(r"tail -c (\d+)", script)
+            if "2>&1" in script:
+                out, err = out + err, ""
+            raw = out.encode("utf-8", "surrogateescape")[-int(m.group(1)):]
+            out = raw.decode("utf-8", "surrogateescape")
+        return rc, out, err
 
 
 @pytest.fixture
@@ -207,7 +228,8 @@ def test_unit_journal_progress_and_cursor(run_module, fake_bins):
     res = run_module(vllm_wait, {"unit": "vllm-serve.service", "since": "2026-11-29 10:00:00", "timeout": 0})
     assert res["phase"] == "loading_weights"
     assert res["cursor"] == "s=3e1c;i=8f2;b=1a;m=2d;t=5f;x=77"
-    assert ["--since", "2026-11-29 10:00:00"] == fake.calls[0][-2:]
+    # the node's local time, passed on as epoch seconds (docker and journalctl spell times differently)
+    assert ["--since", "@%d" % time.mktime((2026, 11, 29, 10, 0, 0, 0, 0, -1))] == fake.calls[0][-2:]
     res = run_module(vllm_wait, {"unit": "vllm-serve.service", "cursor": res["cursor"], "timeout": 0})
     assert fake.calls[-2][-2:] == ["--after-cursor", "s=3e1c;i=8f2;b=1a;m=2d;t=5f;x=77"]
 
@@ -215,7 +237,7 @@ def test_unit_journal_progress_and_cursor(run_module, fake_bins):
 def _journal(body, last_unix):
     """journalctl: the log with -o cat, the last entry's time with -n 1 -o short-unix."""
     def answer(args):
-        if "-n" in args:
+        if "short-unix" in args:
             return 0, "%.6f spark-1 vllm[2211]: last line\n" % last_unix, ""
         return 0, body + "-- cursor: s=1\n", ""
     return answer
@@ -278,6 +300,19 @@ def test_container_exited_is_engine_exited(run_module, fake_bins):
 
 def _no_such_container(args):
     return 1, "", "Error response from daemon: No such container: vllm\n"
+
+
+def test_a_container_being_removed_is_a_container_gone(run_module, fake_bins):
+    # Seen on the lab: a --rm container caught between its exit and its removal.
+    body = _text("fail_port_in_use_v1.log")
+    fake_bins({
+        "docker": lambda a: (1, "", "Error response from daemon: can not get logs from container which is dead or"
+                             " marked for removal\n"),
+        "journalctl": lambda a: (0, body + "-- cursor: s=9\n", ""),
+        "systemctl": _systemctl("ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=1\n"),
+    })
+    res = run_module(vllm_wait, {"container": "vllm", "unit": "sparkfleet-vllm", "timeout": 10, "poll_interval": 0.2})
+    assert res["failure"]["class"] == "port_in_use" and res["log_source"] == "journal"
 
 
 def test_container_missing_when_read_once_is_engine_exited(run_module, fake_bins):
@@ -551,12 +586,12 @@ def test_timeout_bounds_a_long_parse(run_module, tmp_path, monkeypatch):
     log = tmp_path / "serve.log"
     unit = _text("progress_v1_midload.log")
     log.write_text(unit * (4 * 1024 * 1024 // len(unit)))
-    real_feed = vllm_wait.VllmLogParser.feed
+    real_feed = _vllm_wait.VllmLogParser.feed
 
     def slow_feed(self, text):
         time.sleep(0.2)
         return real_feed(self, text)
-    monkeypatch.setattr(vllm_wait.VllmLogParser, "feed", slow_feed)
+    monkeypatch.setattr(_vllm_wait.VllmLogParser, "feed", slow_feed)
     res = run_module(vllm_wait, {"log_file": str(log), "timeout": 1, "poll_interval": 0.2, "stall_timeout": 0})
     assert res["timed_out"] is True
     assert res["bytes_read"] < os.path.getsize(str(log))
@@ -672,14 +707,16 @@ def test_a_long_journal_is_parsed_from_its_tail(run_module, fake_bins):
     })
     res = run_module(vllm_wait, {"unit": "vllm-serve.service", "timeout": 0, "max_bytes": 1048576})
     assert res["failure"]["class"] == "cuda_oom"
-    assert res["skipped_chars"] >= len(body) - 1048576
+    # journalctl's output is cut to the last max_bytes before the module holds it: the rest never arrives
+    assert res["lines"] * 100 < 1048576 < len(body)
+    assert res["skipped_chars"] > 0  # the line the byte cut split
 
 
 @pytest.mark.parametrize("args, why", [
     ({"url": "ftp://x"}, "url must be http://HOST[:PORT]"),
     ({"url": "10.0.0.1:30000"}, "url must be"),
-    ({"url": "http://10.0.0.1:30000", "timeout": -1}, "timeout must be 0 or more"),
-    ({"url": "http://10.0.0.1:30000", "stall_timeout": -5}, "stall_timeout must be 0 or more"),
+    ({"url": "http://10.0.0.1:30000", "timeout": -1}, "timeout must be 0 to 604800 seconds"),
+    ({"url": "http://10.0.0.1:30000", "stall_timeout": -5}, "stall_timeout must be 0 to 604800 seconds"),
 ])
 def test_bad_arguments_are_refused_before_anything_is_read(run_module, args, why):
     res = run_module(vllm_wait, args)
@@ -730,3 +767,106 @@ def test_api_hints_name_the_settings_as_the_caller_says(run_module, api):
 def test_bad_setting_names_are_refused(run_module, names, why):
     res = run_module(vllm_wait, {"log_file": fixture("ok_v1_010_ray.log"), "timeout": 0, "setting_names": names})
     assert res["failed"] is True and why in res["msg"], res
+
+
+# ---- issue 17 defect 8: journal and docker logs read from the end, bounded in memory and time ----
+
+@pytest.fixture
+def held_outputs(monkeypatch):
+    """The size of every command output the module held (what reached Python, after any tail -c)."""
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils import _command
+    sizes = []
+    real = _command.Runner.run
+
+    def run(self, argv, *args, **kwargs):
+        res = real(self, argv, *args, **kwargs)
+        sizes.append(len(res.stdout) + len(res.stderr))
+        return res
+    monkeypatch.setattr(_command.Runner, "run", run)
+    return sizes
+
+
+def test_a_huge_journal_never_reaches_the_module_whole(run_module, fake_bins, held_outputs):
+    # 24 MB of serving log before the failure: journalctl is asked for its newest entries only (-n), and its output
+    # is cut to max_bytes before the module holds it.
+    noise = "(APIServer pid=1) INFO 08-20 10:20:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0\n" * 250000
+    body = noise + _text("fail_cuda_oom_v1_profiling.log")
+    fake = fake_bins({
+        "journalctl": _journal(body, time.time()),
+        "systemctl": lambda a: (0, "ActiveState=failed\nSubState=failed\nResult=exit-code\nExecMainStatus=1\n", ""),
+    })
+    res = run_module(vllm_wait, {"unit": "vllm-serve.service", "timeout": 0, "max_bytes": 1048576})
+    assert res["failure"]["class"] == "cuda_oom"
+    read = [c for c in fake.calls if c[0].endswith("journalctl") and "cat" in c]
+    assert "-n" in read[0]
+    assert max(held_outputs) <= 1048576 + 1
+
+
+def test_a_huge_container_log_never_reaches_the_module_whole(run_module, fake_bins, held_outputs):
+    out, err = _docker_split("fail_cuda_oom_v1_profiling.log")
+    filler = "".join("2026-11-29T09:00:%02d.%09dZ (APIServer pid=1) INFO 08-20 10:20:00 [loggers.py:123] Avg prompt "
+                     "throughput: 0.0\n" % (i % 60, i) for i in range(200000))
+    fake = fake_bins({"docker": lambda a: (0, filler + out, err) if a[1] == "logs" else (0, "exited 1 false\n", "")})
+    res = run_module(vllm_wait, {"container": "vllm", "timeout": 0, "max_bytes": 1048576})
+    assert res["failure"]["class"] == "cuda_oom"
+    logs = [c for c in fake.calls if c[1] == "logs"]
+    assert "--tail" in logs[0]
+    assert max(held_outputs) <= 1048576 + 1
+
+
+def _tool(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_journal_that_does_not_answer_cannot_hold_the_call_past_its_timeout(run_module, tmp_path, monkeypatch):
+    # A journalctl that hangs (a huge or broken journal): the read is killed when the call's time is up.
+    tools = {"journalctl": _tool(tmp_path, "journalctl", "exec sleep 120"),
+             "systemctl": _tool(tmp_path, "systemctl", "echo ActiveState=active; echo SubState=running")}
+    real = basic.AnsibleModule.get_bin_path
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
+                        lambda self, name, required=False, opt_dirs=None: tools.get(name) or real(self, name, required))
+    t0 = time.monotonic()
+    res = run_module(vllm_wait, {"unit": "vllm-serve.service", "timeout": 2, "poll_interval": 1})
+    assert time.monotonic() - t0 < 30  # it waited 120 s for journalctl before
+    assert res["timed_out"] is True and "did not answer" in res["read_error"]
+
+
+def test_the_role_passes_since_to_every_wait():
+    import yaml
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..")
+    tasks = yaml.safe_load(open(os.path.join(root, "roles", "vllm_serve", "tasks", "wait.yml")))
+    waits = [t for blk in tasks for t in blk.get("block", [blk]) if "sparkfleet.vllm.vllm_wait" in t]
+    assert waits and all("since" in t["sparkfleet.vllm.vllm_wait"] for t in waits)
+
+
+# ---- issue 17 defect 9: replaced logs, non-finite numbers, bad ports and keys, millions of short lines ----
+
+def test_a_log_replaced_by_a_longer_file_while_waiting_is_read_from_its_start(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    log.write_text(_text("progress_v1_midload.log")[:4000])
+    failing = _text("fail_cuda_oom_v1_profiling.log")
+    assert len(failing) > 4000 and "CUDA out of memory" in failing[:4000] + failing[4000:]
+
+    def replace():
+        time.sleep(0.6)
+        new = tmp_path / "new.log"
+        new.write_text(failing + "(APIServer pid=1) INFO 08-20 10:30:00 [x.py:1] still writing\n" * 20)
+        os.rename(str(new), str(log))
+    threading.Thread(target=replace, daemon=True).start()
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 8, "poll_interval": 0.2, "stall_timeout": 0})
+    assert res["failure"]["class"] == "cuda_oom", res.get("summary")
+    assert res["replaced"] == 1
+
+
+def test_millions_of_two_byte_lines_are_bounded_by_lines_not_read_whole(run_module, tmp_path):
+    log = tmp_path / "serve.log"
+    with open(str(log), "w") as fh:
+        fh.write("a\n" * (4 * 1024 * 1024))  # 8 MiB of 2-byte lines
+        fh.write(_text("fail_cuda_oom_v1_profiling.log"))
+    res = run_module(vllm_wait, {"log_file": str(log), "timeout": 0})
+    assert res["failure"]["class"] == "cuda_oom"
+    assert res["lines"] <= _vllm_wait.MAX_LINES + 1000  # not the 4 million lines of the file
+    assert res["skipped_bytes"] > 7 * 1024 * 1024
