@@ -1,0 +1,54 @@
+"""ray_cluster's join wait: which results end its retries (the task's own `until`, evaluated by ansible-playbook)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+TASKS = REPO / "roles" / "ray_cluster" / "tasks" / "main.yml"
+
+# (what a try of ray_cluster_check returned, whether the wait ends there)
+CASES = [
+    ("whole and proven", {"missing": [], "mismatched": [], "error": None, "probed": True}, True),
+    ("whole", {"missing": [], "mismatched": [], "error": None}, True),
+    ("a node missing", {"missing": ["spark-2"], "mismatched": [], "error": None}, False),
+    ("a wrong IP ends it at once", {"missing": [], "mismatched": ["spark-2"], "error": None}, True),
+    # Ray's container restarting under systemd: the module fails, its result has no `missing`
+    ("a failed try", {"failed": True, "msg": "spark-1: container sparkfleet-ray is not running"}, False),
+    ("a driver that did not connect", {"missing": [], "error": "ray.init() did not return within 20.0 s"}, False),
+]
+
+
+def _until():
+    for task in yaml.safe_load(TASKS.read_text()):
+        if task.get("name", "").startswith("Wait until every node has joined Ray"):
+            return task["until"].strip()
+    raise AssertionError("no join wait in %s" % TASKS)
+
+
+def test_the_join_wait_retries_until_the_cluster_is_whole(tmp_path):
+    out = tmp_path / "ends.json"
+    playbook = tmp_path / "p.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "gather_facts": False,
+        "vars": {"cases": [c[1] for c in CASES]},
+        "tasks": [
+            {"ansible.builtin.set_fact": {"ends": "{{ (ends | default([])) + [%s] }}" % _until()},
+             "vars": {"_ray_cluster_members": "{{ item }}"}, "loop": "{{ cases }}"},
+            {"ansible.builtin.copy": {"content": "{{ ends | to_json }}", "dest": str(out)}},
+        ],
+    }]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-c", "local", "-i", "localhost,",
+                           "-e", "ansible_python_interpreter=%s" % sys.executable, str(playbook)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = json.loads(out.read_text())
+    assert {name: bool(e) for (name, _, _), e in zip(CASES, got)} == {name: ends for name, _, ends in CASES}
