@@ -3,6 +3,9 @@
 # Writes tests/output/fault-table.md (fault, expected, observed, verdict) and prints it. Root required.
 # CI (scripts/test.sh) runs the same tests except the `long` ones, and writes the same table.
 # Usage: scripts/faults.sh [extra pytest args, e.g. -k lock]
+# Long ones include day two's supervision (tests/integration/test_supervision.py: a worker's raylet frozen, vLLM killed
+# four times, a rejected Ray token repaired by site.yml, and a 10-minute chaos soak through bench/soak.py, about 25 min
+# in all): scripts/faults.sh -k supervision. The 60-minute soak behind bench/RESULTS.md is bench/soak.py itself.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1

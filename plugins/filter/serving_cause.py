@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import json
+
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import fail
 
 _WHERE = "serving_cause"
@@ -29,6 +31,20 @@ def parse_units(text):
     return now, units
 
 
+def sections(text):
+    """A node's read: the `systemctl show` blocks, then optional sections each opened by a line `@@ NAME`
+    (journal, events, model) -> {"units": text, NAME: text, ...}."""
+    out, name, lines = {}, "units", []
+    for line in str(text or "").splitlines():
+        if line.startswith("@@ "):
+            out[name] = "\n".join(lines)
+            name, lines = line[3:].strip(), []
+        else:
+            lines.append(line)
+    out[name] = "\n".join(lines)
+    return out
+
+
 def _stamp(value):
     """'@1796095028' (systemctl --timestamp=unix) -> 1796095028; '' or 'n/a' -> None."""
     value = str(value or "").strip()
@@ -49,6 +65,65 @@ def _ago(now, when):
     return "" if now is None or when is None else " %d s ago" % max(0, now - when)
 
 
+# Ray's words for a token the head does not accept (raylet, GCS client, gRPC interceptor), in the node's Ray journal.
+TOKEN_REJECTED = ("InvalidAuthToken", "Authentication token is missing or incorrect",
+                  "Invalid or missing authentication token", "UNAUTHENTICATED")
+
+
+def _text(value):
+    """A registered command result's stdout, or the text itself."""
+    if isinstance(value, dict):
+        return str(value.get("stdout") or "")
+    return str(value or "")
+
+
+def _token_rejected(journal):
+    for line in reversed(_text(journal).splitlines()):
+        for word in TOKEN_REJECTED:
+            if word in line:
+                return " ".join(line.split())[:200]
+    return None
+
+
+def _model_copy(state):
+    """`cat DEST/.sparkfleet-model` (model_sync's key=value copy state) -> the reason when the copy is incomplete."""
+    props = {}
+    for line in _text(state).splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            props[key.strip()] = value.strip()
+    if props.get("copy") == "incomplete":
+        return props.get("reason") or "a sync did not finish"
+    return None
+
+
+def _events(text):
+    """The supervision log's JSON lines (sparkfleet-watchdog), oldest first; lines that do not parse are skipped."""
+    out = []
+    for line in _text(text).splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and "time" in entry:
+            out.append(entry)
+    return out
+
+
+def _restart_log(events, parsed, limit):
+    """The latest restarts and stops of every node, newest first: 'host: unit what, N s ago: cause'."""
+    rows = []
+    for host, text in (events or {}).items():
+        now = (parsed.get(host) or (None, {}))[0]
+        for e in _events(text):
+            what = "restarted by its watchdog" if e.get("event") == "restart" else \
+                "stopped" if e.get("event") == "stopped" else str(e.get("event"))
+            rows.append((float(e["time"]), "%s: %s %s%s: %s" % (
+                host, e.get("unit", "?"), what, _ago(now, float(e["time"])) or "", e.get("cause", "?"))))
+    rows.sort(key=lambda r: -r[0])
+    return [r[1] for r in rows[:limit]]
+
+
 def _history(parsed, head, ray_id, vllm_id, ray_unit, vllm_unit):
     """Every unit systemd restarted by itself since it was last started on purpose (NRestarts counts those)."""
     lines = []
@@ -62,9 +137,11 @@ def _history(parsed, head, ray_id, vllm_id, ray_unit, vllm_unit):
     return lines
 
 
-def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit="sparkfleet-vllm", history=False):
+def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit="sparkfleet-vllm", history=False,
+                  ray=None, api=None, journals=None, models=None, events=None, watchdogs=None, limit=8):
     """Why the cluster does not serve, most telling first: a list of sentences, each naming the node and unit.
-    With history=True, instead: every unit systemd restarted by itself (it may have healed since)."""
+    With history=True, instead: the latest restarts and why (the supervision log of each node in events), and every
+    unit systemd restarted by itself (it may have healed since)."""
     if not isinstance(nodes, dict):
         fail(_WHERE, "expects a dict of host: `date +%%s; systemctl show` output, got %s" % type(nodes).__name__)
     for name, value in (("ray_unit", ray_unit), ("vllm_unit", vllm_unit)):
@@ -76,6 +153,7 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
         fail(_WHERE, "head must be the head's inventory name, got %r" % (head,))
     ray_id, vllm_id = ray_unit + ".service", vllm_unit + ".service"
     parsed, unreachable = {}, []
+    found = {"journal": {}, "events": {}, "model": {}}
     for host in sorted(nodes):
         value = nodes[host]
         if isinstance(value, dict):
@@ -84,9 +162,37 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
                                    % (host, str(value.get("msg") or "unreachable").strip()[:200]))
                 continue
             value = value.get("stdout", "")
-        parsed[host] = parse_units(value)
+        parts = sections(value)
+        parsed[host] = parse_units(parts["units"])
+        for name in found:
+            if name in parts:
+                found[name][host] = parts[name]
+    # what the node reads carried, unless given on their own
+    journals = found["journal"] if journals is None and found["journal"] else journals
+    events = found["events"] if events is None and found["events"] else events
+    models = found["model"] if models is None and found["model"] else models
     if history:
-        return _history(parsed, head, ray_id, vllm_id, ray_unit, vllm_unit)
+        logged = _restart_log(events, parsed, limit)
+        counted = _history(parsed, head, ray_id, vllm_id, ray_unit, vllm_unit)
+        return logged + [c for c in counted if c.split(":", 1)[0] not in (events or {}) or not logged]
+    for name, value in (("ray", ray), ("api", api), ("journals", journals), ("models", models), ("events", events),
+                        ("watchdogs", watchdogs)):
+        if value is not None and not isinstance(value, dict):
+            fail(_WHERE, "%s= expects a dict, got %s" % (name, type(value).__name__))
+    ray = ray or {}
+    # Ray's own view (ray_cluster_check on the head): expected nodes with no alive node. None when it could not be read.
+    in_ray_missing = None
+    if ray.get("missing") is not None and not ray.get("error"):
+        in_ray_missing = {m.get("host"): m.get("reason", "not registered") for m in ray.get("missing") or []
+                          if isinstance(m, dict)}
+    watchdogs = watchdogs or {}
+
+    def guarded(host, unit):
+        """Whether the node's watchdog timer for unit runs (it repairs what systemd cannot see)."""
+        _n, units = parsed.get(host, (None, {}))
+        timer = units.get(unit + "-watchdog.timer") or {}
+        return timer.get("ActiveState") == "active" or bool((watchdogs.get(host) or {}).get(unit))
+
     causes = list(unreachable)
     head_now, head_units = parsed.get(head, (None, {}))
     vllm = head_units.get(vllm_id, {})
@@ -101,24 +207,61 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
             continue
         role = "the head's Ray" if host == head else "Ray"
         started = _stamp(ray.get("ExecMainStartTimestamp"))
-        if ray.get("ActiveState") != "active":
+        dead_in_ray = in_ray_missing is not None and host in in_ray_missing
+        rejected = _token_rejected((journals or {}).get(host)) if (dead_in_ray or ray.get("ActiveState") != "active") \
+            else None
+        if rejected:
+            # systemd restarts it forever, and it never joins: only writing the head's token again repairs it
+            causes.append("%s: %s (%s) is %s: Ray token rejected by the head (%s); it cannot join until site.yml "
+                          "writes the head's token on it: run site.yml" % (host, role, ray_unit, _state(ray), rejected))
+        elif ray.get("ActiveState") != "active":
             coming = ray.get("ActiveState") == "activating" or ray.get("SubState") == "auto-restart"
             causes.append("%s: %s (%s) is %s%s" % (
                 host, role, ray_unit, _state(ray),
                 "; systemd is bringing it back, and vLLM restarts once every GPU is back" if coming
-                else "; run site.yml to start it"))
+                else "; systemd gave up (%s): run site.yml to start it" % ray.get("Result", "?")
+                if ray.get("ActiveState") == "failed" else "; run site.yml to start it"))
+        elif dead_in_ray:
+            causes.append("%s: %s (%s) is alive in systemd, dead in Ray (%s)%s" % (
+                host, role, ray_unit, in_ray_missing[host],
+                "; its watchdog restarts it" if guarded(host, ray_unit) else
+                "; no watchdog runs here: run site.yml"))
         elif vllm_start is not None and started is not None and started > vllm_start:
             causes.append("%s: %s (%s) restarted%s, after the engine started%s: the engine's rank(s) there died "
                           "with it (%s)" % (host, role, ray_unit, _ago(now, started), _ago(head_now, vllm_start),
                                             _state(ray)))
+        incomplete = _model_copy((models or {}).get(host))
+        if incomplete:
+            causes.append("%s: model copy on this node incomplete (%s): run site.yml to finish the sync"
+                          % (host, incomplete))
+    blocked = any("run site.yml" in c for c in causes)
     if vllm and vllm.get("ActiveState") != "active":
         coming = vllm.get("ActiveState") == "activating" or vllm.get("SubState") == "auto-restart"
-        causes.append("%s: vLLM (%s) is %s%s" % (
-            head, vllm_unit, _state(vllm),
-            "; systemd restarts it (it serves again after loading the model)" if coming
-            else "; run site.yml to start it"))
+        if vllm.get("ActiveState") == "failed":
+            tail = "; systemd gave up (%s): run site.yml to start it" % vllm.get("Result", "?")
+        elif coming and blocked:
+            tail = "; it waits for the cluster's GPUs, which the cause above keeps away"
+        elif coming:
+            tail = "; systemd restarts it (it serves again after loading the model)"
+        else:
+            tail = "; run site.yml to start it"
+        causes.append("%s: vLLM (%s) is %s%s" % (head, vllm_unit, _state(vllm), tail))
     elif head in parsed and not vllm:
         causes.append("%s: vLLM (%s) is not installed; run site.yml" % (head, vllm_unit))
+    elif vllm and isinstance(api, dict) and str(api.get("completion_ok")).lower() == "false":
+        # active in systemd, yet no token: a hung engine (or one still loading its weights)
+        why = str(api.get("completion_msg") or "no token")[:160]
+        if str(api.get("health")) == "200":
+            causes.append("%s: vLLM (%s) answers /health, generates nothing (%s)%s" % (
+                head, vllm_unit, why, "; its liveness timer restarts it" if guarded(head, vllm_unit)
+                else "; no liveness timer runs: restart it (playbooks/restart.yml)"))
+        elif api.get("phase") and api.get("phase") not in ("ready", "failed"):
+            causes.append("%s: vLLM (%s) is active and still starting (phase %s); requests fail until it serves"
+                          % (head, vllm_unit, api["phase"]))
+        else:
+            causes.append("%s: vLLM (%s) is active but the API does not answer (%s)%s" % (
+                head, vllm_unit, why, "; its liveness timer restarts it" if guarded(head, vllm_unit) else
+                "; no liveness timer runs: restart it (playbooks/restart.yml)"))
     failure = (engine or {}).get("failure") if isinstance(engine, dict) else None
     if isinstance(failure, dict) and failure.get("class"):
         evidence = [str(e) for e in failure.get("evidence") or []]

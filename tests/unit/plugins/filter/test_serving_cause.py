@@ -72,7 +72,7 @@ def test_stopped_units_say_run_site_yml():
                              {"ActiveState": "failed", "SubState": "failed", "Result": "start-limit-hit"})}
     assert serving_cause(nodes, "spark-1") == [
         "spark-1: the head's Ray (sparkfleet-ray) is inactive/dead; run site.yml to start it",
-        "spark-1: vLLM (sparkfleet-vllm) is failed/failed; run site.yml to start it"]
+        "spark-1: vLLM (sparkfleet-vllm) is failed/failed; systemd gave up (start-limit-hit): run site.yml to start it"]
 
 
 def test_an_unreachable_node_is_named():
@@ -104,3 +104,99 @@ def test_history_names_units_systemd_restarted_even_when_healed():
     assert serving_cause(nodes, "spark-1", history=True) == [
         "spark-2: Ray (sparkfleet-ray) was restarted 1 time(s) by systemd, the last start 100 s ago",
         "spark-1: vLLM (sparkfleet-vllm) was restarted 1 time(s) by systemd, the last start 50 s ago"]
+
+
+# --------------------------------------------------------------------------- what systemd cannot see (issue 18)
+HEALTHY_HEAD = show(1000, dict(RUNNING, ExecMainStartTimestamp="@100"), dict(RUNNING, ExecMainStartTimestamp="@200"))
+# The Ray journal of a worker whose ray.env carries a token the head does not accept (raylet's words, lab Ray 2.60).
+REJECTED = ("[2026-12-01 16:02:11,304 C 61 61] gcs_rpc_client.h:179: Failed to connect to GCS: "
+            "InvalidAuthToken: Authentication token is missing or incorrect")
+
+
+def test_a_rejected_ray_token_is_named_and_never_called_coming_back():
+    nodes = {"spark-1": show(1000, dict(RUNNING, ExecMainStartTimestamp="@100"),
+                             {"ActiveState": "activating", "SubState": "start-pre", "ExecMainStartTimestamp": "@900"}),
+             "spark-2": show(1000, {"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": "40",
+                                    "Result": "exit-code"})}
+    causes = serving_cause(nodes, "spark-1", journals={"spark-2": {"stdout": "starting\n" + REJECTED}},
+                           ray={"missing": [{"host": "spark-2", "reason": "not registered"}]})
+    assert causes[0].startswith("spark-2: Ray (sparkfleet-ray) is activating/auto-restart, restarted 40 time(s) by "
+                                "systemd: Ray token rejected by the head (")
+    assert "InvalidAuthToken" in causes[0] and causes[0].endswith("run site.yml")
+    assert not any("bringing it back" in c or "systemd restarts it" in c for c in causes)
+    assert causes[1] == ("spark-1: vLLM (sparkfleet-vllm) is activating/start-pre; it waits for the cluster's GPUs, "
+                         "which the cause above keeps away")
+
+
+def test_an_old_token_line_on_a_node_alive_in_ray_is_history():
+    nodes = {"spark-1": HEALTHY_HEAD, "spark-2": show(1000, dict(RUNNING, ExecMainStartTimestamp="@150"))}
+    assert serving_cause(nodes, "spark-1", journals={"spark-2": REJECTED}, ray={"missing": []}) == []
+
+
+def test_alive_in_systemd_dead_in_ray():
+    timer = "\nId=sparkfleet-ray-watchdog.timer\nActiveState=active\nSubState=waiting\n"
+    nodes = {"spark-1": HEALTHY_HEAD, "spark-2": show(1000, dict(RUNNING, ExecMainStartTimestamp="@150")) + timer}
+    causes = serving_cause(nodes, "spark-1", ray={"missing": [{"host": "spark-2", "reason": "dead"}]})
+    assert causes == ["spark-2: Ray (sparkfleet-ray) is alive in systemd, dead in Ray (dead); its watchdog restarts it"]
+    unguarded = {"spark-1": HEALTHY_HEAD, "spark-2": show(1000, dict(RUNNING, ExecMainStartTimestamp="@150"))}
+    assert serving_cause(unguarded, "spark-1", ray={"missing": [{"host": "spark-2", "reason": "dead"}]})[0].endswith(
+        "no watchdog runs here: run site.yml")
+    # Ray could not be read at all: no claim about the node
+    assert serving_cause(unguarded, "spark-1", ray={"error": "connect", "missing": [{"host": "spark-2"}]}) == []
+
+
+def test_answers_health_generates_nothing():
+    nodes = {"spark-1": HEALTHY_HEAD, "spark-2": show(1000, dict(RUNNING, ExecMainStartTimestamp="@150"))}
+    causes = serving_cause(nodes, "spark-1", ray={"missing": []},
+                           api={"health": 200, "completion_ok": False, "completion_msg": "no token within 20 s"})
+    assert causes == ["spark-1: vLLM (sparkfleet-vllm) answers /health, generates nothing (no token within 20 s); "
+                      "no liveness timer runs: restart it (playbooks/restart.yml)"]
+    starting = serving_cause(nodes, "spark-1", api={"health": -1, "completion_ok": False, "phase": "loading_weights"})
+    assert starting == ["spark-1: vLLM (sparkfleet-vllm) is active and still starting (phase loading_weights); "
+                        "requests fail until it serves"]
+    assert serving_cause(nodes, "spark-1", api={"health": 200, "completion_ok": True}) == []
+
+
+def test_an_incomplete_worker_copy_is_named():
+    nodes = {"spark-1": HEALTHY_HEAD, "spark-2": show(1000, dict(RUNNING, ExecMainStartTimestamp="@150"))}
+    state = "copy=incomplete\nverified=no\nfingerprint=none\nupdated=2026-12-01T15:00:00Z\nreason=No space left\n"
+    assert serving_cause(nodes, "spark-1", models={"spark-2": {"stdout": state}, "spark-1": ""}) == [
+        "spark-2: model copy on this node incomplete (No space left): run site.yml to finish the sync"]
+    assert serving_cause(nodes, "spark-1", models={"spark-2": "copy=complete\nverified=yes\n"}) == []
+
+
+def test_history_shows_the_latest_restarts_and_why_newest_first():
+    nodes = {"spark-1": HEALTHY_HEAD, "spark-2": show(1000, dict(RUNNING, ExecMainStartTimestamp="@900",
+                                                                 NRestarts="1"))}
+    log1 = "\n".join([
+        '{"by": "systemd", "cause": "container killed (exit 137: SIGKILL)", "event": "stopped", "time": 700.0, '
+        '"unit": "sparkfleet-vllm"}',
+        "not json",
+        '{"by": "watchdog", "cause": "engine stopped generating: no token within 20 s in 2 probes in a row", '
+        '"event": "restart", "time": 950.0, "unit": "sparkfleet-vllm"}'])
+    log2 = ('{"by": "watchdog", "cause": "raylet gone while `ray start --block` lingers", "event": "restart", '
+            '"time": 890.0, "unit": "sparkfleet-ray"}')
+    assert serving_cause(nodes, "spark-1", history=True, events={"spark-1": {"stdout": log1}, "spark-2": log2}) == [
+        "spark-1: sparkfleet-vllm restarted by its watchdog 50 s ago: engine stopped generating: no token within 20 s"
+        " in 2 probes in a row",
+        "spark-2: sparkfleet-ray restarted by its watchdog 110 s ago: raylet gone while `ray start --block` lingers",
+        "spark-1: sparkfleet-vllm stopped 300 s ago: container killed (exit 137: SIGKILL)"]
+
+
+def test_new_inputs_must_be_dicts():
+    with pytest.raises(AnsibleFilterError, match="api= expects a dict"):
+        serving_cause({"spark-1": HEALTHY_HEAD}, "spark-1", api=["x"])
+
+
+def test_one_read_per_node_carries_journal_events_and_model_sections():
+    worker = (show(1000, {"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": "3"})
+              + "\n@@ journal\n" + REJECTED + "\n@@ events\n"
+              + '{"by": "systemd", "cause": "exit-code (exited 1)", "event": "stopped", "time": 990, "unit": "sparkfleet-ray"}'
+              + "\n@@ model\ncopy=incomplete\nreason=killed\n")
+    nodes = {"spark-1": {"stdout": HEALTHY_HEAD + "\n@@ journal\n\n@@ events\n\n@@ model\n"},
+             "spark-2": {"stdout": worker}}
+    causes = serving_cause(nodes, "spark-1")
+    assert "Ray token rejected by the head" in causes[0]
+    assert causes[1] == "spark-2: model copy on this node incomplete (killed): run site.yml to finish the sync"
+    assert serving_cause(nodes, "spark-1", history=True) == [
+        "spark-2: sparkfleet-ray stopped 10 s ago: exit-code (exited 1)"]

@@ -74,7 +74,7 @@ def test_port_domain(value):
 
 @PROPS
 @given(name=st.sampled_from(["vllm_serve_tensor_parallel_size", "vllm_serve_pipeline_parallel_size",
-                             "vllm_serve_engine_ready_timeout", "vllm_serve_ready_timeout", "vllm_serve_restart_burst"]),
+                             "vllm_serve_engine_ready_timeout", "vllm_serve_ready_timeout", "vllm_serve_liveness_failures"]),
        value=st.integers(-3, 10 ** 6) | st.text(max_size=5) | st.booleans() | st.floats(-2, 9))
 def test_positive_whole_number_domain(name, value):
     ok = v.SERVING_CHECKS[name](value)[1] is None

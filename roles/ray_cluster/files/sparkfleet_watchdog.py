@@ -1,0 +1,334 @@
+# sparkfleet-watchdog: restart what systemd sees running but is dead (installed by the sparkfleet.vllm roles as
+# /usr/local/lib/sparkfleet-watchdog.py, run as `/usr/bin/python3 /usr/local/lib/sparkfleet-watchdog.py ...`).
+#   sparkfleet-watchdog ray --unit U --container C --address HEAD:PORT --node-ip IP [--head] [--grace S] [--checks N]
+#       Ray's unit is active, but the node is dead in Ray: the raylet (or the head's GCS) is gone while
+#       `ray start --block` lingers, or the GCS lists this node's IP as dead. N checks in a row -> restart the unit.
+#   sparkfleet-watchdog vllm --unit U --container C --url URL --model M --env-file F [--timeout S] [--failures N]
+#                            [--start-grace S]
+#       vLLM's unit is active, but no token comes back: N real one-token completions in a row failed within their
+#       deadline -> restart the unit. A start that has not served yet is not judged before --start-grace seconds (an
+#       11-minute weight load is not killed). The API key is read from the root-only env file, never an argument.
+#   sparkfleet-watchdog record --unit U     (the units' ExecStopPost: why the unit stopped, from systemd's variables)
+# Run by the sparkfleet-*-watchdog timers. Every restart and stop is one JSON line in
+# /var/lib/sparkfleet/watchdog/supervision.log (what playbooks/status.yml shows as "last restarts and why") and in the
+# journal of the service that ran it.
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+STATE_DIR = os.environ.get("SPARKFLEET_WATCHDOG_DIR", "/var/lib/sparkfleet/watchdog")
+LOG_NAME = "supervision.log"
+LOG_KEEP = 400            # lines kept when the log is trimmed (at twice that)
+
+# Sent to the Ray container's Python: this node's state as the GCS has it, without joining the cluster as a driver.
+GCS_PROGRAM = r'''
+import json, os, sys, threading
+
+
+def give_up():
+    print(json.dumps({"ok": False, "error": "no answer from the GCS at %s within %s s" % (sys.argv[1], sys.argv[2])}))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+threading.Timer(float(sys.argv[2]), give_up).start()
+try:
+    from ray._raylet import GcsClient
+    infos = GcsClient(address=sys.argv[1]).get_all_node_info(timeout=float(sys.argv[2]))
+    nodes = [{"ip": i.node_manager_address, "alive": int(i.state) == 0} for i in infos.values()]
+    print(json.dumps({"ok": True, "nodes": nodes}))
+except Exception as e:
+    print(json.dumps({"ok": False, "error": ("%s: %s" % (type(e).__name__, e)).strip()[:400]}))
+sys.stdout.flush()
+os._exit(0)
+'''
+
+
+def now():
+    return time.time()
+
+
+def run(argv, timeout=60, stdin=None):
+    """(rc, stdout, stderr); rc 124 on a timeout, 127 when the program is missing."""
+    try:
+        p = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout,
+                           env=dict(os.environ, LC_ALL="C"), check=False)
+        return p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+        return 124, "", "timed out after %s s" % timeout
+    except OSError as e:
+        return 127, "", str(e)
+
+
+def log_event(unit, event, cause, **extra):
+    entry = dict({"time": round(now(), 1), "unit": unit, "event": event, "cause": cause}, **extra)
+    line = json.dumps(entry, sort_keys=True)
+    print(line)
+    sys.stdout.flush()
+    os.makedirs(STATE_DIR, mode=0o700, exist_ok=True)
+    path = os.path.join(STATE_DIR, LOG_NAME)
+    with open(path, "a") as fh:
+        fh.write(line + "\n")
+    with open(path) as fh:
+        lines = fh.readlines()
+    if len(lines) > 2 * LOG_KEEP:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.writelines(lines[-LOG_KEEP:])
+        os.replace(tmp, path)
+
+
+def load_state(unit):
+    try:
+        with open(os.path.join(STATE_DIR, "watchdog-%s.json" % unit)) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {}
+
+
+def save_state(unit, state):
+    os.makedirs(STATE_DIR, mode=0o700, exist_ok=True)
+    path = os.path.join(STATE_DIR, "watchdog-%s.json" % unit)
+    with open(path + ".tmp", "w") as fh:
+        json.dump(state, fh)
+    os.replace(path + ".tmp", path)
+
+
+def unit_run(unit):
+    """(running, start) of the unit's current run: start is its main process's start (monotonic seconds), which names
+    the run (a restart starts a new one)."""
+    out = run(["systemctl", "show", "-p", "ActiveState,SubState,ExecMainStartTimestampMonotonic,ExecMainPID",
+               unit + ".service"])[1]
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    running = props.get("ActiveState") == "active" and props.get("SubState") == "running"
+    start = int(props.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
+    return running, start
+
+
+def restart(unit, cause, state, **extra):
+    log_event(unit, "restart", cause, by="watchdog", **extra)
+    # --no-block: vLLM's start waits up to its cluster timeout for the GPUs; the watchdog must not wait with it.
+    run(["systemctl", "reset-failed", unit + ".service"])
+    rc, _out, err = run(["systemctl", "restart", "--no-block", unit + ".service"])
+    if rc != 0:
+        log_event(unit, "restart-failed", "systemctl restart: %s" % err.strip()[:200], by="watchdog")
+    state.update(bad=0, last_restart=round(now(), 1))
+
+
+# --------------------------------------------------------------------------- Ray
+def container_processes(container):
+    """The command names running in the container, or None when it does not run."""
+    rc, out, _err = run(["docker", "top", container, "-eo", "pid,comm"], timeout=30)
+    if rc != 0:
+        return None
+    return {line.split(None, 1)[1].strip() for line in out.splitlines()[1:] if len(line.split(None, 1)) == 2}
+
+
+def gcs_nodes(container, address, timeout):
+    rc, out, err = run(["docker", "exec", "-i", container, "python3", "-", address, str(timeout)],
+                       timeout=timeout + 30, stdin=GCS_PROGRAM)
+    for line in reversed(out.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                break
+    return {"ok": False, "error": "the check did not run in %s (rc %d): %s" % (container, rc, err.strip()[-200:])}
+
+
+# A GCS whose process runs but does not answer may only be slow (a loaded head): it needs two more bad checks in a row
+# than a process that is gone before Ray is restarted.
+SLOW = "slow: "
+
+
+def ray_verdict(head, node_ip, procs, gcs):
+    """Why this Ray node is dead in Ray although its unit runs, or None when it is alive (or only waiting for a head
+    that is away, which restarting would not help)."""
+    if procs is None:
+        return "the unit runs but its container does not (docker top failed)"
+    need = ["raylet"] + (["gcs_server"] if head else [])
+    gone = [p for p in need if p not in procs]
+    if gone:
+        return "%s gone while `ray start --block` lingers: alive in systemd, dead in Ray" % " and ".join(gone)
+    if gcs.get("ok"):
+        mine = [n for n in gcs.get("nodes", []) if n.get("ip") == node_ip]
+        if not any(n.get("alive") for n in mine):
+            return "the GCS lists %s as %s: alive in systemd, dead in Ray" % (
+                node_ip, "dead" if mine else "no node at all")
+        return None
+    if head:
+        return SLOW + "the head's GCS does not answer (%s): alive in systemd, dead in Ray" % gcs.get("error", "?")
+    return None
+
+
+def check_ray(a):
+    state = load_state(a.unit)
+    running, start = unit_run(a.unit)
+    if not running:
+        save_state(a.unit, {"start": start})
+        return 0
+    if state.get("start") != start:
+        state = {"start": start, "bad": 0}
+    if time.monotonic() - start < a.grace:
+        save_state(a.unit, state)
+        return 0
+    procs = container_processes(a.container)
+    gcs = gcs_nodes(a.container, a.address, a.timeout) if procs is not None and "raylet" in procs else {"ok": None}
+    cause = ray_verdict(a.head, a.node_ip, procs, gcs)
+    if cause is None:
+        if not gcs.get("ok") and not a.head:
+            state["waiting"] = gcs.get("error")
+        state.update(bad=0)
+    else:
+        slow = cause.startswith(SLOW)
+        cause = cause[len(SLOW):] if slow else cause
+        state["bad"] = state.get("bad", 0) + 1
+        state["cause"] = cause
+        if state["bad"] >= a.checks + (2 if slow else 0):
+            restart(a.unit, cause, state, checks=state["bad"])
+    save_state(a.unit, state)
+    return 0
+
+
+# --------------------------------------------------------------------------- vLLM
+def env_value(path, name):
+    """NAME's value in a docker --env-file (KEY=value, everything after '=' literal)."""
+    try:
+        with open(path) as fh:
+            for line in fh:
+                key, sep, value = line.lstrip().rstrip("\n").partition("=")
+                if sep and key == name:
+                    return value
+    except OSError:
+        pass
+    return ""
+
+
+def http(url, body=None, key="", timeout=10):
+    """(status or None, text): None when nothing answered in time."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read(65536).decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except Exception as e:  # noqa: BLE001  (timeouts, refused, resets: nothing answered)
+        reason = getattr(e, "reason", e)
+        return None, "timed out" if "timed out" in str(reason).lower() else str(reason)[:120]
+
+
+def probe(url, model, key, timeout):
+    """One real token within the deadline: (True, '') or (False, why)."""
+    t0 = time.monotonic()
+    code, text = http(url.rstrip("/") + "/v1/completions",
+                      {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}, key, timeout)
+    if code == 200:
+        try:
+            if json.loads(text).get("choices"):
+                return True, ""
+        except ValueError:
+            pass
+        return False, "HTTP 200 without a completion"
+    if code is None:
+        return False, ("no token within %d s" % timeout) if text == "timed out" else "no answer (%s)" % text
+    return False, "HTTP %d after %.0f s" % (code, time.monotonic() - t0)
+
+
+def check_vllm(a):
+    state = load_state(a.unit)
+    running, start = unit_run(a.unit)
+    if not running:
+        save_state(a.unit, {"start": start})
+        return 0
+    if state.get("start") != start:
+        state = {"start": start, "bad": 0, "served": False}
+    key = env_value(a.env_file, "VLLM_API_KEY")
+    ok, why = probe(a.url, a.model, key, a.timeout)
+    age = time.monotonic() - start
+    if ok:
+        state.update(bad=0, served=True, last_ok=round(now(), 1))
+        state.pop("cause", None)
+    elif not state.get("served") and age < a.start_grace:
+        state["starting"] = why          # loading: never judged before the start grace unless it served once
+    else:
+        state["bad"] = state.get("bad", 0) + 1
+        state["cause"] = why
+        if state["bad"] >= a.failures:
+            health = http(a.url.rstrip("/") + "/health", timeout=5)[0]
+            paused = run(["docker", "inspect", "-f", "{{.State.Paused}}", a.container], timeout=30)[1]
+            detail = "%s in %d probes in a row" % (why, state["bad"])
+            if health == 200:
+                detail += "; answers /health, generates nothing"
+            if paused.strip() == "true":
+                detail += "; its container is paused"
+                run(["docker", "unpause", a.container], timeout=30)   # a paused container cannot be stopped
+            if not state.get("served"):
+                detail += "; never served %d s after its start" % age
+            restart(a.unit, "engine stopped generating: " + detail, state)
+    save_state(a.unit, state)
+    return 0
+
+
+# --------------------------------------------------------------------------- ExecStopPost
+def record(a):
+    """Why the unit's main process ended (systemd sets SERVICE_RESULT, EXIT_CODE, EXIT_STATUS for ExecStopPost)."""
+    result = os.environ.get("SERVICE_RESULT", "?")
+    code, status = os.environ.get("EXIT_CODE", ""), os.environ.get("EXIT_STATUS", "")
+    if result == "success" and code in ("", "exited") and status == "1":
+        # Ray's `ray start --block` exits 1 both when a stop drains it and when the start itself failed
+        cause = "exited 1 (a stop, or a failed `ray start`: see the unit's journal)"
+    elif result == "success" and code in ("", "exited") and status in ("", "0", "143"):
+        cause = "stopped (exit %s)" % (status or "0")
+    elif code == "exited" and status == "3":
+        # sparkfleet-ray-guard's refusal or sparkfleet-wait's timeout (never 1: the Ray unit counts 1 as success)
+        cause = "start refused or timed out (exit 3: the head-identity guard or the bounded wait; see the journal)"
+    elif code == "killed":
+        cause = "killed by signal %s" % status
+    elif code == "dumped":
+        cause = "crashed (signal %s, core dumped)" % status
+    elif status == "137":
+        cause = "container killed (exit 137: SIGKILL)"
+    else:
+        cause = "%s (%s %s)" % (result, code or "-", status or "-")
+    log_event(a.unit, "stopped", cause, by="systemd", result=result, exit_code=code, exit_status=status)
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="sparkfleet-watchdog")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("ray")
+    r.add_argument("--unit", required=True)
+    r.add_argument("--container", required=True)
+    r.add_argument("--address", required=True)
+    r.add_argument("--node-ip", required=True)
+    r.add_argument("--head", action="store_true")
+    r.add_argument("--grace", type=int, default=60, help="seconds after a start before the node is judged")
+    r.add_argument("--checks", type=int, default=2, help="bad checks in a row before a restart")
+    r.add_argument("--timeout", type=int, default=20, help="seconds the GCS may take to answer")
+    v = sub.add_parser("vllm")
+    v.add_argument("--unit", required=True)
+    v.add_argument("--container", required=True)
+    v.add_argument("--url", required=True)
+    v.add_argument("--model", required=True)
+    v.add_argument("--env-file", required=True)
+    v.add_argument("--timeout", type=int, default=20, help="seconds a one-token completion may take")
+    v.add_argument("--failures", type=int, default=2, help="failed probes in a row before a restart")
+    v.add_argument("--start-grace", type=int, default=1800,
+                   help="seconds a start that has not served yet is left alone (weight loading)")
+    c = sub.add_parser("record")
+    c.add_argument("--unit", required=True)
+    a = ap.parse_args(argv)
+    return {"ray": check_ray, "vllm": check_vllm, "record": record}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

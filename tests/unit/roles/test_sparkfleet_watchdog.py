@@ -1,0 +1,246 @@
+"""roles/ray_cluster/files/sparkfleet_watchdog.py: the decisions of the units' watchdog (commands faked)."""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "ray_cluster" / "files" / "sparkfleet_watchdog.py"
+
+
+@pytest.fixture
+def wd(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARKFLEET_WATCHDOG_DIR", str(tmp_path))
+    # compiled by hand: an import would leave a __pycache__ in the role's files/ (shipped as role content)
+    mod = types.ModuleType("sparkfleet_watchdog")
+    mod.__file__ = str(SCRIPT)
+    exec(compile(SCRIPT.read_text(), str(SCRIPT), "exec"), mod.__dict__)
+    mod.calls = []
+    return mod
+
+
+class Node:
+    """A fake node: systemd's view of a unit, docker's answers, the clock."""
+
+    def __init__(self, wd, monkeypatch, running=True, start=100.0, clock=1000.0):
+        self.wd, self.running, self.start, self.clock = wd, running, start, clock
+        self.procs = {"raylet", "gcs_server", "ray"}
+        self.gcs = {"ok": True, "nodes": [{"ip": "10.99.1.11", "alive": True}, {"ip": "10.99.1.12", "alive": True}]}
+        self.paused = "false"
+        monkeypatch.setattr(wd, "run", self.run)
+        monkeypatch.setattr(wd, "unit_run", lambda unit: (self.running, self.start))
+        monkeypatch.setattr(wd.time, "monotonic", lambda: self.clock)
+        monkeypatch.setattr(wd, "container_processes", lambda c: self.procs)
+        monkeypatch.setattr(wd, "gcs_nodes", lambda c, a, t: self.gcs)
+
+    def run(self, argv, timeout=60, stdin=None):
+        self.wd.calls.append(argv)
+        if argv[:2] == ["docker", "inspect"]:
+            return 0, self.paused + "\n", ""
+        return 0, "", ""
+
+    def restarts(self):
+        return [c for c in self.wd.calls if c[:2] == ["systemctl", "restart"]]
+
+
+def log_lines(tmp_path):
+    path = tmp_path / "supervision.log"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def ray_args(wd, head=False, node_ip="10.99.1.12"):
+    return wd.main.__globals__["argparse"].Namespace(
+        unit="sparkfleet-ray", container="sparkfleet-ray", address="10.99.1.11:6379", node_ip=node_ip, head=head,
+        grace=60, checks=2, timeout=20)
+
+
+def vllm_args(wd, start_grace=1800):
+    return wd.main.__globals__["argparse"].Namespace(
+        unit="sparkfleet-vllm", container="sparkfleet-vllm", url="http://10.99.0.11:30000", model="m",
+        env_file="/nonexistent", timeout=20, failures=2, start_grace=start_grace)
+
+
+# --------------------------------------------------------------------------- Ray
+@pytest.mark.parametrize("head, procs, gcs, expected", [
+    (False, {"raylet"}, {"ok": True, "nodes": [{"ip": "10.99.1.12", "alive": True}]}, None),
+    (False, {"ray"}, {"ok": None}, "raylet gone while `ray start --block` lingers"),
+    (True, {"raylet", "ray"}, {"ok": None}, "gcs_server gone"),
+    (False, {"raylet"}, {"ok": True, "nodes": [{"ip": "10.99.1.12", "alive": False}]}, "lists 10.99.1.12 as dead"),
+    (False, {"raylet"}, {"ok": True, "nodes": [{"ip": "10.99.1.11", "alive": True}]}, "as no node at all"),
+    # an old dead entry and the new live one: alive
+    (False, {"raylet"}, {"ok": True, "nodes": [{"ip": "10.99.1.12", "alive": False},
+                                               {"ip": "10.99.1.12", "alive": True}]}, None),
+    # a worker whose head is away waits (restarting would not bring the head back)
+    (False, {"raylet"}, {"ok": False, "error": "no answer"}, None),
+    (True, {"raylet", "gcs_server"}, {"ok": False, "error": "no answer"}, "head's GCS does not answer"),
+    (False, None, {"ok": None}, "container does not"),
+])
+def test_ray_verdict(wd, head, procs, gcs, expected):
+    got = wd.ray_verdict(head, "10.99.1.12", procs, gcs)
+    if expected is None:
+        assert got is None
+    else:
+        assert expected in got
+        assert "dead in Ray" in got or "container" in expected
+
+
+def test_ray_restarted_after_two_bad_checks_only(wd, monkeypatch, tmp_path):
+    node = Node(wd, monkeypatch)
+    node.procs = {"ray"}                            # raylet killed, `ray start --block` still there
+    a = ray_args(wd)
+    wd.check_ray(a)
+    assert node.restarts() == []                    # one bad check: not yet
+    wd.check_ray(a)
+    assert node.restarts() == [["systemctl", "restart", "--no-block", "sparkfleet-ray.service"]]
+    (entry,) = log_lines(tmp_path)
+    assert entry["unit"] == "sparkfleet-ray" and entry["event"] == "restart" and entry["by"] == "watchdog"
+    assert "raylet gone" in entry["cause"] and "alive in systemd, dead in Ray" in entry["cause"]
+
+
+def test_ray_bad_count_resets_when_alive_again(wd, monkeypatch):
+    node = Node(wd, monkeypatch)
+    node.gcs = {"ok": True, "nodes": [{"ip": "10.99.1.12", "alive": False}]}
+    a = ray_args(wd)
+    wd.check_ray(a)
+    node.gcs = {"ok": True, "nodes": [{"ip": "10.99.1.12", "alive": True}]}
+    wd.check_ray(a)
+    node.gcs = {"ok": True, "nodes": [{"ip": "10.99.1.12", "alive": False}]}
+    wd.check_ray(a)
+    assert node.restarts() == []
+
+
+def test_ray_never_judged_within_grace_or_when_stopped(wd, monkeypatch):
+    node = Node(wd, monkeypatch, start=990.0, clock=1000.0)   # started 10 s ago
+    node.procs = {"ray"}
+    a = ray_args(wd)
+    for _check in range(3):
+        wd.check_ray(a)
+    assert node.restarts() == []
+    node.clock, node.running = 2000.0, False                # stopped on purpose: not the watchdog's business
+    for _check in range(3):
+        wd.check_ray(a)
+    assert node.restarts() == []
+
+
+def test_ray_new_run_starts_counting_afresh(wd, monkeypatch):
+    node = Node(wd, monkeypatch)
+    node.procs = {"ray"}
+    a = ray_args(wd)
+    wd.check_ray(a)
+    node.start = 500.0                              # systemd restarted it meanwhile
+    wd.check_ray(a)
+    assert node.restarts() == []
+
+
+# --------------------------------------------------------------------------- vLLM liveness
+def test_vllm_slow_start_is_not_killed(wd, monkeypatch):
+    node = Node(wd, monkeypatch, start=0.0, clock=700.0)     # an 11-minute weight load, still loading
+    monkeypatch.setattr(wd, "probe", lambda *a: (False, "no answer (Connection refused)"))
+    a = vllm_args(wd)
+    for _check in range(5):
+        wd.check_vllm(a)
+    assert node.restarts() == []
+
+
+def test_vllm_start_that_never_serves_is_restarted_after_the_grace(wd, monkeypatch, tmp_path):
+    node = Node(wd, monkeypatch, start=0.0, clock=1900.0)
+    monkeypatch.setattr(wd, "probe", lambda *a: (False, "no token within 20 s"))
+    monkeypatch.setattr(wd, "http", lambda *a, **k: (None, "timed out"))
+    a = vllm_args(wd)
+    wd.check_vllm(a)
+    wd.check_vllm(a)
+    assert len(node.restarts()) == 1
+    assert "never served 1900 s after its start" in log_lines(tmp_path)[0]["cause"]
+
+
+def test_vllm_hung_engine_restarted_after_n_failures_with_cause(wd, monkeypatch, tmp_path):
+    node = Node(wd, monkeypatch, start=0.0, clock=100.0)
+    answers = iter([(True, ""), (False, "no token within 20 s"), (False, "no token within 20 s")])
+    monkeypatch.setattr(wd, "probe", lambda *a: next(answers))
+    monkeypatch.setattr(wd, "http", lambda *a, **k: (200, "ok"))   # /health still answers
+    node.paused = "true"
+    a = vllm_args(wd)
+    wd.check_vllm(a)                                # served: now it is judged at once
+    wd.check_vllm(a)
+    assert node.restarts() == []
+    wd.check_vllm(a)
+    assert ["docker", "unpause", "sparkfleet-vllm"] in wd.calls
+    assert len(node.restarts()) == 1
+    cause = log_lines(tmp_path)[0]["cause"]
+    assert "engine stopped generating" in cause and "answers /health, generates nothing" in cause
+    assert "paused" in cause and "2 probes in a row" in cause
+
+
+def test_vllm_failures_must_be_in_a_row(wd, monkeypatch):
+    node = Node(wd, monkeypatch, start=0.0, clock=100.0)
+    answers = iter([(True, ""), (False, "x"), (True, ""), (False, "x"), (True, "")])
+    monkeypatch.setattr(wd, "probe", lambda *a: next(answers))
+    a = vllm_args(wd)
+    for _check in range(5):
+        wd.check_vllm(a)
+    assert node.restarts() == []
+
+
+def test_vllm_restart_floor_after_a_watchdog_restart(wd, monkeypatch):
+    """After a restart the new run is a start again: not judged until it serves or the grace ends."""
+    node = Node(wd, monkeypatch, start=0.0, clock=100.0)
+    answers = iter([(True, ""), (False, "x"), (False, "x")] + [(False, "refused")] * 6)
+    monkeypatch.setattr(wd, "probe", lambda *a: next(answers))
+    monkeypatch.setattr(wd, "http", lambda *a, **k: (None, "refused"))
+    a = vllm_args(wd)
+    for _check in range(3):
+        wd.check_vllm(a)
+    assert len(node.restarts()) == 1
+    node.start, node.clock = 150.0, 400.0           # the restarted run, loading for 250 s
+    for _check in range(6):
+        wd.check_vllm(a)
+    assert len(node.restarts()) == 1
+
+
+def test_api_key_read_from_the_env_file_only(wd, tmp_path):
+    env = tmp_path / "vllm.env"
+    env.write_text("VLLM_HOST_IP=10.99.1.11\nVLLM_API_KEY=s3cr=t\n")
+    assert wd.env_value(str(env), "VLLM_API_KEY") == "s3cr=t"
+    assert wd.env_value(str(tmp_path / "missing"), "VLLM_API_KEY") == ""
+
+
+# --------------------------------------------------------------------------- ExecStopPost record
+@pytest.mark.parametrize("env, cause", [
+    ({"SERVICE_RESULT": "exit-code", "EXIT_CODE": "exited", "EXIT_STATUS": "137"}, "container killed (exit 137"),
+    ({"SERVICE_RESULT": "success", "EXIT_CODE": "exited", "EXIT_STATUS": "143"}, "stopped (exit 143)"),
+    ({"SERVICE_RESULT": "signal", "EXIT_CODE": "killed", "EXIT_STATUS": "KILL"}, "killed by signal KILL"),
+    ({"SERVICE_RESULT": "exit-code", "EXIT_CODE": "exited", "EXIT_STATUS": "1"}, "exit-code (exited 1)"),
+    ({"SERVICE_RESULT": "success", "EXIT_CODE": "exited", "EXIT_STATUS": "1"}, "exited 1 (a stop, or a failed `ray start`"),
+    ({"SERVICE_RESULT": "exit-code", "EXIT_CODE": "exited", "EXIT_STATUS": "3"}, "start refused or timed out (exit 3"),
+])
+def test_record_names_why_the_unit_stopped(wd, monkeypatch, tmp_path, env, cause):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    wd.main(["record", "--unit", "sparkfleet-vllm"])
+    (entry,) = log_lines(tmp_path)
+    assert cause in entry["cause"] and entry["event"] == "stopped" and entry["by"] == "systemd"
+
+
+def test_log_is_trimmed(wd, monkeypatch, tmp_path):
+    monkeypatch.setattr(wd, "LOG_KEEP", 5)
+    for i in range(11):
+        wd.log_event("u", "stopped", "c%d" % i)
+    lines = log_lines(tmp_path)
+    assert len(lines) == 5 and lines[-1]["cause"] == "c10"
+
+
+def test_a_head_gcs_that_does_not_answer_needs_two_more_checks(wd, monkeypatch, tmp_path):
+    """Its process runs: it may only be slow (a loaded head), so a short stall never restarts the whole cluster."""
+    node = Node(wd, monkeypatch)
+    node.gcs = {"ok": False, "error": "no answer from the GCS at 10.99.1.11:6379 within 20 s"}
+    a = ray_args(wd, head=True, node_ip="10.99.1.11")
+    for _check in range(3):
+        wd.check_ray(a)
+    assert node.restarts() == []
+    wd.check_ray(a)
+    assert len(node.restarts()) == 1
+    cause = log_lines(tmp_path)[0]["cause"]
+    assert cause.startswith("the head's GCS does not answer") and "dead in Ray" in cause
