@@ -364,9 +364,9 @@ def check_api_key(value):
 def check_bool(value):
     if not isinstance(value, bool):
         if isinstance(value, str):  # `-e name=false` on the command line gives the string "false"
+            meant = "true" if value.strip().lower() in ("true", "yes", "on", "1") else "false"
             return None, ("must be true or false, not the string %r (on the command line give it as JSON:"
-                          " -e '{\"<name>\": %s}')" % (value, "true" if value.strip().lower() in
-                                                        ("true", "yes", "on", "1") else "false"))
+                          " -e '{\"<name>\": %s}')" % (value, meant))
         return None, "must be true or false"
     return value, None
 
