@@ -170,9 +170,11 @@ class Lab:
         return self.host_exec(host, "systemctl", *args).stdout.strip()
 
     def services(self, host):
-        """What a deployment owns on a host: unit files, their states, running containers (IDs: a restart shows)."""
+        """What a deployment owns on a host: unit files, their states, running containers (IDs: a restart shows).
+        The watchdogs' oneshot services are named without their state: their timers start them every few seconds."""
         return self.sh(host, "sha256sum /etc/systemd/system/sparkfleet-*.service 2>/dev/null; "
-                             "systemctl list-units 'sparkfleet-*' --all --no-legend --plain 2>/dev/null; "
+                             "systemctl list-units 'sparkfleet-*' --all --no-legend --plain 2>/dev/null"
+                             " | awk '$1 ~ /-watchdog[.]service$/ {print $1; next} {print}'; "
                              "docker ps --no-trunc --format '{{.ID}} {{.Image}} {{.Status}}' | sed 's/Up .*/Up/'").stdout
 
     # ------------------------------------------------------------------ the served API
