@@ -166,6 +166,9 @@ def test_a_worker_joins_only_a_ray_head_that_carries_our_identity(lab, serving, 
             pytest.fail("the foreign Ray head never answered: %s" % lab.host_exec(HEAD, "docker", "logs", "--tail", "5",
                                                                                "foreign_ray").stderr)
         env = "/etc/sparkfleet/ray-client.env"
+        # the worker's guard probes with the image by the worker's own ID of it (its unit names it so; a loaded image
+        # may have another local ID than the head's)
+        image = lab.host_exec(worker, "docker", "inspect", "-f", "{{.Config.Image}}", "sparkfleet-ray").stdout.strip()
         foreign = lab.host_exec(worker, GUARD, "check", image, env, "10.99.1.11:6390", IDENTITY, "10", timeout=180)
         # 3, not 1: the Ray unit counts exit status 1 as success (SuccessExitStatus) for its ExecStartPre/Post too
         assert foreign.returncode == 3, (foreign.stdout, foreign.stderr)
