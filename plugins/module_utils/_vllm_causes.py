@@ -227,8 +227,11 @@ CAUSES = [
         doc="the Ray token is missing or wrong"),
     Cause(
         "raylet_died", 54,
-        strong=re.compile(r"Raylet is terminated|[Rr]aylet (?:process )?(?:has )?(?:died|exited unexpectedly)"),
-        weak=None,
+        # Weak: the driver also relays the death of a raylet whose node was already marked dead (a fabric that came
+        # back: the GCS tells that raylet to exit, its unit starts a new one, and the placement group lands on it).
+        # Progress after the line clears it; an engine that dies or stalls after it is still explained by it.
+        strong=None,
+        weak=re.compile(r"Raylet is terminated|[Rr]aylet (?:process )?(?:has )?(?:died|exited unexpectedly)"),
         hint=(
             "A node's Ray (its raylet) died while the engine ran, and the ranks on that node with it. Find why on that "
             "node (the Ray unit's journal, the kernel log for the OOM killer: lower {gpu_memory_utilization} if memory "
@@ -346,11 +349,12 @@ CAUSES = [
         "worker_died", 80,
         strong=re.compile(
             r"RayActorError|ActorDiedError|actor died unexpectedly|The actor died|NodeDiedError|"
-            r"has been marked dead|died unexpectedly|Worker proc .{0,400}? died|WorkerProc hit an exception|"
+            r"died unexpectedly|Worker proc .{0,400}? died|WorkerProc hit an exception|"
             r"Engine core proc .{0,400}? died|EngineDeadError|worker process .{0,400}? (?:died|exited)|"
             r"A worker died or was killed|Worker .{0,400}? exited unexpectedly|Actor .{0,400}? is dead|"
             r"exited with code -9"),
-        weak=None,
+        # A node marked dead by the GCS (relayed by the driver) may come back and take the placement: see raylet_died.
+        weak=re.compile(r"has been marked dead"),
         hint=(
             "A vLLM worker or engine process died. Look at the evidence and the worker node's log (journalctl/docker "
             "logs on that node) for the first error; a Ray OOM kill or NCCL fault is the usual cause.")),

@@ -171,10 +171,13 @@ class Lab:
 
     def services(self, host):
         """What a deployment owns on a host: unit files, their states, running containers (IDs: a restart shows).
-        The watchdogs' oneshot services are named without their state: their timers start them every few seconds."""
+        The watchdogs' oneshot services are named without their state, their timers without their sub-state (running
+        while the service runs): the timers start them every few seconds. Fields, not systemctl's columns (their width
+        follows the widest value listed)."""
         return self.sh(host, "sha256sum /etc/systemd/system/sparkfleet-*.service 2>/dev/null; "
                              "systemctl list-units 'sparkfleet-*' --all --no-legend --plain 2>/dev/null"
-                             " | awk '$1 ~ /-watchdog[.]service$/ {print $1; next} {print}'; "
+                             " | awk '$1 ~ /-watchdog[.]service$/ {print $1; next}"
+                             " $1 ~ /[.]timer$/ {print $1, $2, $3; next} {print $1, $2, $3, $4}'; "
                              "docker ps --no-trunc --format '{{.ID}} {{.Image}} {{.Status}}' | sed 's/Up .*/Up/'").stdout
 
     # ------------------------------------------------------------------ the served API
@@ -223,17 +226,8 @@ class Lab:
         image already on a worker stays there). Returns the site.yml run, or None when the lab already served."""
         if self.serves():
             return None
-        # The test before may have left a fault settling (a fabric brought back: the GCS then tells the worker's
-        # raylet it was marked dead, and it exits a few seconds later, taking a starting engine with it). This
-        # fixture wants a serving lab, not a verdict on that race: one more deploy, said in the output.
-        # Tests of the deployment itself call site()/deploy() directly and get no second try.
-        first = Path(data_dir) / "first"
         self.stage("--keep-workers")
-        r, failures = self.play(first, "site.yml")
-        if r["status"] == "successful" and not failures:
-            return r
-        print("ensure_serving: the first deploy failed (%s); deploying again" % self.messages(failures)[:300])
-        return self.site(Path(data_dir) / "again")
+        return self.site(data_dir)
 
 
 def _skip_reason():

@@ -1,4 +1,7 @@
-"""site.yml on a 4-node lab (TP=4): a second, independent lab instance beside the shared one."""
+"""site.yml on a 4-node lab (TP=4): a second, independent lab instance beside the shared one.
+
+Marked `long` (about 7 minutes: a second lab, a full deployment to four nodes and a re-run): CI's budget leaves it to
+scripts/faults.sh, which runs every `long` test; on its own: scripts/faults.sh -k four_nodes."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.long]
 
 REPO = Path(__file__).resolve().parents[2]
 LABCTL = REPO / "lab" / "labctl"
