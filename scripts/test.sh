@@ -43,8 +43,10 @@ if [ $lab_ok = 1 ]; then
   # Tests marked `long` exceed CI's budget: scripts/faults.sh runs them with the rest of the fault suite.
   stage integration lab/labctl ctl -- pytest tests/integration -m "lab and not long" -q -p no:cacheprovider \
     --junitxml="$out/junit-integration.xml"
-  # Role scenarios share the running lab; the default scenario comes last and takes the lab down.
-  for s in gpu_cleanup model_sync ray_cluster vllm_serve healthcheck default; do
+  # The default scenario (every role, on the lab) takes the lab down. The role scenarios (each role alone on the
+  # running lab, about 6 minutes) exceed CI's budget: scripts/faults.sh runs them; SPARKFLEET_MOLECULE="gpu_cleanup
+  # model_sync ray_cluster vllm_serve healthcheck default" runs them here too (the default one last).
+  for s in ${SPARKFLEET_MOLECULE:-default}; do
     want molecule && stage "molecule:$s" lab/labctl ctl -- molecule test -s "$s"
   done
 fi

@@ -7,7 +7,9 @@ credential), env/ssh_key (the Machine credential) and a HOME with nothing in it.
 the Ray token lives on the head (not in the job's throwaway HOME), and the results come back as set_stats
 artifacts, the way an AWX workflow reads them.
 
-CI-cheap: it starts from the lab as it is. On a lab that serves (deployed by a plain run, from another HOME), the
+Marked `long` (about 4 minutes: three runs, two engine restarts): CI's 45-minute budget leaves it to scripts/faults.sh
+(`scripts/faults.sh -k awx`); the AWX assets themselves are checked in tests/unit/extensions/awx. It starts from the
+lab as it is. On a lab that serves (deployed by a plain run, from another HOME), the
 first job applies what the credential changes (its API key: the engine restarts) and must keep the head's Ray token
 and Ray itself; on a lab that does not serve, the first job is the deployment. Then the inventory's own settings are
 restored (--tags vllm_serve), so the modules after it find the lab serving with the inventory's API key.
@@ -24,7 +26,7 @@ import pytest
 import yaml
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.long]
 
 HEAD = "spark-1"
 RAY_TOKEN = "/etc/sparkfleet/ray-token"

@@ -203,6 +203,7 @@ def test_nvidia_smi_lists_the_process_holding_the_gpu(lab):
         lab.ssh("spark-1", "kill %d" % pid)
 
 
+@pytest.mark.long  # a host reboot (~50 s) to test the lab's own knob: scripts/faults.sh runs it
 def test_stale_unit_knob_holds_the_gpu_and_comes_back_after_reboot(lab):
     lab.labctl("break", "stale-unit", "spark-2")
     try:

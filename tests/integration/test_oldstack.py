@@ -97,6 +97,7 @@ WantedBy=multi-user.target
 """
 
 
+@pytest.mark.long  # ~140 s (two runs and a foreign unit's restart loop): scripts/faults.sh runs it
 @pytest.mark.fault(name="a port we need held by a container of a unit that is neither stale nor ours",
                    expected="preflight refuses before anything changes, naming port, pid, container, unit and the "
                             "variable that makes it stale; named there, it is planned and gpu_cleanup stops it")

@@ -77,8 +77,8 @@ def test_model_synced_to_every_worker(lab, deployed):
 
 # Module runs on the nodes that a no-op re-run of site.yml on 2 nodes may make (issue 21: a re-run's cost is its
 # round trips; bench/noop_rerun.sh counts them the same way). Counted, never timed: 72 on 381baba, 42 with node_facts,
-# 49 once the image identity and host-firewall reads landed (ray_cluster's host-firewall and ephemeral-range reads
-# repeat preflight's: a known cut back to ~44).
+# 49 once the image identity and host-firewall reads landed; preflight's slurp of the ephemeral range (read by
+# node_facts in ray_cluster, its result used nowhere) is gone since.
 RERUN_ROUND_TRIPS = 50
 
 
