@@ -212,14 +212,17 @@ class Lab:
         """Whether the API completes a real request now (an active unit is not enough: vLLM may still be loading)."""
         return self.completion("up?", max_tokens=1, timeout=timeout)[0] == 200
 
-    def wait_serving(self, limit=300):
-        """Seconds until the API completes a request again (bounded); fails the test past the limit."""
+    def wait_serving(self, limit=300, fail=True):
+        """Seconds until the API completes a request again (bounded); past the limit, fails the test (fail=True) or
+        returns None."""
         t0 = time.time()
         while time.time() - t0 < limit:
             if self.completion("back", timeout=20)[0] == 200:
                 return time.time() - t0
             time.sleep(3)
-        pytest.fail("the API did not complete a request within %d s" % limit)
+        if fail:
+            pytest.fail("the API did not complete a request within %d s" % limit)
+        return None
 
     def ensure_serving(self, data_dir):
         """A lab that serves: at once when the API completes a real request, else deployed (stage + site.yml; an

@@ -8,7 +8,6 @@ its own lab instance: SPARKLAB_NAME=prefl lab/labctl ctl -- .venv/bin/pytest tes
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -95,12 +94,7 @@ def test_a_worker_unreachable_over_the_fabric_is_named_in_preflight(lab, tmp_pat
         # both nodes are alive with both GPUs free (seen on the lab, Ray 2.60: a restarted engine waits too; restarting
         # Ray heals it; no watchdog notices yet: issue 18). That is recorded, not asserted here (this test is about
         # preflight), and the test does the human step so the tests after it find a serving lab.
-        t0, back = time.time(), None
-        while back is None and time.time() - t0 < 300:
-            if lab.serves(timeout=10):
-                back = time.time() - t0
-            else:
-                time.sleep(3)
+        back = lab.wait_serving(limit=300, fail=False)
         if back is not None:
             observe("serving again %.0f s after the fabric came back" % back)
         else:
