@@ -33,7 +33,7 @@ def parse_units(text):
 
 def sections(text):
     """A node's read: the `systemctl show` blocks, then optional sections each opened by a line `@@ NAME`
-    (journal, events, model) -> {"units": text, NAME: text, ...}."""
+    (journal, events, scheduler, model) -> {"units": text, NAME: text, ...}."""
     out, name, lines = {}, "units", []
     for line in str(text or "").splitlines():
         if line.startswith("@@ "):
@@ -110,6 +110,22 @@ def _events(text):
     return out
 
 
+def _scheduler_stuck(text, now):
+    """The head's Ray watchdog state (sparkfleet-watchdog's JSON) -> (what is pending, after how many seconds it restarts
+    Ray) while a placement group waits with its GPUs free; None otherwise, or when the state is older than 5 minutes
+    (the watchdog no longer runs)."""
+    try:
+        state = json.loads(_text(text).strip() or "{}")
+    except ValueError:
+        return None
+    if not isinstance(state, dict) or "pg_pending_since" not in state or not state.get("cause"):
+        return None
+    checked = state.get("pg_checked")
+    if now is not None and (not isinstance(checked, (int, float)) or now - checked > 300):
+        return None
+    return state["cause"], state.get("pg_restart_after", "?")
+
+
 def _restart_log(events, parsed, limit):
     """The latest restarts and stops of every node, newest first: 'host: unit what, N s ago: cause'."""
     rows = []
@@ -153,7 +169,7 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
         fail(_WHERE, "head must be the head's inventory name, got %r" % (head,))
     ray_id, vllm_id = ray_unit + ".service", vllm_unit + ".service"
     parsed, unreachable = {}, []
-    found = {"journal": {}, "events": {}, "model": {}}
+    found = {"journal": {}, "events": {}, "model": {}, "scheduler": {}}
     for host in sorted(nodes):
         value = nodes[host]
         if isinstance(value, dict):
@@ -234,6 +250,10 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
         if incomplete:
             causes.append("%s: model copy on this node incomplete (%s): run site.yml to finish the sync"
                           % (host, incomplete))
+    stuck = _scheduler_stuck(found["scheduler"].get(head), head_now)
+    if stuck:
+        causes.append("%s: Ray's scheduler: %s; the head's Ray watchdog restarts Ray (%s) once it has been pending %s s"
+                      " (the workers' Ray and vLLM follow)" % (head, stuck[0], ray_unit, stuck[1]))
     blocked = any("run site.yml" in c for c in causes)
     if vllm and vllm.get("ActiveState") != "active":
         coming = vllm.get("ActiveState") == "activating" or vllm.get("SubState") == "auto-restart"

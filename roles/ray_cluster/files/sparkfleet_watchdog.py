@@ -3,6 +3,9 @@
 #   sparkfleet-watchdog ray --unit U --container C --address HEAD:PORT --node-ip IP [--head] [--grace S] [--checks N]
 #       Ray's unit is active, but the node is dead in Ray: the raylet (or the head's GCS) is gone while
 #       `ray start --block` lingers, or the GCS lists this node's IP as dead. N checks in a row -> restart the unit.
+#       On the head also: Ray's scheduler stuck (a placement group pending --pg-stuck seconds while the free GPUs would
+#       hold it) -> restart the head's unit (a new GCS; the workers' raylets follow it); twice as long next time unless
+#       the restart placed the GPUs again.
 #   sparkfleet-watchdog vllm --unit U --container C --url URL --model M --env-file F [--timeout S] [--failures N]
 #                            [--start-grace S]
 #       vLLM's unit is active, but no token comes back: N real one-token completions in a row failed within their
@@ -15,6 +18,7 @@
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -166,14 +170,87 @@ def ray_verdict(head, node_ip, procs, gcs):
     return None
 
 
+# --------------------------------------------------------------------------- Ray's scheduler (head only)
+# Seen on the lab after a worker's fabric flap (Ray 2.60): the GCS failed to remove the old placement group's bundle on
+# the worker it had marked dead ("Failed to remove 1 bundle(s)"), and from then on every new placement group stayed
+# pending while both nodes were alive and every GPU free; a restarted engine waits on its own placement group forever.
+# Only a new GCS (the head's Ray restarted; the workers' raylets follow it) schedules again.
+GPU_USAGE = re.compile(r"^\s*([0-9.]+)/([0-9.]+) GPU\b")
+BUNDLE = re.compile(r"\{([^{}]*)\} \* (\d+)")
+BUNDLE_GPU = re.compile(r"'GPU': ([0-9.]+)")
+
+
+def gpu_usage(text):
+    """From `ray status`: (GPUs in use, GPUs in the cluster), or None when the text has no GPU usage line."""
+    for line in text.splitlines():
+        usage = GPU_USAGE.match(line)
+        if usage:
+            return float(usage.group(1)), float(usage.group(2))
+    return None
+
+
+def pending_pg_verdict(text):
+    """From `ray status`: (free GPUs, GPUs of the smallest pending placement group that those free GPUs would hold),
+    or None when no placement group is pending that the free GPUs could hold (nothing pending, or waiting for a node
+    that is away: restarting would not help) or the text is not a `ray status` report."""
+    usage = gpu_usage(text)
+    free = usage[1] - usage[0] if usage else None
+    demands, in_demands = [], False
+    for line in text.splitlines():
+        if line.startswith("Pending Demands:"):
+            in_demands = True
+        elif in_demands and line.rstrip().endswith("pending placement groups"):
+            gpus = sum(float(BUNDLE_GPU.search(b).group(1)) * int(n) if BUNDLE_GPU.search(b) else 0
+                       for b, n in BUNDLE.findall(line))
+            if gpus > 0:
+                demands.append(gpus)
+    fits = [d for d in demands if free is not None and d <= free + 1e-6]
+    return (free, min(fits)) if fits else None
+
+
+def ray_status(container, address, timeout):
+    """`ray status` of the cluster, as its head's container sees it: (rc, text)."""
+    rc, out, err = run(["docker", "exec", container, "ray", "status", "--address", address], timeout=timeout + 30)
+    return rc, out if rc == 0 else (out + err)
+
+
+def check_scheduler(a, state):
+    """Head only: restart Ray when a placement group has stayed pending for a.pg_stuck seconds while the free GPUs
+    would hold it. The wait doubles after each such restart that placed nothing (up to an hour), so a placement group
+    Ray cannot place for another reason does not restart the cluster every few minutes; once GPUs are placed again,
+    the next stuck scheduler waits a.pg_stuck again (a fabric that flaps often sticks it again)."""
+    rc, text = ray_status(a.container, a.address, a.timeout)
+    verdict = pending_pg_verdict(text) if rc == 0 else None
+    if verdict is None:
+        for key in ("pg_pending_since", "pg_checked", "pg_restart_after"):
+            state.pop(key, None)
+        if rc == 0 and (gpu_usage(text) or (0, 0))[0] > 0:
+            state.pop("pg_wait", None)      # placed again (the restart helped): the next stuck one waits a.pg_stuck
+        return
+    free, gpus = verdict
+    since = state.setdefault("pg_pending_since", round(now(), 1))
+    waited = now() - since
+    backoff = state.get("pg_wait", a.pg_stuck)
+    state["cause"] = "a placement group of %g GPU(s) pending %d s with %g GPU(s) free" % (gpus, waited, free)
+    state.update(pg_checked=round(now(), 1), pg_restart_after=backoff)    # read by playbooks/status.yml
+    if waited >= backoff:
+        restart(a.unit, "Ray's scheduler stuck: a placement group of %g GPU(s) pending for %d s while %g GPU(s) were"
+                " free; a new GCS schedules it (the workers' Ray follows)" % (gpus, waited, free), state,
+                pending_s=round(waited))
+        for key in ("pg_pending_since", "pg_checked", "pg_restart_after"):
+            state.pop(key, None)
+        state["pg_wait"] = min(backoff * 2, 3600)
+
+
 def check_ray(a):
     state = load_state(a.unit)
     running, start = unit_run(a.unit)
+    kept = {k: state[k] for k in ("pg_wait", "last_restart") if k in state}   # the scheduler's backoff spans runs
     if not running:
-        save_state(a.unit, {"start": start})
+        save_state(a.unit, dict(kept, start=start))
         return 0
     if state.get("start") != start:
-        state = {"start": start, "bad": 0}
+        state = dict(kept, start=start, bad=0)
     if time.monotonic() - start < a.grace:
         save_state(a.unit, state)
         return 0
@@ -184,6 +261,9 @@ def check_ray(a):
         if not gcs.get("ok") and not a.head:
             state["waiting"] = gcs.get("error")
         state.update(bad=0)
+        state.pop("cause", None)
+        if a.head and a.pg_stuck > 0:
+            check_scheduler(a, state)
     else:
         slow = cause.startswith(SLOW)
         cause = cause[len(SLOW):] if slow else cause
@@ -314,6 +394,8 @@ def main(argv=None):
     r.add_argument("--grace", type=int, default=60, help="seconds after a start before the node is judged")
     r.add_argument("--checks", type=int, default=2, help="bad checks in a row before a restart")
     r.add_argument("--timeout", type=int, default=20, help="seconds the GCS may take to answer")
+    r.add_argument("--pg-stuck", type=int, default=120,
+                   help="head: seconds a placement group may stay pending while the free GPUs would hold it (0: never)")
     v = sub.add_parser("vllm")
     v.add_argument("--unit", required=True)
     v.add_argument("--container", required=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "ray_cluster" / "files" / "sparkfleet_watchdog.py"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ray_status"    # real `ray status` outputs: CAPTURED.md
 
 
 @pytest.fixture
@@ -30,7 +31,9 @@ class Node:
         self.procs = {"raylet", "gcs_server", "ray"}
         self.gcs = {"ok": True, "nodes": [{"ip": "10.99.1.11", "alive": True}, {"ip": "10.99.1.12", "alive": True}]}
         self.paused = "false"
+        self.status = (FIXTURES / "serving.txt").read_text()     # `ray status` on the head
         monkeypatch.setattr(wd, "run", self.run)
+        monkeypatch.setattr(wd, "now", lambda: self.clock + 1.7e9)
         monkeypatch.setattr(wd, "unit_run", lambda unit: (self.running, self.start))
         monkeypatch.setattr(wd.time, "monotonic", lambda: self.clock)
         monkeypatch.setattr(wd, "container_processes", lambda c: self.procs)
@@ -40,6 +43,8 @@ class Node:
         self.wd.calls.append(argv)
         if argv[:2] == ["docker", "inspect"]:
             return 0, self.paused + "\n", ""
+        if argv[:2] == ["docker", "exec"] and argv[3:5] == ["ray", "status"]:
+            return (0, self.status, "") if self.status is not None else (1, "", "ConnectionError: GCS unreachable")
         return 0, "", ""
 
     def restarts(self):
@@ -54,7 +59,7 @@ def log_lines(tmp_path):
 def ray_args(wd, head=False, node_ip="10.99.1.12"):
     return wd.main.__globals__["argparse"].Namespace(
         unit="sparkfleet-ray", container="sparkfleet-ray", address="10.99.1.11:6379", node_ip=node_ip, head=head,
-        grace=60, checks=2, timeout=20)
+        grace=60, checks=2, timeout=20, pg_stuck=120)
 
 
 def vllm_args(wd, start_grace=1800):
@@ -244,3 +249,132 @@ def test_a_head_gcs_that_does_not_answer_needs_two_more_checks(wd, monkeypatch, 
     assert len(node.restarts()) == 1
     cause = log_lines(tmp_path)[0]["cause"]
     assert cause.startswith("the head's GCS does not answer") and "dead in Ray" in cause
+
+
+# --------------------------------------------------------------------------- Ray's scheduler stuck (head)
+@pytest.mark.parametrize("fixture, expected", [
+    ("serving.txt", None),                                   # the engine's placement group holds both GPUs
+    ("stuck_after_worker_fabric_flap.txt", (2.0, 2.0)),      # pending, both GPUs free: stuck
+    ("worker_away.txt", None),                               # pending for the worker's GPU: waiting, not stuck
+])
+def test_pending_pg_verdict_on_real_ray_status(wd, fixture, expected):
+    assert wd.pending_pg_verdict((FIXTURES / fixture).read_text()) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", None),
+    ("Total Usage:\n 1.0/2.0 GPU\nPending Demands:\n {'GPU': 1.0} * 1 (PACK): 1+ pending placement groups\n", (1.0, 1.0)),
+    # a task's demand is not a placement group's
+    ("Total Usage:\n 0.0/2.0 GPU\nPending Demands:\n {'GPU': 1.0}: 1+ pending tasks/actors\n", None),
+    # a placement group without GPUs is not the engine's
+    ("Total Usage:\n 0.0/2.0 GPU\nPending Demands:\n {'CPU': 1.0} * 2 (PACK): 1+ pending placement groups\n", None),
+    # two pending: the one the free GPU would hold counts
+    ("Total Usage:\n 1.0/2.0 GPU\nPending Demands:\n {'GPU': 1.0} * 2 (PACK): 1+ pending placement groups\n"
+     " {'GPU': 1.0} * 1 (PACK): 1+ pending placement groups\n", (1.0, 1.0)),
+])
+def test_pending_pg_verdict_edges(wd, text, expected):
+    assert wd.pending_pg_verdict(text) == expected
+
+
+def head_args(wd):
+    return ray_args(wd, head=True, node_ip="10.99.1.11")
+
+
+def test_a_stuck_scheduler_restarts_the_head_after_pg_stuck_seconds(wd, monkeypatch, tmp_path):
+    node = Node(wd, monkeypatch)
+    node.status = (FIXTURES / "stuck_after_worker_fabric_flap.txt").read_text()
+    a = head_args(wd)
+    for _check in range(8):                         # 15 s apart: 105 s pending
+        wd.check_ray(a)
+        node.clock += 15
+    assert node.restarts() == []
+    assert "pending 105 s with 2 GPU(s) free" in json.loads((tmp_path / "watchdog-sparkfleet-ray.json").read_text())["cause"]
+    wd.check_ray(a)                                 # 120 s
+    assert node.restarts() == [["systemctl", "restart", "--no-block", "sparkfleet-ray.service"]]
+    (entry,) = log_lines(tmp_path)
+    assert entry["event"] == "restart" and entry["pending_s"] == 120
+    assert entry["cause"].startswith("Ray's scheduler stuck: a placement group of 2 GPU(s) pending for 120 s while 2")
+
+
+def test_a_stuck_scheduler_waits_twice_as_long_after_each_restart(wd, monkeypatch):
+    """A placement group Ray cannot place for another reason must not restart the cluster every few minutes."""
+    node = Node(wd, monkeypatch)
+    node.status = (FIXTURES / "stuck_after_worker_fabric_flap.txt").read_text()
+    a = head_args(wd)
+    restarted_at = []
+    for _check in range(200):                       # 50 minutes, 15 s apart, stuck all along
+        before = len(node.restarts())
+        wd.check_ray(a)
+        if len(node.restarts()) > before:
+            restarted_at.append(node.clock)
+            node.start = node.clock                 # the restart is a new run of the unit, judged after the grace
+        node.clock += 15
+    gaps = [b - a_ for a_, b in zip(restarted_at, restarted_at[1:])]
+    assert len(restarted_at) == 4, restarted_at     # 120 s, then 240, 480, 960 (+ the grace after each start)
+    assert gaps[0] > 240
+    assert all(later > earlier for earlier, later in zip(gaps, gaps[1:])), gaps
+
+
+@pytest.mark.parametrize("between, second_after", [
+    ("serving.txt", 120),             # the restart placed the GPUs: a later stuck scheduler (another flap) waits 120 s
+    ("worker_away.txt", 240),         # nothing placed since (waiting for a node): twice as long
+])
+def test_the_wait_starts_again_once_the_restart_placed_the_gpus(wd, monkeypatch, between, second_after):
+    node = Node(wd, monkeypatch)
+    stuck = (FIXTURES / "stuck_after_worker_fabric_flap.txt").read_text()
+    node.status = stuck
+    a = head_args(wd)
+    while not node.restarts():
+        wd.check_ray(a)
+        node.clock += 15
+    node.start = node.clock
+    node.clock += 90                                # Ray's grace after its restart
+    node.status = (FIXTURES / between).read_text()
+    wd.check_ray(a)
+    node.status = stuck
+    t0 = node.clock
+    while len(node.restarts()) < 2:
+        wd.check_ray(a)
+        node.clock += 15
+    assert node.clock - 15 - t0 == second_after
+
+
+@pytest.mark.parametrize("change", ["scheduled", "ray status fails", "worker", "off"])
+def test_a_pending_pg_that_is_not_stuck_restarts_nothing(wd, monkeypatch, change):
+    node = Node(wd, monkeypatch)
+    stuck = (FIXTURES / "stuck_after_worker_fabric_flap.txt").read_text()
+    node.status = stuck
+    a = head_args(wd)
+    if change == "worker":                          # pending stuck on a worker: only the head judges the scheduler
+        a = ray_args(wd)
+    if change == "off":
+        a.pg_stuck = 0
+    for i in range(20):
+        if change == "scheduled":                   # scheduled in between: the wait starts again
+            node.status = stuck if i % 7 else (FIXTURES / "serving.txt").read_text()
+        if change == "ray status fails":
+            node.status = None if i % 5 == 0 else stuck
+        wd.check_ray(a)
+        node.clock += 15
+    assert node.restarts() == []                    # an unreadable check starts the wait again, like a scheduled one
+
+
+def test_status_yml_names_the_stuck_scheduler_from_the_state_the_watchdog_wrote(wd, monkeypatch, tmp_path):
+    """The state file is what playbooks/status.yml reads (healthcheck's diagnose.yml, filter serving_cause)."""
+    from ansible_collections.sparkfleet.vllm.plugins.filter.serving_cause import serving_cause
+    node = Node(wd, monkeypatch)
+    node.status = (FIXTURES / "stuck_after_worker_fabric_flap.txt").read_text()
+    a = head_args(wd)
+    for _check in range(6):
+        wd.check_ray(a)
+        node.clock += 15
+    units = "%d\nId=sparkfleet-ray.service\nActiveState=active\nSubState=running\n\n" \
+            "Id=sparkfleet-vllm.service\nActiveState=active\nSubState=running\n" % wd.now()
+    state = (tmp_path / "watchdog-sparkfleet-ray.json").read_text()
+    assert serving_cause({"spark-1": units + "@@ scheduler\n" + state}, "spark-1") == [
+        "spark-1: Ray's scheduler: a placement group of 2 GPU(s) pending 75 s with 2 GPU(s) free; the head's Ray"
+        " watchdog restarts Ray (sparkfleet-ray) once it has been pending 120 s (the workers' Ray and vLLM follow)"]
+    node.status = (FIXTURES / "serving.txt").read_text()      # scheduled: nothing to name any more
+    wd.check_ray(a)
+    state = (tmp_path / "watchdog-sparkfleet-ray.json").read_text()
+    assert serving_cause({"spark-1": units + "@@ scheduler\n" + state}, "spark-1") == []

@@ -200,3 +200,38 @@ def test_one_read_per_node_carries_journal_events_and_model_sections():
     assert causes[1] == "spark-2: model copy on this node incomplete (killed): run site.yml to finish the sync"
     assert serving_cause(nodes, "spark-1", history=True) == [
         "spark-2: sparkfleet-ray stopped 10 s ago: exit-code (exited 1)"]
+
+
+def stuck_state(checked, since=900.0):
+    """The head's Ray watchdog state while a placement group waits with its GPUs free (sparkfleet_watchdog.py writes
+    it; tests/unit/roles/test_sparkfleet_watchdog.py feeds the real one through this filter)."""
+    return ('{"bad": 0, "cause": "a placement group of 2 GPU(s) pending 75 s with 2 GPU(s) free", "pg_checked": %s,'
+            ' "pg_pending_since": %s, "pg_restart_after": 120, "start": 12.5}' % (checked, since))
+
+
+def test_a_stuck_scheduler_on_the_head_is_named_with_when_it_is_repaired():
+    nodes = {"spark-1": {"stdout": HEALTHY_HEAD + "\n@@ scheduler\n" + stuck_state(995.0) + "\n"},
+             "spark-2": show(1000, dict(RUNNING, ExecMainStartTimestamp="@150"))}
+    assert serving_cause(nodes, "spark-1") == [
+        "spark-1: Ray's scheduler: a placement group of 2 GPU(s) pending 75 s with 2 GPU(s) free; the head's Ray"
+        " watchdog restarts Ray (sparkfleet-ray) once it has been pending 120 s (the workers' Ray and vLLM follow)"]
+
+
+@pytest.mark.parametrize("state", [
+    "",                                                           # no watchdog state (never ran, or the file is gone)
+    "{not json",
+    '{"bad": 0, "start": 12.5}',                                  # nothing pending
+    stuck_state(600.0),                                           # written 400 s ago: its watchdog no longer runs
+])
+def test_no_scheduler_cause_without_a_fresh_pending_state(state):
+    nodes = {"spark-1": {"stdout": HEALTHY_HEAD + "\n@@ scheduler\n" + state + "\n"},
+             "spark-2": show(1000, dict(RUNNING, ExecMainStartTimestamp="@150"))}
+    assert serving_cause(nodes, "spark-1") == []
+
+
+def test_a_worker_s_scheduler_state_is_not_read():
+    """Only the head's GCS schedules placement groups."""
+    nodes = {"spark-1": HEALTHY_HEAD,
+             "spark-2": {"stdout": show(1000, dict(RUNNING, ExecMainStartTimestamp="@150")) + "\n@@ scheduler\n"
+                         + stuck_state(995.0)}}
+    assert serving_cause(nodes, "spark-1") == []
