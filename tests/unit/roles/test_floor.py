@@ -1,0 +1,74 @@
+"""Issue 20: roles meet through the sparkfleet role (the shared floor), never sideways.
+
+Read from the YAML of every role and playbook: which role includes which role's task file, and where modules that read
+node facts are called.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+ROLES = REPO / "roles"
+
+
+def tasks(path):
+    """Every task (blocks flattened) of a task file."""
+    def walk(items):
+        for task in items or []:
+            if not isinstance(task, dict):
+                continue
+            yield task
+            for key in ("block", "rescue", "always"):
+                yield from walk(task.get(key))
+    return list(walk(yaml.safe_load(path.read_text())))
+
+
+def role_task_files():
+    return sorted(ROLES.glob("*/tasks/*.yml")) + sorted(ROLES.glob("*/handlers/*.yml"))
+
+
+def includes():
+    """(including role, included role, tasks_from) for every include_role/import_role in a role."""
+    found = []
+    for path in role_task_files():
+        for task in tasks(path):
+            for key in ("ansible.builtin.include_role", "ansible.builtin.import_role", "include_role", "import_role"):
+                if key in task:
+                    target = task[key]["name"].split(".")[-1]
+                    found.append((path.parts[-3], target, task[key].get("tasks_from", "main")))
+    return found
+
+
+def test_rdma_facts_is_called_from_one_task_file():
+    calls = [str(path.relative_to(REPO)) for path in role_task_files() + sorted((REPO / "playbooks").glob("*.yml"))
+             for task in tasks(path) if "sparkfleet.vllm.rdma_facts" in task]
+    assert calls == ["roles/sparkfleet/tasks/fabric_facts.yml"]
+
+
+def test_the_floor_s_task_files_are_reached_only_through_include_role():
+    floor = {p.name for p in (ROLES / "sparkfleet" / "tasks").glob("*.yml")}
+    assert "fabric_facts.yml" in floor
+    used = {tasks_from for _r, target, tasks_from in includes() if target == "sparkfleet"}
+    assert used <= floor and "fabric_facts.yml" in used
+
+
+# The sideways includes left (a role running another role's task file, not the floor's). The list may only shrink:
+# a new one belongs in roles/sparkfleet/tasks (issue 20).
+SIDEWAYS_LEFT = {
+    ("preflight", "vllm_serve", "validate.yml"),
+    ("preflight", "ray_cluster", "fabric.yml"),
+    ("preflight", "ray_cluster", "firewall_check.yml"),
+    ("preflight", "ray_cluster", "firewall_host.yml"),
+    ("preflight", "ray_cluster", "ports.yml"),
+    ("preflight", "gpu_cleanup", "plan.yml"),
+    ("ray_cluster", "runtime_image", "distribute_wait.yml"),
+}
+
+
+def test_no_new_sideways_include():
+    sideways = {(role, target, tf) for role, target, tf in includes() if target not in (role, "sparkfleet")}
+    assert sideways <= SIDEWAYS_LEFT, sorted(sideways - SIDEWAYS_LEFT)
+    assert SIDEWAYS_LEFT <= sideways, "gone (remove from SIDEWAYS_LEFT): %s" % sorted(SIDEWAYS_LEFT - sideways)
