@@ -76,13 +76,16 @@ def test_the_table_is_the_same_serially_and_on_two_workers(tmp_path):
     assert serial == [
         "| a path: /tmp/x | refused, naming the path | path /tmp/x refused | pass "
         "| tests/unit/test_a.py::test_path[/tmp/x] | RUN |",
-        "| a path: rel | refused, naming the path | path rel refused | pass | tests/unit/test_a.py::test_path[rel] | RUN |",
+        "| a path: rel | refused, naming the path | path rel refused | pass "
+        "| tests/unit/test_a.py::test_path[rel] | RUN |",
         "| test_skipped | skipped here | skipped | skipped | tests/unit/test_a.py::test_skipped | RUN |",
-        "| a mode | refused | AssertionError: the mode was accepted | FAIL | tests/unit/test_b.py::test_mode_fails | RUN |",
+        "| a mode | refused | AssertionError: the mode was accepted | FAIL "
+        "| tests/unit/test_b.py::test_mode_fails | RUN |",
         "| a port: 0 | refused, naming the port | port 0 refused | pass | tests/unit/test_b.py::test_port[0] | RUN |",
         "| a port: 70000 | refused, naming the port | port 70000 refused | pass "
         "| tests/unit/test_b.py::test_port[70000] | RUN |",
-        "| a port: x\\|y | refused, naming the port | port x\\|y refused | pass | tests/unit/test_b.py::test_port[x\\|y] | RUN |",
+        "| a port: x\\|y | refused, naming the port | port x\\|y refused | pass "
+        "| tests/unit/test_b.py::test_port[x\\|y] | RUN |",
     ], serial
     pytest.importorskip("xdist")
     assert _run(tmp_path, "xdist", "-n", "2") == serial
