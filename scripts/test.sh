@@ -5,6 +5,8 @@
 # Every stage runs even if an earlier one failed (except those that need the lab when it could not start);
 # the exit status is non-zero if any stage failed. Root required.
 # Env: SPARKFLEET_STAGES="lint sanity unit lab integration molecule" to run a subset.
+#      SPARKFLEET_UNIT_WORKERS=N runs the unit stage on N pytest-xdist workers (default: one per core, CI's machine
+#      has 2); SPARKFLEET_UNIT_WORKERS=0 runs it in one process (serially), as before xdist.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
@@ -33,7 +35,12 @@ export PATH=$root/.venv/bin:$PATH
 stage lint ansible-lint --nocolor
 stage sanity scripts/sanity.sh
 # tests/lab: the lab's stand-ins (not part of the collection), tested without a running lab.
-stage unit pytest tests/unit tests/lab -q -p no:cacheprovider --junitxml="$out/junit-unit.xml"
+# On every core: --dist loadfile keeps a file's tests on one worker, so a module-scoped fixture (the packaging tests'
+# collection build and install) is made once, not once per worker.
+unit_workers=${SPARKFLEET_UNIT_WORKERS:-$(nproc)}
+unit_par=()
+[ "$unit_workers" = 0 ] || unit_par=(-n "$unit_workers" --dist loadfile)
+stage unit pytest tests/unit tests/lab -q -p no:cacheprovider "${unit_par[@]}" --junitxml="$out/junit-unit.xml"
 
 lab_ok=0
 if want lab || want integration || want molecule; then

@@ -770,7 +770,8 @@ class LineProc(object):
         self.lines = queue.Queue()
         self.err = []
         threading.Thread(target=self._pump_out, daemon=True).start()
-        threading.Thread(target=self._pump_err, daemon=True).start()
+        self._err_pump = threading.Thread(target=self._pump_err, daemon=True)
+        self._err_pump.start()
         if request is not None:
             self.send(request)
 
@@ -820,4 +821,7 @@ class LineProc(object):
         return self.proc.returncode
 
     def err_tail(self):
+        if self.proc.poll() is not None:
+            # It exited: its last words (why it stopped) may still be in the pipe, not yet read by the pump thread.
+            self._err_pump.join(5)
         return tail("".join(self.err), 6)

@@ -75,8 +75,11 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from xdist import is_xdist_worker  # noqa: E402  (pytest-xdist: CI's unit stage runs on every core)
+
 BAD_INPUT_TABLE = Path(__file__).resolve().parents[2] / "tests" / "output" / "bad-input-table.md"
-_BAD_ROWS = []
+_BAD_ROWS = []   # (input, expected, observed, verdict, test id, run time), one per test, in the order they ended
+BAD_INPUT_PROPERTY = "bad_input_row"
 
 
 @pytest.fixture
@@ -92,6 +95,8 @@ def observe(request):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
+    """Attach the test's row to its report: under pytest-xdist the report (user_properties included) goes from the
+    worker that ran the test to the controller, which writes the table (pytest_runtest_logreport below)."""
     outcome = yield
     report = outcome.get_result()
     mark = item.get_closest_marker("bad_input")
@@ -107,8 +112,14 @@ def pytest_runtest_makereport(item, call):
         verdict, seen = "FAIL", " ".join((lines[0] if lines else "error")[1:].split())[:300]
     name = mark.kwargs.get("name") or item.name
     case = getattr(getattr(item, "callspec", None), "id", None)
-    _BAD_ROWS.append(("%s: %s" % (name, case) if case else name, mark.kwargs.get("expected", ""), seen, verdict,
-                      item.nodeid, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())))
+    report.user_properties.append((BAD_INPUT_PROPERTY, [
+        "%s: %s" % (name, case) if case else name, mark.kwargs.get("expected", ""), seen, verdict, item.nodeid,
+        time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())]))
+
+
+def pytest_runtest_logreport(report):
+    """Collect the rows where the table is written: in the one process of a serial run, on xdist's controller."""
+    _BAD_ROWS.extend(tuple(v) for k, v in report.user_properties if k == BAD_INPUT_PROPERTY)
 
 
 def _commit():
@@ -126,17 +137,19 @@ def _commit():
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if not _BAD_ROWS or os.environ.get("PYTEST_XDIST_WORKER"):
+    if not _BAD_ROWS or is_xdist_worker(session):   # a worker's rows went to the controller with its reports
         return
+    rows = sorted(_BAD_ROWS, key=lambda row: row[4])   # by test id: the same file whichever worker ran what
     BAD_INPUT_TABLE.parent.mkdir(parents=True, exist_ok=True)
 
     def cell(text):
         return str(text).replace("|", "\\|").replace("\n", " ")
     commit = _commit()
     lines = ["# Bad-input table", "",
-             "Written by the last run of the unit tests marked `bad_input` (%s, %d rows, commit %s);"
+             "Written by the last run of the unit tests marked `bad_input` (%s, %d rows, %s);"
              " `scripts/fault-table.py` merges these rows into docs/fault-table.md."
-             % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), len(_BAD_ROWS), commit), "",
+             % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), len(rows),
+                commit if commit == "commit unknown" else "commit " + commit), "",
              "| fault / bad input | expected | observed | verdict | test | run |", "|---|---|---|---|---|---|"]
-    lines += ["| %s |" % " | ".join(cell(c) for c in row[:5] + ("%s, %s" % (row[5], commit),)) for row in _BAD_ROWS]
+    lines += ["| %s |" % " | ".join(cell(c) for c in row[:5] + ("%s, %s" % (row[5], commit),)) for row in rows]
     BAD_INPUT_TABLE.write_text("\n".join(lines) + "\n")

@@ -77,8 +77,14 @@ def test_a_new_users_first_hour(tmp_path):
     p = sh(bin_ / "ansible-playbook", "-i", "inventroy", "sparkfleet.vllm.site", ok=False)
     assert p.returncode != 0 and "inventory: group 'spark' is missing" in " ".join(p.stdout.split()), p.stdout[-2000:]
 
-    # 6. The CLI (from the source repository) and its help, per subcommand.
-    sh(bin_ / "pip", "install", "-q", ROOT, timeout=900)
+    # 6. The CLI (from the source repository) and its help, per subcommand. pip builds a source directory in place
+    # (build/, *.egg-info): it builds a copy, so that the checkout other tests read at the same time stays as it is.
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(os.path.join(ROOT, name), src / name)
+    shutil.copytree(os.path.join(ROOT, "cli"), src / "cli", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    sh(bin_ / "pip", "install", "-q", src, timeout=900)
     top = sh(bin_ / "sparkfleet", "--help").stdout
     for action in ("deploy", "status", "restart", "stop"):
         assert re.search(r"^\s+%s\s" % action, top, re.M), top

@@ -506,3 +506,20 @@ def test_a_part_cut_mid_block_is_continued_to_the_same_bytes(tmp_path, model, cu
     assert sent["errors"] == []
     assert again.result()["ok"] == sorted(blobs)
     assert (dest / name).read_bytes() == data
+
+
+def test_a_process_that_exits_says_why_even_when_its_stderr_is_read_late(monkeypatch):
+    """The receiver that cannot listen exits naming why; the module reports that, not 'no answer', even when the
+    thread that reads its stderr runs after the exit was seen (a loaded node; seen under pytest -n 2)."""
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils import _fast_copy
+    pump = _fast_copy.LineProc._pump_err
+
+    def late_pump(self):
+        time.sleep(1.5)
+        pump(self)
+    monkeypatch.setattr(_fast_copy.LineProc, "_pump_err", late_pump)
+    monkeypatch.delenv("SSH_CONNECTION", raising=False)   # no address to listen on: the receiver exits at once
+    proc = _fast_copy.LineProc([sys.executable, "-c", FAST_SCRIPT, "receive", "/nonexistent"], {"files": []})
+    assert proc.line(30) is None
+    assert proc.close(10) == 2
+    assert "no address to listen on (not run through ssh)" in proc.err_tail()

@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
@@ -27,7 +28,6 @@ pytestmark = pytest.mark.skipif(
                     stdout=subprocess.DEVNULL) != 0,
     reason="needs rsync and openssh-client on this machine")
 
-DEST = "/srv/sparkfleet-test/model"
 COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "collections"))
 
 SHIM = r'''#!%(python)s
@@ -120,7 +120,12 @@ def lab(tmp_path, monkeypatch):
     log = tmp_path / "shim.log"
     monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
     monkeypatch.setenv("SHIM_HOSTS", json.dumps(hosts))
-    monkeypatch.setenv("SHIM_DEST", DEST)
+    # The module keeps one transfer lock per destination path in the user's home (~/.cache/sparkfleet), and a run
+    # stops the process tree of the lock's holder: a path of this test's own, so that tests running at once (on
+    # pytest-xdist workers, or another checkout's unit run on this machine) never take each other's lock; the holder
+    # of an in-process run is the pytest process itself.
+    dest = "/srv/sparkfleet-test/%s/model" % uuid.uuid4().hex[:12]
+    monkeypatch.setenv("SHIM_DEST", dest)
     monkeypatch.setenv("SHIM_LOG", str(log))
     src = make_model(str(tmp_path / "src" / "model"))
 
@@ -128,9 +133,10 @@ def lab(tmp_path, monkeypatch):
         pass
     lab = Lab()
     lab.src, lab.key, lab.hosts, lab.tmp = src, str(key), hosts, tmp_path
-    lab.dest = lambda host: hosts[host] + DEST
+    lab.dest_dir = dest
+    lab.dest = lambda host: hosts[host] + dest
     lab.calls = lambda: [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    lab.args = lambda **kw: dict(dict(src=src, dest=DEST, destinations=["10.99.1.12"], ssh_user="spark",
+    lab.args = lambda **kw: dict(dict(src=src, dest=dest, destinations=["10.99.1.12"], ssh_user="spark",
                                       ssh_key=str(key), streams=2), **kw)
     return lab
 
@@ -522,7 +528,7 @@ def test_tcp_transport_is_the_default_and_runs_only_the_allowed_fixed_commands(r
                 and " -n" not in c["cmd"] and "n" not in c["cmd"].split()[2]]  # no rsync push carried data
     receive = [c["cmd"] for c in lab.calls() if " receive " in c["cmd"]]
     # Byte for byte the command the sync key's forced command allows.
-    assert receive == [destination_commands(DEST)["receive"]]
+    assert receive == [destination_commands(lab.dest_dir)["receive"]]
     # The receiver recorded the hashes it checked: the verify pass found every sent file in the cache.
     assert not os.path.exists(os.path.join(lab.dest("10.99.1.12"), ".sparkfleet-sync"))
     again = run_module(model_sync, lab.args())
@@ -548,7 +554,7 @@ def test_a_first_tcp_sync_hashes_the_source_while_sending_and_nothing_twice(run_
             truth[rel] = hashlib.sha256(handle.read()).hexdigest()
     assert res["fingerprint"] == fingerprint(files, truth)
     # The receiver checked every file against the source's hash before its rename: verify does not hash again.
-    assert not [c for c in lab.calls() if c["cmd"] == destination_commands(DEST)["hash"]]
+    assert not [c for c in lab.calls() if c["cmd"] == destination_commands(lab.dest_dir)["hash"]]
     assert set(res["phase_seconds"]) == {"checks", "plan", "hash", "transfer", "verify"}
     assert res["phase_seconds"]["transfer"] == res["transfer_seconds"]
     # The sender left its hashes in this user's cache: the next run reads no source file.
@@ -565,9 +571,9 @@ def test_tcp_fan_out_feeds_the_next_node_with_the_fixed_send_command(run_module,
         assert tree(lab.dest(h)) == tree(lab.src)
         assert res["destinations"][h]["transport"] == "tcp"
     assert sorted(res["destinations"][h]["fed_from"] for h in hosts) == ["10.99.1.12", "source", "source"]
-    sends = [c for c in lab.calls() if c["cmd"].endswith(" send " + DEST)]
+    sends = [c for c in lab.calls() if c["cmd"].endswith(" send " + lab.dest_dir)]
     assert len(sends) == 1 and sends[0]["host"] == "10.99.1.12"
-    assert sends[0]["cmd"] == destination_commands(DEST)["send"]
+    assert sends[0]["cmd"] == destination_commands(lab.dest_dir)["send"]
     assert not any(c["agent"] for c in lab.calls())  # tcp hops need no forwarded agent
 
 
@@ -692,8 +698,8 @@ def test_property_bad_options_are_refused_naming_them_never_a_traceback(run_modu
     @given(destinations=st.lists(text, max_size=3), ssh_user=st.one_of(st.none(), text),
            streams=st.integers(-3, 70), bwlimit=st.integers(-5, 5), timeout=st.integers(-2, 100))
     def prop(destinations, ssh_user, streams, bwlimit, timeout):
-        res = run_module(model_sync, dict(src=str(notmodel), dest=DEST, destinations=destinations, ssh_user=ssh_user,
-                                          streams=streams, bwlimit=bwlimit, timeout=timeout))
+        res = run_module(model_sync, dict(src=str(notmodel), dest=lab.dest_dir, destinations=destinations,
+                                          ssh_user=ssh_user, streams=streams, bwlimit=bwlimit, timeout=timeout))
         assert res["failed"] is True and res["msg"]
         named = [n for n in ("streams", "bwlimit", "timeout", "ssh_user", "destination")
                  if n in res["msg"]]
@@ -751,7 +757,7 @@ def test_a_disk_that_fills_during_the_sync_is_named_with_its_numbers(run_module,
     res = run_module(model_sync, lab.args())
     assert res["failed"] is True, res
     total = sum(len(b) for b in tree(lab.src).values())
-    assert "10.99.1.12 ran out of space under %s during the sync" % DEST in res["msg"], res["msg"]
+    assert "10.99.1.12 ran out of space under %s during the sync" % lab.dest_dir in res["msg"], res["msg"]
     assert re.search(r"(\d+) bytes \([\d.]+ GB\) of the model still to write there, (\d+) bytes", res["msg"])
     needed, free = [int(x) for x in re.search(r"(\d+) bytes \(.*?, (\d+) bytes", res["msg"]).groups()]
     assert 0 < needed <= total and free < 256 * 1024
@@ -785,6 +791,6 @@ def test_a_disk_that_fills_under_rsync_is_named_with_its_numbers_too(run_module,
     monkeypatch.setenv("SHIM_SMALL_DISK", "256k")
     res = run_module(model_sync, lab.args(transport="ssh"))
     assert res["failed"] is True, res
-    assert "10.99.1.12 ran out of space under %s during the sync" % DEST in res["msg"], res["msg"]
+    assert "10.99.1.12 ran out of space under %s during the sync" % lab.dest_dir in res["msg"], res["msg"]
     assert "still to write there" in res["msg"] and "No space left on device" not in res["msg"]
     assert "Free at least" in res["hint"]
