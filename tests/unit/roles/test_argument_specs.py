@@ -86,10 +86,18 @@ def test_every_default_has_a_spec_entry(role):
     assert not missing, "%s: defaults without a meta/argument_specs.yml entry: %s" % (role, missing)
 
 
+def _floor_files(role):
+    """The shared task files of the common role that role includes (`tasks_from:` of sparkfleet.vllm.sparkfleet): what
+    they read, the role reads through them."""
+    text = _text(_role_files(role, ("tasks", "handlers")))
+    names = re.findall(r"name: sparkfleet\.vllm\.%s\s+tasks_from: ([\w.]+)" % COMMON, text)
+    return [REPO / "roles" / COMMON / "tasks" / n for n in sorted(set(names))]
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_every_spec_entry_has_a_default_or_a_use(role):
     defaults = _defaults(role)
-    text = _text(_role_files(role, ("tasks", "templates", "handlers", "vars", "defaults")))
+    text = _text(_role_files(role, ("tasks", "templates", "handlers", "vars", "defaults")) + _floor_files(role))
     orphans = [name for name in _spec(role) if name not in defaults and not _uses(text, name)]
     assert not orphans, "%s: spec entries the role neither defaults nor reads: %s" % (role, orphans)
 
