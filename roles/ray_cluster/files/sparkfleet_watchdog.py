@@ -209,8 +209,9 @@ def pending_pg_verdict(text):
 
 
 def ray_status(container, address, timeout):
-    """`ray status` of the cluster, as its head's container sees it: (rc, text)."""
-    rc, out, err = run(["docker", "exec", container, "ray", "status", "--address", address], timeout=timeout + 30)
+    """`ray status` of the cluster, as its head's container sees it: (rc, text). Bounded so that docker top, the GCS
+    read and this stay within the watchdog service's TimeoutStartSec (120 s)."""
+    rc, out, err = run(["docker", "exec", container, "ray", "status", "--address", address], timeout=timeout + 10)
     return rc, out if rc == 0 else (out + err)
 
 
