@@ -178,6 +178,7 @@ def ray_verdict(head, node_ip, procs, gcs):
 GPU_USAGE = re.compile(r"^\s*([0-9.]+)/([0-9.]+) GPU\b")
 BUNDLE = re.compile(r"\{([^{}]*)\} \* (\d+)")
 BUNDLE_GPU = re.compile(r"'GPU': ([0-9.]+)")
+PG_PENDING_KEYS = ("pg_pending_since", "pg_checked", "pg_restart_after")   # the pending group's state, while it lasts
 
 
 def gpu_usage(text):
@@ -200,8 +201,7 @@ def pending_pg_verdict(text):
         if line.startswith("Pending Demands:"):
             in_demands = True
         elif in_demands and line.rstrip().endswith("pending placement groups"):
-            gpus = sum(float(BUNDLE_GPU.search(b).group(1)) * int(n) if BUNDLE_GPU.search(b) else 0
-                       for b, n in BUNDLE.findall(line))
+            gpus = sum(float(m.group(1)) * int(n) for b, n in BUNDLE.findall(line) for m in [BUNDLE_GPU.search(b)] if m)
             if gpus > 0:
                 demands.append(gpus)
     fits = [d for d in demands if free is not None and d <= free + 1e-6]
@@ -223,7 +223,7 @@ def check_scheduler(a, state):
     rc, text = ray_status(a.container, a.address, a.timeout)
     verdict = pending_pg_verdict(text) if rc == 0 else None
     if verdict is None:
-        for key in ("pg_pending_since", "pg_checked", "pg_restart_after"):
+        for key in PG_PENDING_KEYS:
             state.pop(key, None)
         if rc == 0 and (gpu_usage(text) or (0, 0))[0] > 0:
             state.pop("pg_wait", None)      # placed again (the restart helped): the next stuck one waits a.pg_stuck
@@ -238,7 +238,7 @@ def check_scheduler(a, state):
         restart(a.unit, "Ray's scheduler stuck: a placement group of %g GPU(s) pending for %d s while %g GPU(s) were"
                 " free; a new GCS schedules it (the workers' Ray follows)" % (gpus, waited, free), state,
                 pending_s=round(waited))
-        for key in ("pg_pending_since", "pg_checked", "pg_restart_after"):
+        for key in PG_PENDING_KEYS:
             state.pop(key, None)
         state["pg_wait"] = min(backoff * 2, 3600)
 
@@ -246,7 +246,7 @@ def check_scheduler(a, state):
 def check_ray(a):
     state = load_state(a.unit)
     running, start = unit_run(a.unit)
-    kept = {k: state[k] for k in ("pg_wait", "last_restart") if k in state}   # the scheduler's backoff spans runs
+    kept = {k: state[k] for k in ("pg_wait",) if k in state}   # the scheduler's backoff spans the unit's runs
     if not running:
         save_state(a.unit, dict(kept, start=start))
         return 0
