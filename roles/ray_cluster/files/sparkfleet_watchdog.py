@@ -395,7 +395,7 @@ def main(argv=None):
     r.add_argument("--grace", type=int, default=60, help="seconds after a start before the node is judged")
     r.add_argument("--checks", type=int, default=2, help="bad checks in a row before a restart")
     r.add_argument("--timeout", type=int, default=20, help="seconds the GCS may take to answer")
-    r.add_argument("--pg-stuck", type=int, default=120,
+    r.add_argument("--pg-stuck", type=int, default=60,
                    help="head: seconds a placement group may stay pending while the free GPUs would hold it (0: never)")
     v = sub.add_parser("vllm")
     v.add_argument("--unit", required=True)
