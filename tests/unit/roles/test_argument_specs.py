@@ -94,10 +94,25 @@ def _floor_files(role):
     return [REPO / "roles" / COMMON / "tasks" / n for n in sorted(set(names))]
 
 
+def _with_floor_values(text):
+    """text, and the definition of every value of the common role it reads (transitively): a role that reads
+    sparkfleet_cluster_nodes reads each node's sparkfleet_fabric_ip through it."""
+    values = {k: str(v) for k, v in _yaml(REPO / "roles" / COMMON / "vars" / "main.yml").items() if k not in NAMES_ONLY}
+    values.update({k: str(v) for k, v in _defaults(COMMON).items()})
+    seen = set()
+    while True:
+        new = [k for k in values if k not in seen and _uses(text, k)]
+        if not new:
+            return text
+        seen.update(new)
+        text += "\n" + "\n".join(values[k] for k in new)
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_every_spec_entry_has_a_default_or_a_use(role):
     defaults = _defaults(role)
-    text = _text(_role_files(role, ("tasks", "templates", "handlers", "vars", "defaults")) + _floor_files(role))
+    text = _with_floor_values(
+        _text(_role_files(role, ("tasks", "templates", "handlers", "vars", "defaults")) + _floor_files(role)))
     orphans = [name for name in _spec(role) if name not in defaults and not _uses(text, name)]
     assert not orphans, "%s: spec entries the role neither defaults nor reads: %s" % (role, orphans)
 

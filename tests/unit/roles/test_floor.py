@@ -55,6 +55,22 @@ def test_the_floor_s_task_files_are_reached_only_through_include_role():
     assert used <= floor and "fabric_facts.yml" in used
 
 
+def production_yaml():
+    """Every role and playbook file that Ansible templates (tasks, handlers, vars, defaults, templates)."""
+    paths = [p for p in ROLES.glob("*/*/*") if p.suffix in (".yml", ".j2") and p.parts[-2] != "meta"]
+    return sorted(paths + list((REPO / "playbooks").glob("*.yml")))
+
+
+def test_the_nodes_and_their_fabric_ips_are_computed_once_on_the_floor():
+    """sparkfleet_cluster_nodes ({host, ip, head}, the head first) is the one list of the nodes' fabric IPs: a role
+    that needs the workers' addresses reads it (rejectattr('head')), never rebuilds it from the groups."""
+    home = ROLES / "sparkfleet" / "vars" / "main.yml"
+    rebuilt = [str(p.relative_to(REPO)) for p in production_yaml() if p != home
+               and ("sparkfleet.vllm.cluster_nodes(" in p.read_text() or "'sparkfleet_fabric_ip')" in p.read_text())]
+    assert rebuilt == []
+    assert "sparkfleet.vllm.cluster_nodes(" in home.read_text()
+
+
 # The sideways includes left (a role running another role's task file, not the floor's). The list may only shrink:
 # a new one belongs in roles/sparkfleet/tasks (issue 20).
 SIDEWAYS_LEFT = {
