@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
@@ -61,14 +62,29 @@ def production_yaml():
     return sorted(paths + list((REPO / "playbooks").glob("*.yml")))
 
 
-def test_the_nodes_and_their_fabric_ips_are_computed_once_on_the_floor():
-    """sparkfleet_cluster_nodes ({host, ip, head}, the head first) is the one list of the nodes' fabric IPs: a role
-    that needs the workers' addresses reads it (rejectattr('head')), never rebuilds it from the groups."""
+# What the floor derives once (roles/sparkfleet/vars/main.yml), and how a role would rebuild it by hand.
+REBUILT = {
+    "sparkfleet_head_host": ("groups['spark_head'][0]",),
+    "sparkfleet_hosts": ("groups['spark_head'] + groups['spark_workers']",),
+    "sparkfleet_head_fabric_ip": ("hostvars[sparkfleet_head_host].sparkfleet_fabric_ip",
+                                  "hostvars[sparkfleet_head_host]['sparkfleet_fabric_ip']"),
+    "sparkfleet_cluster_nodes": ("sparkfleet.vllm.cluster_nodes(", "'sparkfleet_fabric_ip')"),
+}
+# Left (may only shrink): site.yml's image-wait play runs no role, so the floor's values are not loaded there.
+REBUILT_LEFT = {("sparkfleet_head_host", "playbooks/site.yml")}
+
+
+@pytest.mark.parametrize("value", sorted(REBUILT))
+def test_cluster_wide_values_are_computed_once_on_the_floor(value):
+    """A role or playbook that needs the head, the nodes or their fabric IPs reads the floor's value (the workers'
+    addresses: sparkfleet_cluster_nodes | rejectattr('head')), never rebuilds it from the groups or hostvars."""
     home = ROLES / "sparkfleet" / "vars" / "main.yml"
-    rebuilt = [str(p.relative_to(REPO)) for p in production_yaml() if p != home
-               and ("sparkfleet.vllm.cluster_nodes(" in p.read_text() or "'sparkfleet_fabric_ip')" in p.read_text())]
-    assert rebuilt == []
-    assert "sparkfleet.vllm.cluster_nodes(" in home.read_text()
+    assert "%s:" % value in home.read_text()
+    rebuilt = {str(p.relative_to(REPO)) for p in production_yaml() if p != home
+               for way in REBUILT[value] if way in p.read_text()}
+    left = {path for v, path in REBUILT_LEFT if v == value}
+    assert rebuilt <= left, "read %s instead: %s" % (value, sorted(rebuilt - left))
+    assert left <= rebuilt, "gone (remove from REBUILT_LEFT): %s" % sorted(left - rebuilt)
 
 
 # The sideways includes left (a role running another role's task file, not the floor's). The list may only shrink:
