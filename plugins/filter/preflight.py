@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _inventory
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _inventory
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import fail
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._validate import ray_extra_args_problems
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate import ray_extra_args_problems
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import fail, port_number, whole_number
 
 _WHERE = "ray_start_args"

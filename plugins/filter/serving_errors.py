@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._validate import serving_errors as _serving_errors
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate import serving_errors as _serving_errors
 
 # Ansible's wording around a templating error of one loop item; the error itself follows it.
 _PREFIX_RE = re.compile(r"^.*?Error while resolving value for '[^']*': ", re.S)

@@ -5,7 +5,7 @@
 
 Every check takes ``where`` (the filter's name) and raises ``AnsibleFilterError("<where>: <problem>")``,
 naming the argument, the value and what it must be, so every filter refuses bad input the same way.
-Whole numbers are read by ``module_utils._validate.check_int``, the rule preflight applies to the same
+Whole numbers are read by ``plugin_utils._validate.check_int``, the rule preflight applies to the same
 role variables, so a value preflight accepts is never refused later by a filter.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.collections import is_string
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._validate import check_int
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate import check_int
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -173,7 +173,7 @@ def test_the_sample_inventory_ships_with_documentation_addresses_only(members, t
             for found in re.findall(r"\b\d{1,3}(?:\.\d{1,3}){3}(?:/\d{1,2})?\b", text):
                 net = ipaddress.ip_network(found, strict=False)
                 assert any(net.subnet_of(d) for d in docs), "%s: %s is not a documentation address" % (name, found)
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._inventory import inventory_errors
+    from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._inventory import inventory_errors
     inv = json.loads(subprocess.run([_tool("ansible-inventory"), "-i", os.path.join(ROOT, "inventories", "sample"),
                                      "--list"], capture_output=True, text=True, check=True).stdout)
     hostvars = inv["_meta"]["hostvars"]

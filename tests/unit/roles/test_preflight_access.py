@@ -90,7 +90,7 @@ def test_the_image_key_is_tried_as_the_role_authorizes_it_with_arguments_its_com
 def test_the_load_commands_default_passes_preflights_check(user):
     """Preflight checks runtime_image_load_command (it goes into the key's command="..."): the role's own default,
     for root (the interpreter's path first) and for any other user (through sudo), passes."""
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils import _validate
+    from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _validate
     runtime = yaml.safe_load((REPO / "roles/runtime_image/defaults/main.yml").read_text())
     command = _render(runtime["runtime_image_load_command"], runtime_image_sync_user=user,
                       runtime_image_loader=runtime["runtime_image_loader"])

@@ -13,8 +13,8 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkfleet.vllm.plugins.filter.ray_start_args import ray_start_args
 from ansible_collections.sparkfleet.vllm.plugins.filter.vllm_serve_args import vllm_serve_args
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _validate as v
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._inventory import inventory_errors
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _validate as v
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._inventory import inventory_errors
 
 HOST = "spark-1"
 SUBNET = "192.168.200.0/24"

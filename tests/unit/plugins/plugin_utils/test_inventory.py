@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._inventory import inventory_errors
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._inventory import inventory_errors
 
 GROUPS = {"spark_head": ["spark-1"], "spark_workers": ["spark-2"], "spark": ["spark-1", "spark-2"]}
 
@@ -76,7 +76,7 @@ def test_plays_and_roles_use_only_the_fixed_group_names():
     import re
     from pathlib import Path
 
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._inventory import ALL_GROUP, HEAD_GROUP, WORKER_GROUP
+    from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._inventory import ALL_GROUP, HEAD_GROUP, WORKER_GROUP
 
     repo = Path(__file__).resolve().parents[4]
     names = {ALL_GROUP, HEAD_GROUP, WORKER_GROUP}

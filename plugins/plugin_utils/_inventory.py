@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._validate import check_int, is_host_name
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate import check_int, is_host_name
 
 # The group names every play and role targets: the one place they are decided (tests/unit checks the plays
 # and roles use no others). A play's hosts pattern is fixed when the playbook is parsed, before any inventory

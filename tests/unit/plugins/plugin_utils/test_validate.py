@@ -1,4 +1,4 @@
-"""module_utils/_validate: one check per serving variable, and vLLM's reading of `vllm serve` flags.
+"""plugin_utils/_validate: one check per serving variable, and vLLM's reading of `vllm serve` flags.
 
 Property-based (hypothesis): the checks never raise and accept exactly their domain; the flag normaliser is
 idempotent and every spelling Python's own argparse (with vLLM's rewrite in front) reads as a pinned flag is
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _validate as v
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _validate as v
 
 # database=None: no .hypothesis directory in the checkout; failures print their example.
 PROPS = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,136 @@
+"""docs/ARCHITECTURE.md's rules, checked on the code (issue 20): each rule the page states that a machine can check is
+checked here or names the test that checks it, and every path the page names exists.
+
+- calls go down only: which layer of plugins/ may import which (LAYER_IMPORTS);
+- node-side helpers (module_utils) know no role: no role variable is named in their code (a hint names a setting);
+- the page's paths exist, and the tests it names for the other rules exist.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGINS = REPO / "plugins"
+PAGE = REPO / "docs" / "ARCHITECTURE.md"
+PACKAGE = "ansible_collections.sparkfleet.vllm.plugins."
+
+# Who may import whom inside plugins/ (module_utils is sent to the nodes with the modules; plugin_utils runs on the
+# controller only, so nothing the nodes run may import it).
+LAYER_IMPORTS = {
+    "modules": {"module_utils"},
+    "module_utils": {"module_utils"},
+    "plugin_utils": {"plugin_utils", "module_utils"},
+    "filter": {"plugin_utils", "module_utils"},
+    "lookup": {"plugin_utils", "module_utils"},
+    "callback": {"plugin_utils", "module_utils"},
+    "action": {"plugin_utils", "module_utils"},
+    "doc_fragments": set(),
+}
+
+
+def python_files(layer):
+    return sorted((PLUGINS / layer).glob("*.py"))
+
+
+def imported_layers(path):
+    """The plugins/ layers a file imports from (every import statement, also those inside functions)."""
+    layers = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
+            [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        for name in names:
+            if name.startswith(PACKAGE):
+                layers.add(name[len(PACKAGE):].split(".")[0])
+    return layers
+
+
+def test_every_layer_of_plugins_is_known():
+    present = {p.name for p in PLUGINS.iterdir() if p.is_dir() and list(p.glob("*.py"))}
+    assert present <= set(LAYER_IMPORTS), sorted(present - set(LAYER_IMPORTS))
+
+
+@pytest.mark.parametrize("layer", sorted(LAYER_IMPORTS))
+def test_calls_go_down_only(layer):
+    wrong = {str(p.relative_to(REPO)): sorted(imported_layers(p) - LAYER_IMPORTS[layer]) for p in python_files(layer)}
+    assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def role_variables():
+    """Every variable a role declares (argument specs, defaults) or the floor derives (roles/sparkfleet/vars)."""
+    names = set()
+    for spec in (REPO / "roles").glob("*/meta/argument_specs.yml"):
+        for entry in (yaml.safe_load(spec.read_text(encoding="utf-8")).get("argument_specs") or {}).values():
+            names |= set(entry.get("options") or {})
+    for part in ("defaults", "vars"):
+        for path in (REPO / "roles").glob("*/%s/main.yml" % part):
+            names |= {k for k in (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if not k.startswith("_")}
+    return names
+
+
+def code_strings(path):
+    """The identifiers and string constants of a file's code (docstrings and comments are prose, not code)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                docstrings.add(id(first.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.value
+        elif isinstance(node, ast.Name):
+            yield node.id
+        elif isinstance(node, ast.Attribute):
+            yield node.attr
+
+
+def test_module_utils_names_no_role_variable():
+    """A hint in module_utils names a setting ({fabric_ip}, plugins/module_utils/_settings.py), which the roles map
+    to their variables through setting_names; a setting's own key may equal a variable's name."""
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import SETTINGS
+
+    variables = role_variables() - set(SETTINGS)
+    assert "vllm_serve_api_key" in variables and "sparkfleet_fabric_ip" in variables
+    pattern = re.compile(r"(?<![\w.])(%s)(?!\w)" % "|".join(sorted(map(re.escape, variables), key=len, reverse=True)))
+    named = {}
+    for path in python_files("module_utils"):
+        found = sorted({m for text in code_strings(path) for m in pattern.findall(text)})
+        if found:
+            named[str(path.relative_to(REPO))] = found
+    assert named == {}
+
+
+def test_the_role_variable_check_sees_a_role_variable_in_code(tmp_path):
+    """The check above reads code, not prose: a variable's name in a string constant is found, in a docstring not."""
+    sample = tmp_path / "_sample.py"
+    sample.write_text('"""Hints name sparkfleet_fabric_ip nowhere in code."""\nHINT = "set sparkfleet_fabric_ip"\n')
+    assert list(code_strings(sample)) == ["HINT", "set sparkfleet_fabric_ip"]
+
+
+TOP = {p.name for p in REPO.iterdir() if not p.name.startswith(".")}
+
+
+def page_paths():
+    """Repository paths the page names in backticks (a placeholder such as <role> is not a path)."""
+    found = set()
+    for text in re.findall(r"`([^`\s]+)`", PAGE.read_text(encoding="utf-8")):
+        path = text.rstrip(".,:;)").split("::")[0]
+        if "/" in path and path.split("/")[0] in TOP and "<" not in path and "*" not in path:
+            found.add(path)
+    return sorted(found)
+
+
+def test_the_page_names_paths():
+    assert len(page_paths()) >= 20
+
+
+@pytest.mark.parametrize("path", page_paths())
+def test_every_path_the_page_names_exists(path):
+    assert (REPO / path).exists(), "docs/ARCHITECTURE.md names %s, which does not exist" % path
