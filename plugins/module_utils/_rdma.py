@@ -520,6 +520,19 @@ def read_links(module, runner):
                          hint="the node's iproute2 is too old for -j; install iproute2 >= 4.14")
 
 
+def fabric_options():
+    """The options that say how to read a node's fabric, as an argument spec: rdma_facts takes them at its top level,
+    node_facts under its fabric option (each module documents them); read them with gather_fabric(**options)."""
+    return dict(sysfs_root=dict(type="path", default="/sys"), interface=dict(type="str"), subnet=dict(type="str"),
+                ip=dict(type="str"), min_mtu=dict(type="int", default=9000),
+                dev_dir=dict(type="path", default="/dev/infiniband"))
+
+
+def fabric_params(params):
+    """The fabric options out of a module's params (or node_facts' fabric dict), for gather_fabric(**...)."""
+    return {name: params[name] for name in fabric_options()}
+
+
 def gather_fabric(module, runner, sysfs_root="/sys", interface=None, subnet=None, ip=None, min_mtu=9000,
                   dev_dir="/dev/infiniband"):
     """This node's fabric as rdma_facts reports it (its sparkfleet_fabric fact), warning below min_mtu.

@@ -75,6 +75,19 @@ def render_text(text, names=None):
     return text.format(**dict((k, names.get(k) or SETTINGS[k]) for k in fields(text)))
 
 
+def setting_names_option():
+    """The setting_names option of the modules that give hints, as an argument spec entry; the
+    sparkfleet.vllm.setting_names doc fragment documents it (each module extends it)."""
+    return {"setting_names": {"type": "dict", "default": {}}}
+
+
+def check_setting_names(module):
+    """Fail the module, with the fix, when its setting_names option cannot be used."""
+    problem = setting_names_problem(module.params["setting_names"])
+    if problem:
+        module.fail_json(msg=problem[0], hint=problem[1])
+
+
 def setting_names_problem(names):
     """(msg, hint) when a caller's ``setting_names`` cannot be used, else None."""
     unknown = unknown_settings(names)

@@ -274,17 +274,17 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu_release impor
     strip,
     survey,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text, setting_names_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import check_setting_names, render_text, setting_names_option
 
 
 def main():
     argument_spec = dict(COMMON_ARGSPEC, ports=PORTS_SPEC, fail_on_foreign=dict(type='bool', default=False),
-                         setting_names=dict(type='dict', default={}))
+                         **setting_names_option())
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    problem = ports_problem(module.params['ports']) or setting_names_problem(module.params['setting_names'])
+    problem = ports_problem(module.params['ports'])
     if problem:
-        module.fail_json(msg=problem if isinstance(problem, str) else problem[0],
-                         hint=None if isinstance(problem, str) else problem[1])
+        module.fail_json(msg=problem)
+    check_setting_names(module)
     scanner = GpuScanner(module)
     gpu = scanner.gpu_summary()
     data = survey(scanner, module.params['ports'])

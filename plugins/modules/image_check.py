@@ -157,7 +157,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text, setting_names_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import check_setting_names, render_text, setting_names_option
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import (
     LAUNCHER, LOADER_ADVICE, PROBE, PROBE_FORMAT, ProbeError, image_id_key, judge, parse_probe, summary)
 
@@ -224,16 +224,14 @@ def main():
             min_ray_version=dict(type="str"),
             cache_dir=dict(type="path", default="/var/lib/sparkfleet/image-checks"),
             timeout=dict(type="int", default=180),
-            setting_names=dict(type="dict", default={}),
+            **setting_names_option()
         ),
         supports_check_mode=True,
     )
     p = module.params
     if p["timeout"] < 1:
         module.fail_json(msg="timeout must be 1 or more seconds, got %d (0 would let the probe run forever)" % p["timeout"])
-    problem = setting_names_problem(p["setting_names"])
-    if problem:
-        module.fail_json(msg=problem[0], hint=problem[1])
+    check_setting_names(module)
     runner = Runner(module)
     docker = runner.bin("docker")
     image_id = _inspect(runner, docker, p["image"])

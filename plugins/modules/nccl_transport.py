@@ -123,7 +123,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._nccl import judge, parse, summary
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import setting_names_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import check_setting_names, setting_names_option
 
 
 def main():
@@ -133,14 +133,12 @@ def main():
             nodes=dict(type="list", elements="dict", default=[]),
             rdma_devices=dict(type="dict", default={}),
             allow_tcp_fallback=dict(type="bool", default=False),
-            setting_names=dict(type="dict", default={}),
+            **setting_names_option()
         ),
         supports_check_mode=True,
     )
     p = module.params
-    problem = setting_names_problem(p["setting_names"])
-    if problem:
-        module.fail_json(msg=problem[0], hint=problem[1])
+    check_setting_names(module)
     nodes = {}
     for node in p["nodes"]:
         if not node.get("host") or not node.get("ip"):

@@ -209,7 +209,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._mounts import read_bind
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import gather_fabric
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import fabric_options, fabric_params, gather_fabric
 
 _SYSTEMD_RE = re.compile(r"^systemd (\d+)", re.M)
 
@@ -294,14 +294,7 @@ def unit_states(module, runner, names):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            fabric=dict(type="dict", options=dict(
-                sysfs_root=dict(type="path", default="/sys"),
-                interface=dict(type="str"),
-                subnet=dict(type="str"),
-                ip=dict(type="str"),
-                min_mtu=dict(type="int", default=9000),
-                dev_dir=dict(type="path", default="/dev/infiniband"),
-            )),
+            fabric=dict(type="dict", options=fabric_options()),
             nft=dict(type="str"),
             nft_tables=dict(type="list", elements="dict", default=[], options=dict(
                 family=dict(type="str", default="inet"),
@@ -357,9 +350,7 @@ def main():
                           for m in p["mounts"])
     if p["fabric"] is not None:
         f = p["fabric"]
-        facts["sparkfleet_fabric"] = gather_fabric(module, runner, sysfs_root=f["sysfs_root"],
-                                                   interface=f["interface"], subnet=f["subnet"], ip=f["ip"],
-                                                   min_mtu=f["min_mtu"], dev_dir=f["dev_dir"])
+        facts["sparkfleet_fabric"] = gather_fabric(module, runner, **fabric_params(f))
     module.exit_json(changed=False, ansible_facts=facts, **node)
 
 

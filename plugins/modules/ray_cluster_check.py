@@ -280,7 +280,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._ray import (
     problems_of,
     summary_of,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text, setting_names_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import check_setting_names, render_text, setting_names_option
 
 # Grace for `timeout` after the program's own watchdog, then SIGKILL after KILL_AFTER.
 GRACE = 15
@@ -344,14 +344,12 @@ def main():
             timeout=dict(type="float", default=20),
             reverse_from=dict(type="str", choices=["task", "none"], default="task"),
             fail_on_mismatch=dict(type="bool", default=True),
-            setting_names=dict(type="dict", default={}),
+            **setting_names_option()
         ),
         supports_check_mode=True,
     )
     p = module.params
-    problem = setting_names_problem(p["setting_names"])
-    if problem:
-        module.fail_json(msg=problem[0], hint=problem[1])
+    check_setting_names(module)
     if not (math.isfinite(p["timeout"]) and math.isfinite(p["object_size_mb"])) \
             or p["timeout"] <= 0 or p["object_size_mb"] <= 0:
         module.fail_json(msg="timeout and object_size_mb must be positive",

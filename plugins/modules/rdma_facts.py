@@ -248,24 +248,12 @@ hint:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import gather_fabric
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import fabric_options, fabric_params, gather_fabric
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            sysfs_root=dict(type="path", default="/sys"),
-            interface=dict(type="str"),
-            subnet=dict(type="str"),
-            ip=dict(type="str"),
-            min_mtu=dict(type="int", default=9000),
-            dev_dir=dict(type="path", default="/dev/infiniband"),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    fabric = gather_fabric(module, Runner(module), sysfs_root=p["sysfs_root"], interface=p["interface"],
-                           subnet=p["subnet"], ip=p["ip"], min_mtu=p["min_mtu"], dev_dir=p["dev_dir"])
+    module = AnsibleModule(argument_spec=fabric_options(), supports_check_mode=True)
+    fabric = gather_fabric(module, Runner(module), **fabric_params(module.params))
     result = dict(fabric)
     result.update(changed=False, ansible_facts=dict(sparkfleet_fabric=fabric))
     module.exit_json(**result)

@@ -288,6 +288,7 @@ benign_warnings:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import setting_names_option
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_wait import finish, refuse_unreadable, run
 
 ARGUMENT_SPEC = dict(
@@ -307,7 +308,7 @@ ARGUMENT_SPEC = dict(
     poll_interval=dict(type="float", default=5),
     rank_names=dict(type="dict", default={}),
     max_bytes=dict(type="int", default=8388608),
-    setting_names=dict(type="dict", default={}),
+    **setting_names_option()
 )
 
 

@@ -12,8 +12,9 @@ verdict, plus its table and chart.
 
 from __future__ import annotations
 
-import json
 import os
+
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._report import write_json_and_table
 
 AS_EXPECTED = "as expected"
 BELOW = "below"
@@ -506,17 +507,7 @@ def chart(section, path):
 
 def write(section, directory, chart_too=True):
     """qualify.json, qualify.txt and (with matplotlib and a load test) qualify.png in directory."""
-    os.makedirs(directory, exist_ok=True)
-    written = {}
-    path = os.path.join(directory, "qualify.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(section, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
-    written["json"] = path
-    path = os.path.join(directory, "qualify.txt")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(table(section)) + "\n")
-    written["table"] = path
+    written = write_json_and_table(section, table(section), directory, "qualify")
     if chart_too and section.get("serving"):
         try:
             written["chart"] = chart(section, os.path.join(directory, "qualify.png"))

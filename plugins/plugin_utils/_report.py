@@ -354,20 +354,22 @@ def table(report):
     return lines
 
 
+def write_json_and_table(data, lines, directory, stem):
+    """Write STEM.json (data, keys sorted) and STEM.txt (lines) into directory, made if missing: {json, table}."""
+    os.makedirs(directory, exist_ok=True)
+    written = {"json": os.path.join(directory, stem + ".json"), "table": os.path.join(directory, stem + ".txt")}
+    with open(written["json"], "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=True, default=str)
+        f.write("\n")
+    with open(written["table"], "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return written
+
+
 def write(report, directory, chart=True):
     """Write report.json, report.txt and (with matplotlib) timeline.png into directory; return what was written:
     json, table, and chart (its path) or chart_missing (why there is none)."""
-    os.makedirs(directory, exist_ok=True)
-    written = {}
-    path = os.path.join(directory, "report.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
-    written["json"] = path
-    path = os.path.join(directory, "report.txt")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(table(report)) + "\n")
-    written["table"] = path
+    written = write_json_and_table(report, table(report), directory, "report")
     if chart:
         try:
             drawn = timeline(report, os.path.join(directory, "timeline.png"))

@@ -13,8 +13,10 @@ from ansible_collections.sparkfleet.vllm.plugins.doc_fragments.setting_names imp
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _settings
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import (
     SETTINGS,
+    check_setting_names,
     fields,
     render_text,
+    setting_names_option,
     setting_names_problem,
     unknown_settings,
 )
@@ -22,7 +24,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes impor
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 _ROLE_VAR = r"\b((?:vllm_serve|ray_cluster|model_sync|gpu_cleanup|sparkfleet|healthcheck|preflight)_[a-z0-9_]+)"
-HINT_MODULES = ("vllm_wait", "nccl_transport", "ray_cluster_check", "image_check")
+HINT_MODULES = ("vllm_wait", "nccl_transport", "ray_cluster_check", "image_check", "gpu_holders")
 
 
 def _read(*parts):
@@ -75,10 +77,30 @@ def test_the_shared_option_lists_exactly_the_settings():
 def test_hint_modules_take_setting_names(module):
     src = _read("plugins", "modules", module + ".py")
     assert "- sparkfleet.vllm.setting_names" in src
-    assert 'setting_names=dict(type="dict", default={})' in src
+    assert "**setting_names_option()" in src      # the option's spec, paired with the doc fragment, in one place
     # the check is made in the module or in the module_utils file that holds its logic
     logic = os.path.join(ROOT, "plugins", "module_utils", "_%s.py" % module)
-    assert "setting_names_problem(" in src + (open(logic).read() if os.path.exists(logic) else "")
+    assert re.search(r"check_setting_names\(module\)|setting_names_problem\(",
+                     src + (open(logic).read() if os.path.exists(logic) else ""))
+
+
+def test_the_shared_option_spec_and_check():
+    assert setting_names_option() == {"setting_names": {"type": "dict", "default": {}}}
+    assert setting_names_option()["setting_names"]["default"] is not setting_names_option()["setting_names"]["default"]
+
+    class Module:
+        def __init__(self, names):
+            self.params = {"setting_names": names}
+            self.failed = None
+
+        def fail_json(self, **kw):
+            self.failed = kw
+
+    good, bad = Module({"fabric_ip": "my_ip"}), Module({"fabric_ipp": "x"})
+    check_setting_names(good)
+    check_setting_names(bad)
+    assert good.failed is None
+    assert bad.failed["msg"] == "setting_names has unknown setting(s) fabric_ipp" and "documentation" in bad.failed["hint"]
 
 
 def test_every_setting_is_named_by_some_hint():
