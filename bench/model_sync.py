@@ -63,34 +63,8 @@ def fabric_ip(host):
     return "10.99.1.%d" % (10 + int(host.split("-")[1]))
 
 
-GEN = r'''
-import json, os, struct, sys
-root, shards, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-os.makedirs(root, exist_ok=True)
-json.dump({"model_type": "bench"}, open(os.path.join(root, "config.json"), "w"))
-wm = {}
-for i in range(1, shards + 1):
-    name = "model-%05d-of-%05d.safetensors" % (i, shards)
-    path = os.path.join(root, name)
-    n = size - (i % 3) * (size // 8)  # uneven shards, like real checkpoints
-    hdr = json.dumps({"w%d" % i: {"dtype": "F8_E4M3", "shape": [n], "data_offsets": [0, n]}}).encode()
-    if not (os.path.exists(path) and os.path.getsize(path) == 8 + len(hdr) + n):
-        with open(path, "wb") as f:
-            f.write(struct.pack("<Q", len(hdr)) + hdr)
-            left = n
-            while left:
-                k = min(left, 8 << 20)
-                f.write(os.urandom(k))
-                left -= k
-    wm["w%d" % i] = name
-json.dump({"weight_map": wm}, open(os.path.join(root, "model.safetensors.index.json"), "w"))
-for n in os.listdir(root):  # shards of an earlier run with another shard count
-    if n.endswith(".safetensors") and n not in wm.values():
-        os.unlink(os.path.join(root, n))
-for dp, dn, fn in os.walk(root):
-    for n in fn:
-        print("%d %s" % (os.path.getsize(os.path.join(dp, n)), n))
-'''
+# The one safetensors writer of the tests (tests/unit/support/model_files.py), run as a program on the head.
+GEN = open(os.path.join(REPO, "tests", "unit", "support", "model_files.py"), encoding="utf-8").read()
 
 # Raw TCP: a socket copy of NBYTES over STREAMS connections, memory to memory (no disk, no hashing).
 TCP = r'''
@@ -161,8 +135,10 @@ def machine():
 
 def setup(size_mb, shards, workers=("spark-2",)):
     """The source model on spark-1 and the sync key authorized on the workers (plain key, as an operator would)."""
-    out = subprocess.run([LABCTL, "exec", "spark-1", "python3", "-c", GEN, SRC, str(shards),
-                          str(size_mb * 1024 * 1024 // shards)],
+    shard_bytes = size_mb * 1024 * 1024 // shards
+    # uneven shards, like real checkpoints: the last is 3/4 of the first
+    out = subprocess.run([LABCTL, "exec", "spark-1", "python3", "-c", GEN, SRC, str(shards), str(shard_bytes), "bench",
+                          str(shard_bytes // (4 * shards)), "keep"],
                          check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
     files = [(line.split(" ", 1)[1], int(line.split(" ", 1)[0])) for line in out.splitlines()]
     hexec("spark-1", "chown -R spark: %s; test -f %s || su spark -c \"ssh-keygen -q -t ed25519 -N '' -f %s\""

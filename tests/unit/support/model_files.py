@@ -4,10 +4,10 @@
 """Model files for tests: safetensors written by hand, as the format defines them (an 8-byte little-endian
 header length, the JSON header, then the tensor bytes), and model directories made of such shards.
 
-The one writer for the unit tests, the lab tests and the integration tests. Standard library only, so it
+The one writer for the unit tests, the lab tests, the integration tests and bench/model_sync.py. Standard library only, so it
 also runs as a program on a lab host (see ``main``):
 
-    python3 model_files.py ROOT SHARDS SHARD_BYTES [MODEL_TYPE]
+    python3 model_files.py ROOT SHARDS SHARD_BYTES [MODEL_TYPE [STEP [keep]]]
 """
 
 from __future__ import annotations
@@ -49,26 +49,46 @@ def shard_name(i, shards):
     return "model-%05d-of-%05d.safetensors" % (i, shards)
 
 
-def write_model(root, shards, shard_bytes, model_type="test", step=4096):
+def write_model(root, shards, shard_bytes, model_type="test", step=4096, keep=False):
     """A model directory: config.json, ``shards`` one-tensor shards of random F8 bytes (shard i holds
-    ``shard_bytes - i * step`` bytes, so no two are alike) and the index naming them."""
+    ``shard_bytes - i * step`` bytes, so no two are alike) and the index naming them. The tensor bytes are written
+    in pieces, so a shard of gigabytes (bench/model_sync.py) needs no more memory than one piece. ``keep`` leaves a
+    shard that already has its size (a bench run re-uses the last run's model); shards of another shard count are
+    removed."""
     os.makedirs(root, exist_ok=True)
     with open(os.path.join(root, "config.json"), "w") as handle:
         json.dump({"model_type": model_type}, handle)
     weight_map = {}
     for i in range(1, shards + 1):
         name = shard_name(i, shards)
+        path = os.path.join(root, name)
         n = shard_bytes - i * step
-        write_safetensors(os.path.join(root, name), {"w%d" % i: ("F8_E4M3", [n], os.urandom(n))}, pad=False)
+        head = encode({"w%d" % i: {"dtype": "F8_E4M3", "shape": [n], "data_offsets": [0, n]}}, pad=False)
         weight_map["w%d" % i] = name
+        if keep and os.path.isfile(path) and os.path.getsize(path) == len(head) + n:
+            continue
+        with open(path, "wb") as handle:
+            handle.write(head)
+            left = n
+            while left:
+                piece = min(left, 8 << 20)
+                handle.write(os.urandom(piece))
+                left -= piece
     with open(os.path.join(root, "model.safetensors.index.json"), "w") as handle:
         json.dump({"weight_map": weight_map}, handle)
+    for name in os.listdir(root):
+        if name.endswith(".safetensors") and name not in weight_map.values():
+            os.unlink(os.path.join(root, name))
     return root
 
 
 def main(argv):
+    """ROOT SHARDS SHARD_BYTES [MODEL_TYPE [STEP [keep]]]: write the model, then print each file's size and name."""
     root, shards, size = argv[0], int(argv[1]), int(argv[2])
-    write_model(root, shards, size, model_type=argv[3] if len(argv) > 3 else "test")
+    write_model(root, shards, size, model_type=argv[3] if len(argv) > 3 else "test",
+                step=int(argv[4]) if len(argv) > 4 else 4096, keep=len(argv) > 5 and argv[5] == "keep")
+    for name in sorted(os.listdir(root)):
+        print("%d %s" % (os.path.getsize(os.path.join(root, name)), name))
     return 0
 
 
