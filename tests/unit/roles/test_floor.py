@@ -6,6 +6,8 @@ node facts are called.
 
 from __future__ import annotations
 
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,20 +89,115 @@ def test_cluster_wide_values_are_computed_once_on_the_floor(value):
     assert left <= rebuilt, "gone (remove from REBUILT_LEFT): %s" % sorted(left - rebuilt)
 
 
-# The sideways includes left (a role running another role's task file, not the floor's). The list may only shrink:
-# a new one belongs in roles/sparkfleet/tasks (issue 20).
-SIDEWAYS_LEFT = {
-    ("preflight", "vllm_serve", "validate.yml"),
-    ("preflight", "ray_cluster", "fabric.yml"),
-    ("preflight", "ray_cluster", "firewall_check.yml"),
-    ("preflight", "ray_cluster", "firewall_host.yml"),
-    ("preflight", "ray_cluster", "ports.yml"),
-    ("preflight", "gpu_cleanup", "plan.yml"),
-    ("ray_cluster", "runtime_image", "distribute_wait.yml"),
-}
+def test_no_role_includes_another_role_s_task_file():
+    """What more than one role runs lives in roles/sparkfleet/tasks (issue 20)."""
+    sideways = sorted((role, target, tf) for role, target, tf in includes() if target not in (role, "sparkfleet"))
+    assert not sideways, "move these task files to roles/sparkfleet/tasks: %s" % sideways
 
 
-def test_no_new_sideways_include():
-    sideways = {(role, target, tf) for role, target, tf in includes() if target not in (role, "sparkfleet")}
-    assert sideways <= SIDEWAYS_LEFT, sorted(sideways - SIDEWAYS_LEFT)
-    assert SIDEWAYS_LEFT <= sideways, "gone (remove from SIDEWAYS_LEFT): %s" % sorted(SIDEWAYS_LEFT - sideways)
+ROLE_NAMES = sorted(p.name for p in ROLES.iterdir() if (p / "tasks").is_dir() or (p / "defaults").is_dir())
+PRIVATE = re.compile(r"(?<![\w])_(%s)_[a-z0-9_]+" % "|".join(ROLE_NAMES))
+
+
+def _code_lines(path):
+    """The lines of a role file or playbook that are not comments (YAML or Jinja)."""
+    text = re.sub(r"\{#.*?#\}", "", path.read_text(encoding="utf-8"), flags=re.S)
+    return [(n, line) for n, line in enumerate(text.splitlines(), 1) if not line.lstrip().startswith("#")]
+
+
+def private_reads():
+    """(file, line, name) for every `_<role>_*` name of another role in a role's files or a playbook."""
+    found = []
+    files = [p for role in ROLE_NAMES for part in ("tasks", "templates", "handlers", "vars", "defaults")
+             for p in sorted((ROLES / role / part).rglob("*")) if p.is_file()]
+    for path in files + sorted((REPO / "playbooks").glob("*.yml")):
+        own = path.relative_to(ROLES).parts[0] if ROLES in path.parents else None
+        for number, line in _code_lines(path):
+            for match in PRIVATE.finditer(line):
+                if match.group(1) not in (own, "sparkfleet"):
+                    found.append((str(path.relative_to(REPO)), number, match.group(0)))
+    return found
+
+
+def test_no_role_reads_another_role_s_private_variables():
+    """A role's `_<role>_*` names are its own; what another role needs is a floor fact (`sparkfleet_*`, documented in
+    roles/sparkfleet/README.md) or the floor's `_sparkfleet_*`."""
+    assert not private_reads()
+
+
+def test_the_private_read_check_sees_a_read(tmp_path, monkeypatch):
+    """The check above is not blind: another role's private name in a task is found, the role's own is not."""
+    fake = tmp_path / "roles"
+    for role in ROLE_NAMES:
+        (fake / role / "tasks").mkdir(parents=True)
+    (fake / "ray_cluster" / "tasks" / "main.yml").write_text(
+        "- name: X\n  ansible.builtin.debug:\n    msg: \"{{ _runtime_image_job }} {{ _ray_cluster_own }}\"\n"
+        "# a comment naming _vllm_serve_x is no read\n")
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / "p.yml").write_text("- hosts: all\n  tasks: [{debug: {msg: '{{ x._preflight_y }}'}}]\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROLES", fake)
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert [(f, name) for f, _n, name in private_reads()] == [
+        ("roles/ray_cluster/tasks/main.yml", "_runtime_image_job"), ("playbooks/p.yml", "_preflight_y")]
+
+
+def _floor_settings():
+    """The floor's `_sparkfleet_<role>` values (vars/main.yml): role -> the settings listed in its `only=[...]`."""
+    text = (ROLES / "sparkfleet" / "vars" / "main.yml").read_text(encoding="utf-8")
+    found = {}
+    for name, body in yaml.safe_load(text).items():
+        match = re.fullmatch(r"_sparkfleet_(\w+)", name)
+        if match and match.group(1) in ROLE_NAMES and "role_settings" in str(body):
+            assert re.search(r"role_settings', '%s'" % match.group(1), str(body)), name
+            found[match.group(1)] = set(re.findall(r"'(%s_[a-z0-9_]+)'" % match.group(1), str(body)))
+    return found
+
+
+def test_the_floor_reads_another_role_s_settings_only_through_its_settings_lookup():
+    """In the floor's task files and vars, another role's setting is read as `_sparkfleet_<role>.<setting>` (so it
+    resolves where that role's defaults are not loaded, e.g. from preflight), each one listed in that lookup's `only`
+    and a default of that role; a listed one is read."""
+    settings = _floor_settings()
+    assert set(settings) >= {"ray_cluster", "gpu_cleanup", "runtime_image"}
+    read = {role: set() for role in settings}
+    sources = [(path.name, "\n".join(line for _n, line in _code_lines(path)))
+               for path in sorted((ROLES / "sparkfleet" / "tasks").glob("*.yml"))]
+    floor_vars = yaml.safe_load((ROLES / "sparkfleet" / "vars" / "main.yml").read_text(encoding="utf-8"))
+    sources += [("vars/main.yml: " + k, str(v)) for k, v in floor_vars.items()
+                if not (k.startswith("_sparkfleet_") and k[len("_sparkfleet_"):] in settings)]
+    for where, text in sources:
+        # Jinja expressions, and the bare conditions of when/failed_when/until lists
+        exprs = re.findall(r"\{\{.*?\}\}", text, re.S) + re.findall(
+            r"(?m)^\s*(?:- (?!name:)|when: |failed_when: |until: )[^{\n]*$", text)
+        for expr in exprs:
+            for match in re.finditer(r"(?<![\w])(%s)_[a-z0-9_]+" % "|".join(ROLE_NAMES), expr):
+                role, name = match.group(1), match.group(0)
+                if role == "sparkfleet" or name == "sparkfleet_runtime_image_sync":  # runtime_image's result fact
+                    continue
+                assert role in settings and expr[:match.start()].endswith("_sparkfleet_%s." % role), \
+                    "%s reads %s bare: read it as _sparkfleet_%s.%s" % (where, name, role, name)
+                read[role].add(name)
+    for role, listed in settings.items():
+        defaults = set(yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()) or {})
+        assert read[role] <= listed, "add to _sparkfleet_%s's only: %s" % (role, sorted(read[role] - listed))
+        assert listed <= defaults, "not defaults of %s: %s" % (role, sorted(listed - defaults))
+        assert listed <= read[role], "listed, never read: %s" % sorted(listed - read[role])
+
+
+def floor_facts():
+    """The run-time facts more than one role reads, as roles/sparkfleet/README.md documents them."""
+    text = (ROLES / "sparkfleet" / "README.md").read_text(encoding="utf-8")
+    section = text.split("Facts set during a run", 1)[1].split("\n\n", 2)[1]
+    return set(re.findall(r"`(sparkfleet_[a-z0-9_]+)`", section))
+
+
+def test_floor_facts_are_documented_and_set():
+    """The run-time floor facts are the README's, and each is set (set_fact or register) by a role or floor file."""
+    facts = floor_facts()
+    assert {"sparkfleet_settings_validated", "sparkfleet_runtime_image_job", "sparkfleet_runtime_image_lacking",
+            "sparkfleet_runtime_image_present", "sparkfleet_runtime_image_ref", "sparkfleet_runtime_image_ids",
+            "sparkfleet_runtime_image_sync"} <= facts
+    for fact in sorted(facts - {"sparkfleet_fabric"}):  # set by the modules that read the fabric
+        setters = [path for path in role_task_files()
+                   if re.search(r"^\s+(register: )?%s(:|\s|$)" % fact, path.read_text(encoding="utf-8"), re.M)]
+        assert setters, "%s is documented as a floor fact but nothing sets it" % fact
