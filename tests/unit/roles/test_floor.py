@@ -72,8 +72,6 @@ REBUILT = {
                                   "hostvars[sparkfleet_head_host]['sparkfleet_fabric_ip']"),
     "sparkfleet_cluster_nodes": ("sparkfleet.vllm.cluster_nodes(", "'sparkfleet_fabric_ip')"),
 }
-# Left (may only shrink): site.yml's image-wait play runs no role, so the floor's values are not loaded there.
-REBUILT_LEFT = {("sparkfleet_head_host", "playbooks/site.yml")}
 
 
 @pytest.mark.parametrize("value", sorted(REBUILT))
@@ -84,9 +82,7 @@ def test_cluster_wide_values_are_computed_once_on_the_floor(value):
     assert "%s:" % value in home.read_text()
     rebuilt = {str(p.relative_to(REPO)) for p in production_yaml() if p != home
                for way in REBUILT[value] if way in p.read_text()}
-    left = {path for v, path in REBUILT_LEFT if v == value}
-    assert rebuilt <= left, "read %s instead: %s" % (value, sorted(rebuilt - left))
-    assert left <= rebuilt, "gone (remove from REBUILT_LEFT): %s" % sorted(left - rebuilt)
+    assert rebuilt == set(), "read %s instead: %s" % (value, sorted(rebuilt))
 
 
 def test_no_role_includes_another_role_s_task_file():
