@@ -121,6 +121,22 @@ def test_no_role_reads_another_role_s_private_variables():
     assert not private_reads()
 
 
+# Another role's result read off a node's hostvars (e.g. hostvars[head].vllm_serve_image_check, a registered result):
+# a fact more than one role reads is a floor fact (sparkfleet_image_check, set by vllm_serve).
+ACROSS = re.compile(r"hostvars\[[^\]]*\]\s*(?:\.|\[')(%s)_[a-z0-9_]+"
+                    % "|".join(r for r in ROLE_NAMES if r != "sparkfleet"))
+
+
+def test_no_role_reads_another_role_s_results_off_hostvars():
+    found = []
+    for path in [p for p in production_yaml() if p.parts[-3] != "sparkfleet"]:
+        own = path.relative_to(ROLES).parts[0] if ROLES in path.parents else None
+        found += [(str(path.relative_to(REPO)), n, m.group(0)) for n, line in _code_lines(path)
+                  for m in ACROSS.finditer(line) if m.group(1) != own]
+    assert found == []
+    assert ACROSS.search("{{ hostvars[sparkfleet_head_host].vllm_serve_image_check.ray_version }}")
+
+
 def test_the_private_read_check_sees_a_read(tmp_path, monkeypatch):
     """The check above is not blind: another role's private name in a task is found, the role's own is not."""
     fake = tmp_path / "roles"
