@@ -152,7 +152,8 @@ def test_no_dead_defaults(role):
 
 @pytest.mark.parametrize("role", [r for r in ROLES if r != COMMON])
 def test_the_cluster_inputs_a_role_reads_are_in_its_spec(role):
-    text = _text(_role_files(role, ("tasks", "templates", "handlers", "vars", "defaults")))
+    text = _text(_role_files(role, ("tasks", "templates", "handlers", "vars", "defaults")) + _floor_files(role))
+    text = re.sub(r"(?m)^\s*#.*$", "", text)
     read = set(re.findall(r"(?<![\w.'\"/])(sparkfleet_[a-z0-9_]+)", text))
     spec = _spec(role)
     undeclared = sorted(read - _common_names() - set(spec) - _floor_facts())
