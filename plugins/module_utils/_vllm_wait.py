@@ -775,6 +775,14 @@ class StartupWaiter(object):
             self.pull()
             self.parser.finish()
             self.parser.settle(final=True)
+            if not self.parser.failed and self.source.kind == "docker" and self.journal is not None:
+                # A --rm container removed between the log read and this look: its last lines (the cause) are
+                # no longer in docker, but its unit's journal has them (seen in the lab: a rank died 2 s into loading).
+                jp = self._from_unit_journal()
+                if jp is not None and jp.failed and jp.failure()["class"] != "engine_exited":
+                    self.parser = jp
+                    self.from_journal = True
+                    return True
             if not self.parser.failed:
                 self.parser.mark_exited(evidence)
             return True

@@ -647,6 +647,34 @@ def test_container_gone_classifies_from_the_unit_journal(run_module, fake_bins):
     assert "_SYSTEMD_INVOCATION_ID=" + _INVOCATION in jcalls[0]
 
 
+def test_a_container_removed_between_its_log_read_and_its_inspect_classifies_from_the_unit_journal(
+        run_module, fake_bins):
+    # Seen in CI: a rank died 2 s into loading; docker logs still answered (without the crash lines), then the --rm
+    # container was gone when inspected. The crash is in the unit's journal: the cause comes from there, not
+    # engine_exited.
+    out, err = _docker_split("progress_v1_midload.log")
+    body = _text("fail_insufficient_memory_free_v1.log")
+    fake_bins({
+        "docker": lambda a: (0, out, err) if a[1] == "logs" else _no_such_container(a),
+        "journalctl": lambda a: (0, body + "-- cursor: s=9\n", ""),
+        "systemctl": _systemctl("ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=1\n"),
+    })
+    res = run_module(vllm_wait, {"container": "vllm", "unit": "sparkfleet-vllm", "timeout": 10, "poll_interval": 0.2})
+    assert res["failure"]["class"] == "insufficient_memory" and res["log_source"] == "journal"
+
+
+def test_a_container_removed_with_a_silent_journal_stays_engine_exited(run_module, fake_bins):
+    out, err = _docker_split("progress_v1_midload.log")
+    fake_bins({
+        "docker": lambda a: (0, out, err) if a[1] == "logs" else _no_such_container(a),
+        "journalctl": lambda a: (0, "-- No entries --\n", ""),
+        "systemctl": _systemctl("ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=1\n"),
+    })
+    res = run_module(vllm_wait, {"container": "vllm", "unit": "sparkfleet-vllm", "timeout": 10, "poll_interval": 0.2})
+    assert res["failure"]["class"] == "engine_exited" and res["log_source"] == "docker"
+    assert "docker: container vllm not found" in res["failure"]["evidence"]
+
+
 def test_container_gone_and_journal_silent_is_engine_exited_with_systemd_evidence(run_module, fake_bins):
     fake_bins({
         "docker": _no_such_container,
