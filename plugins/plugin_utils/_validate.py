@@ -1267,6 +1267,7 @@ ROLE_CHECKS = {
     "ray_cluster_watchdog_grace": check_whole(0, "a whole number of seconds"),
     "ray_cluster_watchdog_checks": check_count,
     "ray_cluster_watchdog_pg_stuck": check_whole(0, "a whole number of seconds (0: off)"),
+    "ray_cluster_watchdog_pg_stuck_leak": check_whole(0, "a whole number of seconds (0: off)"),
     "ray_cluster_firewall": check_bool,
     "ray_cluster_firewall_allow": None,
     "ray_cluster_firewall_table": check_nft_table,

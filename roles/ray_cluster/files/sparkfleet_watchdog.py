@@ -1,11 +1,13 @@
 # sparkfleet-watchdog: restart what systemd sees running but is dead (installed by the sparkfleet.vllm roles as
 # /usr/local/lib/sparkfleet-watchdog.py, run as `/usr/bin/python3 /usr/local/lib/sparkfleet-watchdog.py ...`).
 #   sparkfleet-watchdog ray --unit U --container C --address HEAD:PORT --node-ip IP [--head] [--grace S] [--checks N]
+#                           [--pg-stuck S] [--pg-stuck-leak S]
 #       Ray's unit is active, but the node is dead in Ray: the raylet (or the head's GCS) is gone while
 #       `ray start --block` lingers, or the GCS lists this node's IP as dead. N checks in a row -> restart the unit.
 #       On the head also: Ray's scheduler stuck (a placement group pending --pg-stuck seconds while the free GPUs would
 #       hold it) -> restart the head's unit (a new GCS; the workers' raylets follow it); twice as long next time unless
-#       the restart placed the GPUs again.
+#       the restart placed the GPUs again. --pg-stuck-leak seconds instead once the GCS logged the stuck scheduler's
+#       mark (it failed to remove a dead node's bundles).
 #   sparkfleet-watchdog vllm --unit U --container C --url URL --model M --env-file F [--timeout S] [--failures N]
 #                            [--start-grace S]
 #       vLLM's unit is active, but no token comes back: N real one-token completions in a row failed within their
@@ -179,6 +181,10 @@ GPU_USAGE = re.compile(r"^\s*([0-9.]+)/([0-9.]+) GPU\b")
 BUNDLE = re.compile(r"\{([^{}]*)\} \* (\d+)")
 BUNDLE_GPU = re.compile(r"'GPU': ([0-9.]+)")
 PG_PENDING_KEYS = ("pg_pending_since", "pg_checked", "pg_restart_after")   # the pending group's state, while it lasts
+# The mark of that stuck scheduler in the head's GCS log of its current session (inside the Ray container): with it,
+# a placement group pending while the free GPUs would hold it is judged after --pg-stuck-leak seconds, not --pg-stuck.
+GCS_LOG = "/tmp/ray/session_latest/logs/gcs_server.out"
+BUNDLE_LEAK = r"Failed to remove [0-9]+ bundle"
 
 
 def gpu_usage(text):
@@ -215,6 +221,14 @@ def ray_status(container, address, timeout):
     return rc, out if rc == 0 else (out + err)
 
 
+def bundle_leaks(container, timeout):
+    """How many times the head's current GCS has logged that it failed to remove a placement group's bundles from a
+    node it marked dead, or None when its log cannot be read (grep's exit 1 is a count of 0)."""
+    rc, out, _err = run(["docker", "exec", container, "grep", "-c", "-E", BUNDLE_LEAK, GCS_LOG], timeout=timeout)
+    out = out.strip()
+    return int(out) if rc in (0, 1) and out.isdigit() else None
+
+
 def check_scheduler(a, state):
     """Head only: restart Ray when a placement group has stayed pending for a.pg_stuck seconds while the free GPUs
     would hold it. The wait doubles after each such restart that placed nothing (up to an hour), so a placement group
@@ -231,16 +245,22 @@ def check_scheduler(a, state):
     free, gpus = verdict
     since = state.setdefault("pg_pending_since", round(now(), 1))
     waited = now() - since
-    backoff = state.get("pg_wait", a.pg_stuck)
+    backoff = base = state.get("pg_wait", a.pg_stuck)
+    leaks = None
+    if "pg_wait" not in state and 0 < a.pg_stuck_leak < backoff:    # not after a restart that placed nothing
+        leaks = bundle_leaks(a.container, a.timeout)
+        if leaks:
+            backoff = a.pg_stuck_leak
     state["cause"] = "a placement group of %g GPU(s) pending %d s with %g GPU(s) free" % (gpus, waited, free)
     state.update(pg_checked=round(now(), 1), pg_restart_after=backoff)    # read by playbooks/status.yml
     if waited >= backoff:
+        leak = (", after the GCS failed to remove a dead node's bundles (%d time(s) in its log)" % leaks) if leaks else ""
         restart(a.unit, "Ray's scheduler stuck: a placement group of %g GPU(s) pending for %d s while %g GPU(s) were"
-                " free; a new GCS schedules it (the workers' Ray follows)" % (gpus, waited, free), state,
-                pending_s=round(waited))
+                " free%s; a new GCS schedules it (the workers' Ray follows)" % (gpus, waited, free, leak), state,
+                pending_s=round(waited), **({"bundle_leaks": leaks} if leaks else {}))
         for key in PG_PENDING_KEYS:
             state.pop(key, None)
-        state["pg_wait"] = min(backoff * 2, 3600)
+        state["pg_wait"] = min(base * 2, 3600)      # a shortened wait doubles what it replaced
 
 
 def check_ray(a):
@@ -397,6 +417,8 @@ def main(argv=None):
     r.add_argument("--timeout", type=int, default=20, help="seconds the GCS may take to answer")
     r.add_argument("--pg-stuck", type=int, default=60,
                    help="head: seconds a placement group may stay pending while the free GPUs would hold it (0: never)")
+    r.add_argument("--pg-stuck-leak", type=int, default=10,
+                   help="head: the same once the GCS logged a failed removal of a dead node's bundles (0: no shortcut)")
     v = sub.add_parser("vllm")
     v.add_argument("--unit", required=True)
     v.add_argument("--container", required=True)

@@ -32,6 +32,7 @@ class Node:
         self.gcs = {"ok": True, "nodes": [{"ip": "10.99.1.11", "alive": True}, {"ip": "10.99.1.12", "alive": True}]}
         self.paused = "false"
         self.status = (FIXTURES / "serving.txt").read_text()     # `ray status` on the head
+        self.leaks = None           # the GCS log's failed bundle removals (grep -c); None: the log cannot be read
         monkeypatch.setattr(wd, "run", self.run)
         monkeypatch.setattr(wd, "now", lambda: self.clock + 1.7e9)
         monkeypatch.setattr(wd, "unit_run", lambda unit: (self.running, self.start))
@@ -45,6 +46,10 @@ class Node:
             return 0, self.paused + "\n", ""
         if argv[:2] == ["docker", "exec"] and argv[3:5] == ["ray", "status"]:
             return (0, self.status, "") if self.status is not None else (1, "", "ConnectionError: GCS unreachable")
+        if argv[:2] == ["docker", "exec"] and argv[3:5] == ["grep", "-c"]:
+            if self.leaks is None:
+                return 2, "", "grep: /tmp/ray/session_latest/logs/gcs_server.out: No such file or directory\n"
+            return (0 if self.leaks else 1), "%d\n" % self.leaks, ""
         return 0, "", ""
 
     def restarts(self):
@@ -59,7 +64,7 @@ def log_lines(tmp_path):
 def ray_args(wd, head=False, node_ip="10.99.1.12"):
     return wd.main.__globals__["argparse"].Namespace(
         unit="sparkfleet-ray", container="sparkfleet-ray", address="10.99.1.11:6379", node_ip=node_ip, head=head,
-        grace=60, checks=2, timeout=20, pg_stuck=120)
+        grace=60, checks=2, timeout=20, pg_stuck=120, pg_stuck_leak=10)
 
 
 def vllm_args(wd, start_grace=1800):
@@ -337,6 +342,83 @@ def test_the_wait_starts_again_once_the_restart_placed_the_gpus(wd, monkeypatch,
         wd.check_ray(a)
         node.clock += 15
     assert node.clock - 15 - t0 == second_after
+
+
+# The GCS line, as the lab's Ray 2.60 head logged it 6 s after a worker's fabric came back (CAPTURED.md):
+# "gcs_placement_group_scheduler.cc:302: Failed to remove 1 bundle(s) for placement group b906... at node 4642...
+#  Status: RpcError: RPC error: failed to connect to all addresses"
+def test_the_gcs_mark_of_a_stuck_scheduler_shortens_the_wait(wd, monkeypatch, tmp_path):
+    node = Node(wd, monkeypatch)
+    node.status = (FIXTURES / "stuck_after_worker_fabric_flap.txt").read_text()
+    node.leaks = 6
+    a = head_args(wd)
+    wd.check_ray(a)                                 # pending seen: the wait starts
+    assert node.restarts() == []
+    assert json.loads((tmp_path / "watchdog-sparkfleet-ray.json").read_text())["pg_restart_after"] == 10
+    node.clock += 15
+    wd.check_ray(a)                                 # 15 s pending, the mark in the log: not 120 s
+    assert node.restarts() == [["systemctl", "restart", "--no-block", "sparkfleet-ray.service"]]
+    (entry,) = log_lines(tmp_path)
+    assert entry["pending_s"] == 15 and entry["bundle_leaks"] == 6
+    assert "after the GCS failed to remove a dead node's bundles (6 time(s) in its log)" in entry["cause"]
+
+
+@pytest.mark.parametrize("leaks, why", [
+    (None, "the GCS log cannot be read"),
+    (0, "no failed removal in the log"),
+])
+def test_without_the_gcs_mark_the_wait_is_pg_stuck(wd, monkeypatch, leaks, why):
+    node = Node(wd, monkeypatch)
+    node.status = (FIXTURES / "stuck_after_worker_fabric_flap.txt").read_text()
+    node.leaks = leaks
+    a = head_args(wd)
+    while not node.restarts():
+        wd.check_ray(a)
+        node.clock += 15
+    assert node.clock - 15 - 1000 == 120, why
+
+
+def test_the_mark_alone_restarts_nothing(wd, monkeypatch):
+    """The line is logged after flaps that heal by themselves too: only a group pending with its GPUs free counts."""
+    node = Node(wd, monkeypatch)
+    node.leaks = 6
+    a = head_args(wd)
+    for status in ["serving.txt", "worker_away.txt"]:
+        node.status = (FIXTURES / status).read_text()
+        for _check in range(20):
+            wd.check_ray(a)
+            node.clock += 15
+    assert node.restarts() == []
+
+
+def test_after_a_restart_that_placed_nothing_the_mark_does_not_shorten_the_doubled_wait(wd, monkeypatch, tmp_path):
+    node = Node(wd, monkeypatch)
+    node.status = (FIXTURES / "stuck_after_worker_fabric_flap.txt").read_text()
+    node.leaks = 3
+    a = head_args(wd)
+    restarted_at = []
+    for _check in range(60):
+        before = len(node.restarts())
+        wd.check_ray(a)
+        if len(node.restarts()) > before:
+            restarted_at.append(node.clock)
+            node.start = node.clock
+        node.clock += 15
+    first, second = [e["pending_s"] for e in log_lines(tmp_path)][:2]
+    assert (first, second) == (15, 240), restarted_at   # then twice --pg-stuck (120 s), not the mark's 10 s again
+
+
+def test_no_shortcut_when_pg_stuck_leak_is_off(wd, monkeypatch):
+    node = Node(wd, monkeypatch)
+    node.status = (FIXTURES / "stuck_after_worker_fabric_flap.txt").read_text()
+    node.leaks = 6
+    a = head_args(wd)
+    a.pg_stuck_leak = 0
+    while not node.restarts():
+        wd.check_ray(a)
+        node.clock += 15
+    assert node.clock - 15 - 1000 == 120
+    assert not [c for c in wd.calls if c[3:5] == ["grep", "-c"]]     # not even read
 
 
 @pytest.mark.parametrize("change", ["scheduled", "ray status fails", "worker", "off"])
