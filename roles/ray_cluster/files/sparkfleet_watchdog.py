@@ -4,6 +4,8 @@
 #                           [--pg-stuck S] [--pg-stuck-leak S]
 #       Ray's unit is active, but the node is dead in Ray: the raylet (or the head's GCS) is gone while
 #       `ray start --block` lingers, or the GCS lists this node's IP as dead. N checks in a row -> restart the unit.
+#       At once (within the grace too): the head's GCS answers with a new cluster id and does not know this node (the
+#       head's Ray restarted; a raylet never joins a new cluster).
 #       On the head also: Ray's scheduler stuck (a placement group pending --pg-stuck seconds while the free GPUs would
 #       hold it) -> restart the head's unit (a new GCS; the workers' raylets follow it); twice as long next time unless
 #       the restart placed the GPUs again. --pg-stuck-leak seconds instead once the GCS logged the stuck scheduler's
@@ -45,9 +47,14 @@ def give_up():
 threading.Timer(float(sys.argv[2]), give_up).start()
 try:
     from ray._raylet import GcsClient
-    infos = GcsClient(address=sys.argv[1]).get_all_node_info(timeout=float(sys.argv[2]))
+    client = GcsClient(address=sys.argv[1])
+    infos = client.get_all_node_info(timeout=float(sys.argv[2]))
     nodes = [{"ip": i.node_manager_address, "alive": int(i.state) == 0} for i in infos.values()]
-    print(json.dumps({"ok": True, "nodes": nodes}))
+    try:
+        cluster = client.cluster_id.hex()
+    except Exception:
+        cluster = None
+    print(json.dumps({"ok": True, "nodes": nodes, "cluster": cluster}))
 except Exception as e:
     print(json.dumps({"ok": False, "error": ("%s: %s" % (type(e).__name__, e)).strip()[:400]}))
 sys.stdout.flush()
@@ -150,6 +157,22 @@ def gcs_nodes(container, address, timeout):
 # A GCS whose process runs but does not answer may only be slow (a loaded head): it needs two more bad checks in a row
 # than a process that is gone before Ray is restarted.
 SLOW = "slow: "
+
+
+def alive_in(gcs, node_ip):
+    return bool(gcs.get("ok")) and any(n.get("alive") for n in gcs.get("nodes", []) if n.get("ip") == node_ip)
+
+
+def orphan_verdict(node_ip, state, gcs):
+    """Why this node's Ray can never serve again although its raylet runs, or None: the head's GCS answers with another
+    cluster id than the one this run of the unit was alive in (the head's Ray restarted) and does not know this node.
+    A raylet keeps the cluster id it joined (the new GCS rejects it: WrongClusterID) and lingers for ever, so this is
+    judged at once, within the grace too."""
+    seen, now_id = state.get("cluster"), gcs.get("cluster") if gcs.get("ok") else None
+    if not seen or not now_id or seen == now_id or alive_in(gcs, node_ip):
+        return None
+    return ("the head's GCS is a new one (cluster id %s..., this node joined %s...: the head's Ray restarted) and does"
+            " not know %s: this raylet belongs to the old cluster and is never taken back" % (now_id[:8], seen[:8], node_ip))
 
 
 def ray_verdict(head, node_ip, procs, gcs):
@@ -272,11 +295,20 @@ def check_ray(a):
         return 0
     if state.get("start") != start:
         state = dict(kept, start=start, bad=0)
-    if time.monotonic() - start < a.grace:
-        save_state(a.unit, state)
-        return 0
+    in_grace = time.monotonic() - start < a.grace
     procs = container_processes(a.container)
     gcs = gcs_nodes(a.container, a.address, a.timeout) if procs is not None and "raylet" in procs else {"ok": None}
+    orphan = orphan_verdict(a.node_ip, state, gcs)
+    if alive_in(gcs, a.node_ip) and gcs.get("cluster"):
+        state["cluster"] = gcs["cluster"]            # the cluster this run of the unit is alive in
+    if orphan:
+        state["cause"] = orphan
+        restart(a.unit, orphan, state, checks=1)
+        save_state(a.unit, state)
+        return 0
+    if in_grace:
+        save_state(a.unit, state)
+        return 0
     cause = ray_verdict(a.head, a.node_ip, procs, gcs)
     if cause is None:
         if not gcs.get("ok") and not a.head:

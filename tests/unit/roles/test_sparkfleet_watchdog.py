@@ -149,6 +149,63 @@ def test_ray_new_run_starts_counting_afresh(wd, monkeypatch):
     assert node.restarts() == []
 
 
+# A worker's raylet after the head's Ray restarted (seen on the lab, 2 Dec, Ray 2.60): it lingers with the old cluster
+# id, the new GCS answers `drain_node` with "WrongClusterID: Perhaps the client is accessing GCS after it has
+# restarted" and lists only the nodes that joined it. Before, the worker waited for its 90 s grace and two checks (54 s
+# after the head's restart).
+OLD, NEW = "8da4803cc9d6a91e2f70475ec4c4cd00056a024340c3f4864e5056bf", "1f0c77aa52e94c0b9d3e4a1a8cbb2e3f10aa4ef1b6e2d3c4f5a6b7c8"
+
+
+def cluster(cid, *alive_ips):
+    return {"ok": True, "cluster": cid, "nodes": [{"ip": ip, "alive": True} for ip in alive_ips]}
+
+
+def test_a_worker_left_in_the_old_cluster_is_restarted_at_once(wd, monkeypatch, tmp_path):
+    node = Node(wd, monkeypatch, start=990.0, clock=1000.0)     # 10 s into its run: within the grace
+    node.gcs = cluster(OLD, "10.99.1.11", "10.99.1.12")
+    a = ray_args(wd)
+    wd.check_ray(a)                                 # alive in OLD: remembered
+    node.clock += 15
+    node.gcs = cluster(NEW, "10.99.1.11")           # the head's Ray restarted; this node is not in the new GCS
+    wd.check_ray(a)
+    assert node.restarts() == [["systemctl", "restart", "--no-block", "sparkfleet-ray.service"]]
+    (entry,) = log_lines(tmp_path)
+    assert entry["checks"] == 1
+    assert entry["cause"] == ("the head's GCS is a new one (cluster id 1f0c77aa..., this node joined 8da4803c...: the"
+                              " head's Ray restarted) and does not know 10.99.1.12: this raylet belongs to the old"
+                              " cluster and is never taken back")
+
+
+@pytest.mark.parametrize("later, why", [
+    (cluster(NEW, "10.99.1.11", "10.99.1.12"), "alive in the new cluster"),
+    (cluster(OLD, "10.99.1.11"), "the same cluster: the usual checks judge it"),
+    ({"ok": True, "cluster": None, "nodes": [{"ip": "10.99.1.11", "alive": True}]}, "a Ray without cluster ids"),
+    ({"ok": False, "error": "no answer from the GCS"}, "the GCS does not answer (the head away)"),
+])
+def test_no_orphan_restart_without_a_new_cluster_that_forgot_the_node(wd, monkeypatch, later, why):
+    node = Node(wd, monkeypatch, start=990.0, clock=1000.0)
+    node.gcs = cluster(OLD, "10.99.1.11", "10.99.1.12")
+    a = ray_args(wd)
+    wd.check_ray(a)
+    node.gcs = later
+    for _check in range(3):                         # within the grace: only an orphan would be restarted
+        node.clock += 15
+        wd.check_ray(a)
+    assert node.restarts() == [], why
+
+
+def test_a_new_run_must_be_seen_alive_before_it_can_be_an_orphan(wd, monkeypatch):
+    node = Node(wd, monkeypatch, start=990.0, clock=1000.0)
+    node.gcs = cluster(OLD, "10.99.1.11", "10.99.1.12")
+    a = ray_args(wd)
+    wd.check_ray(a)
+    node.start = 1010.0                             # restarted by systemd: joining the new GCS takes a few seconds
+    node.clock = 1015.0
+    node.gcs = cluster(NEW, "10.99.1.11")
+    wd.check_ray(a)
+    assert node.restarts() == []
+
+
 # --------------------------------------------------------------------------- vLLM liveness
 def test_vllm_slow_start_is_not_killed(wd, monkeypatch):
     node = Node(wd, monkeypatch, start=0.0, clock=700.0)     # an 11-minute weight load, still loading
