@@ -173,22 +173,27 @@ def test_a_worker_fabric_flap_heals_even_when_ray_s_scheduler_sticks(lab, servin
 
 
 @pytest.mark.long
-@pytest.mark.fault(name="the head's Ray restarted (as its watchdog does for a stuck scheduler or a dead GCS): the workers'"
-                        " raylets keep the old cluster id and linger",
-                   expected="each worker's Ray watchdog restarts its Ray at its next check ('belongs to the old"
-                            " cluster', logged), not after its grace and two checks; the API answers again")
-def test_workers_follow_a_restarted_head_at_once(lab, serving, tmp_path, observe):
+@pytest.mark.fault(name="the head's Ray restarted (as its watchdog does for a stuck scheduler or a dead GCS)",
+                   expected="every worker's Ray is replaced and joins the new GCS: by itself when its raylet exits,"
+                            " else by its watchdog at the next check ('belongs to the old cluster', logged), not after"
+                            " its grace and two checks; the API answers again")
+def test_workers_follow_a_restarted_head(lab, serving, tmp_path, observe):
+    # Ray 2.60 on the lab: the worker's raylet sometimes exits by itself ~20-30 s after the head's restart, sometimes
+    # lingers with the old cluster id (WrongClusterID) until something restarts it (54 s on 2 Dec, before the
+    # orphan check). Either way the worker must be replaced; a watchdog restart must be the orphan one.
     worker = lab.hosts[-1]
     assert lab.serves()
     before = main_pid(lab, worker, "sparkfleet-ray")
     t0 = time.time()
     lab.systemctl(HEAD, "restart", "sparkfleet-ray")
     restarted = wait_for(lambda: main_pid(lab, worker, "sparkfleet-ray") not in (before, "0", ""), 300, step=2)
-    logged = [e for e in events(lab, worker, t0) if e["event"] == "restart"]
-    assert restarted is not None, "the worker's Ray was not restarted within 300 s of the head's: %s" % logged
-    assert logged and "belongs to the old cluster" in logged[0]["cause"], logged
-    assert logged[0]["checks"] == 1, logged
-    observe("%s: Ray restarted %.0f s after the head's restart began: %s" % (worker, restarted, logged[0]["cause"]))
+    entries = events(lab, worker, t0)
+    assert restarted is not None, "the worker's Ray was not replaced within 300 s of the head's restart: %s" % entries
+    by_watchdog = [e for e in entries if e["event"] == "restart"]
+    for e in by_watchdog:
+        assert "belongs to the old cluster" in e["cause"] and e["checks"] == 1, entries
+    observe("%s: Ray replaced %.0f s after the head's restart began, %s" % (
+        worker, restarted, ("by its watchdog: " + by_watchdog[0]["cause"]) if by_watchdog else "its raylet exited by itself"))
     back = wait_for(lambda: lab.serves(timeout=10), 400)
     assert back is not None, "the API did not answer again within 400 s of the head's Ray restart"
     observe("API back %.0f s after the head's Ray restart began" % (time.time() - t0))
