@@ -48,6 +48,15 @@ def main_pid(lab, host, unit):
     return lab.systemctl(host, "show", "-p", "ExecMainPID", "--value", unit)
 
 
+def ray_replaced(lab, host, act, limit=300, step=5):
+    """act(), then wait for host's Ray unit to run another main process: (when act began, seconds until replaced or
+    None when not within limit)."""
+    before = main_pid(lab, host, "sparkfleet-ray")
+    t0 = time.time()
+    act()
+    return t0, wait_for(lambda: main_pid(lab, host, "sparkfleet-ray") not in (before, "0", ""), limit, step)
+
+
 def wait_for(predicate, limit, step=5):
     t0 = time.time()
     while time.time() - t0 < limit:
@@ -98,11 +107,8 @@ def test_a_paused_engine_is_restarted_by_its_liveness_probe(lab, serving, tmp_pa
 def test_a_node_dead_in_ray_but_alive_in_systemd_is_restarted(lab, serving, tmp_path, observe):
     worker = lab.hosts[-1]
     assert lab.serves()
-    before = main_pid(lab, worker, "sparkfleet-ray")
-    t0 = time.time()
-    lab.labctl("break", "raylet-freeze", worker)
     try:
-        restarted = wait_for(lambda: main_pid(lab, worker, "sparkfleet-ray") not in (before, "0", ""), 300)
+        t0, restarted = ray_replaced(lab, worker, lambda: lab.labctl("break", "raylet-freeze", worker))
         assert restarted is not None, "the worker's Ray unit was not restarted within 300 s of its raylet freezing"
         logged = [e for e in events(lab, worker, t0) if e["event"] == "restart"]
         assert logged and "dead in Ray" in logged[0]["cause"], events(lab, worker, t0)
@@ -183,10 +189,7 @@ def test_workers_follow_a_restarted_head(lab, serving, tmp_path, observe):
     # orphan check). Either way the worker must be replaced; a watchdog restart must be the orphan one.
     worker = lab.hosts[-1]
     assert lab.serves()
-    before = main_pid(lab, worker, "sparkfleet-ray")
-    t0 = time.time()
-    lab.systemctl(HEAD, "restart", "sparkfleet-ray")
-    restarted = wait_for(lambda: main_pid(lab, worker, "sparkfleet-ray") not in (before, "0", ""), 300, step=2)
+    t0, restarted = ray_replaced(lab, worker, lambda: lab.systemctl(HEAD, "restart", "sparkfleet-ray"), step=2)
     entries = events(lab, worker, t0)
     assert restarted is not None, "the worker's Ray was not replaced within 300 s of the head's restart: %s" % entries
     by_watchdog = [e for e in entries if e["event"] == "restart"]
