@@ -160,6 +160,7 @@ SLOW = "slow: "
 
 
 def alive_in(gcs, node_ip):
+    """Whether the GCS answered and lists node_ip as an alive node (an old dead entry beside a live one counts alive)."""
     return bool(gcs.get("ok")) and any(n.get("alive") for n in gcs.get("nodes", []) if n.get("ip") == node_ip)
 
 
@@ -185,11 +186,10 @@ def ray_verdict(head, node_ip, procs, gcs):
     if gone:
         return "%s gone while `ray start --block` lingers: alive in systemd, dead in Ray" % " and ".join(gone)
     if gcs.get("ok"):
-        mine = [n for n in gcs.get("nodes", []) if n.get("ip") == node_ip]
-        if not any(n.get("alive") for n in mine):
-            return "the GCS lists %s as %s: alive in systemd, dead in Ray" % (
-                node_ip, "dead" if mine else "no node at all")
-        return None
+        if alive_in(gcs, node_ip):
+            return None
+        listed = any(n.get("ip") == node_ip for n in gcs.get("nodes", []))
+        return "the GCS lists %s as %s: alive in systemd, dead in Ray" % (node_ip, "dead" if listed else "no node at all")
     if head:
         return SLOW + "the head's GCS does not answer (%s): alive in systemd, dead in Ray" % gcs.get("error", "?")
     return None
