@@ -124,6 +124,13 @@ def unit_run(unit):
 
 
 def restart(unit, cause, state, **extra):
+    """Restart the unit for cause, unless the run that was judged (state["start"]) is no longer the unit's current run:
+    a deploy or systemd stopped or restarted it while it was being checked (a probe takes up to its timeout), and a
+    restart now would kill a new run that nobody judged, or start a unit that was stopped. True when it restarted."""
+    running, start = unit_run(unit)
+    if "start" in state and (not running or start != state["start"]):
+        state.update(bad=0)
+        return False
     log_event(unit, "restart", cause, by="watchdog", **extra)
     # --no-block: vLLM's start waits up to its cluster timeout for the GPUs; the watchdog must not wait with it.
     run(["systemctl", "reset-failed", unit + ".service"])
@@ -131,6 +138,7 @@ def restart(unit, cause, state, **extra):
     if rc != 0:
         log_event(unit, "restart-failed", "systemctl restart: %s" % err.strip()[:200], by="watchdog")
     state.update(bad=0, last_restart=round(now(), 1))
+    return True
 
 
 # --------------------------------------------------------------------------- Ray
@@ -276,11 +284,12 @@ def check_scheduler(a, state):
             backoff = a.pg_stuck_leak
     state["cause"] = "a placement group of %g GPU(s) pending %d s with %g GPU(s) free" % (gpus, waited, free)
     state.update(pg_checked=round(now(), 1), pg_restart_after=backoff)    # read by playbooks/status.yml
-    if waited >= backoff:
-        leak = (", after the GCS failed to remove a dead node's bundles (%d time(s) in its log)" % leaks) if leaks else ""
-        restart(a.unit, "Ray's scheduler stuck: a placement group of %g GPU(s) pending for %d s while %g GPU(s) were"
-                " free%s; a new GCS schedules it (the workers' Ray follows)" % (gpus, waited, free, leak), state,
-                pending_s=round(waited), **({"bundle_leaks": leaks} if leaks else {}))
+    if waited < backoff:
+        return
+    leak = (", after the GCS failed to remove a dead node's bundles (%d time(s) in its log)" % leaks) if leaks else ""
+    if restart(a.unit, "Ray's scheduler stuck: a placement group of %g GPU(s) pending for %d s while %g GPU(s) were"
+               " free%s; a new GCS schedules it (the workers' Ray follows)" % (gpus, waited, free, leak), state,
+               pending_s=round(waited), **({"bundle_leaks": leaks} if leaks else {})):
         for key in PG_PENDING_KEYS:
             state.pop(key, None)
         state["pg_wait"] = min(base * 2, 3600)      # a shortened wait doubles what it replaced

@@ -271,6 +271,63 @@ def test_vllm_restart_floor_after_a_watchdog_restart(wd, monkeypatch):
     assert len(node.restarts()) == 1
 
 
+# --------------------------------------------------------------------------- the run judged is the run restarted
+@pytest.mark.parametrize("after, why", [
+    ((True, 160.0), "a deploy restarted vLLM during the probe: the new run is loading, nobody judged it"),
+    ((False, 0.0), "a deploy stopped vLLM during the probe: a restart would start what it stopped"),
+])
+def test_vllm_a_run_replaced_while_it_was_probed_is_left_alone(wd, monkeypatch, tmp_path, after, why):
+    node = Node(wd, monkeypatch, start=0.0, clock=100.0)
+    answers = iter([(True, ""), (False, "x")])
+    monkeypatch.setattr(wd, "probe", lambda *a: next(answers))
+    a = vllm_args(wd)
+    wd.check_vllm(a)
+    wd.check_vllm(a)                                # one failure: the next one restarts the run it judged
+
+    def probe_while_restarted(*_a):
+        node.running, node.start = after            # systemd's view changes while the probe waits for its deadline
+        return False, "no answer (Connection reset by peer)"
+    monkeypatch.setattr(wd, "probe", probe_while_restarted)
+    monkeypatch.setattr(wd, "http", lambda *a, **k: (None, "refused"))
+    wd.check_vllm(a)
+    assert node.restarts() == [], why
+    assert log_lines(tmp_path) == []
+
+
+def test_a_worker_restarted_by_the_deploy_while_judged_an_orphan_is_left_alone(wd, monkeypatch, tmp_path):
+    """site.yml restarts the head's Ray, then the workers': a worker's check that judged the old run an orphan must not
+    restart the run the deploy has just started."""
+    node = Node(wd, monkeypatch, start=990.0, clock=1000.0)
+    node.gcs = cluster(OLD, "10.99.1.11", "10.99.1.12")
+    a = ray_args(wd)
+    wd.check_ray(a)
+    node.clock += 15
+
+    def gcs_while_restarted(*_a):
+        node.start = 1012.0                         # the deploy's restart, while the GCS was being asked
+        return cluster(NEW, "10.99.1.11")
+    monkeypatch.setattr(wd, "gcs_nodes", gcs_while_restarted)
+    wd.check_ray(a)
+    assert node.restarts() == [] and log_lines(tmp_path) == []
+    node.clock += 15                                # the next check judges the new run afresh: joining is not orphaned
+    wd.check_ray(a)
+    assert node.restarts() == []
+
+
+def test_a_scheduler_restart_that_did_not_happen_does_not_double_the_wait(wd, monkeypatch, tmp_path):
+    node = Node(wd, monkeypatch)
+    node.status = (FIXTURES / "stuck_after_worker_fabric_flap.txt").read_text()
+    a = head_args(wd)
+    for _check in range(8):                         # 15 s apart: 105 s pending
+        wd.check_ray(a)
+        node.clock += 15
+    runs = iter([(True, node.start), (True, node.clock - 2)])  # the check's read; a deploy's new run at restart time
+    monkeypatch.setattr(wd, "unit_run", lambda unit: next(runs))
+    wd.check_ray(a)                                 # 120 s: the verdict, but the run it judged is gone
+    assert node.restarts() == [] and log_lines(tmp_path) == []
+    assert "pg_wait" not in json.loads((tmp_path / "watchdog-sparkfleet-ray.json").read_text())   # not doubled
+
+
 def test_api_key_read_from_the_env_file_only(wd, tmp_path):
     env = tmp_path / "vllm.env"
     env.write_text("VLLM_HOST_IP=10.99.1.11\nVLLM_API_KEY=s3cr=t\n")
