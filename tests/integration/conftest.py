@@ -287,6 +287,27 @@ def observe(request):
     return lambda text: notes.append(" ".join(str(text).split())[:300])
 
 
+# --------------------------------------------------------------------------- module order
+# Modules run in file order, except these, moved to run right after the first: test_security deploys and leaves the
+# lab serving, so the modules that only need a serving lab run there. In file order they came after test_site, whose
+# last tests leave the cluster stopped, and the first of them paid a whole deployment from the old stack (~100 s of CI).
+SERVING_AFTER = ("test_security.py", "test_supervision.py", "test_tool_calls.py")
+
+
+def pytest_collection_modifyitems(items):
+    here = Path(__file__).resolve().parent
+    modules = list(dict.fromkeys(item.path for item in items))
+    anchor, *after = (here / name for name in SERVING_AFTER)
+    if anchor not in modules:
+        return
+    moved = [m for m in after if m in modules]
+    order = [m for m in modules if m not in moved]
+    at = order.index(anchor) + 1
+    order[at:at] = moved
+    rank = {m: n for n, m in enumerate(order)}
+    items.sort(key=lambda item: rank[item.path])     # stable: a module's tests keep their order
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -92,8 +92,9 @@ def test_a_worker_unreachable_over_the_fabric_is_named_in_preflight(lab, tmp_pat
         # exits and its unit starts a new one; the engine's unit (restarted when its ranks were lost) places on it and
         # serves (~40-60 s on the lab). Not always: after the flap Ray may leave every placement group pending although
         # both nodes are alive with both GPUs free (seen on the lab, Ray 2.60: a restarted engine waits too; restarting
-        # Ray heals it; no watchdog notices yet: issue 18). That is recorded, not asserted here (this test is about
-        # preflight), and the test does the human step so the tests after it find a serving lab.
+        # Ray heals it, which the head's Ray watchdog does after ray_cluster_watchdog_pg_stuck(_leak)). That is
+        # recorded, not asserted here (this test is about preflight), and should it still not serve after 300 s the
+        # test does the human step so the tests after it find a serving lab.
         back = lab.wait_serving(limit=300, fail=False)
         if back is not None:
             observe("serving again %.0f s after the fabric came back" % back)
