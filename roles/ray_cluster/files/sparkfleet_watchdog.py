@@ -10,6 +10,9 @@
 #       hold it) -> restart the head's unit (a new GCS; the workers' raylets follow it); twice as long next time unless
 #       the restart placed the GPUs again. --pg-stuck-leak seconds instead once the GCS logged the stuck scheduler's
 #       mark (it failed to remove a dead node's bundles).
+#       Nothing is judged while a deploy restarts the unit: ray_cluster's handlers touch /run/sparkfleet-watchdog-hold-U
+#       before they restart Ray (head first, then the workers) and remove it after; a hold older than HOLD_MAX seconds
+#       (a run that died in between) is ignored.
 #   sparkfleet-watchdog vllm --unit U --container C --url URL --model M --env-file F [--timeout S] [--failures N]
 #                            [--start-grace S]
 #       vLLM's unit is active, but no token comes back: N real one-token completions in a row failed within their
@@ -30,6 +33,8 @@ import urllib.error
 import urllib.request
 
 STATE_DIR = os.environ.get("SPARKFLEET_WATCHDOG_DIR", "/var/lib/sparkfleet/watchdog")
+RUN_DIR = os.environ.get("SPARKFLEET_WATCHDOG_RUN_DIR", "/run")    # tmpfs: a hold never outlives a reboot
+HOLD_MAX = 300            # seconds a deploy's hold counts (Ray's restart by the handlers: the head, its port, workers)
 LOG_NAME = "supervision.log"
 LOG_KEEP = 400            # lines kept when the log is trimmed (at twice that)
 
@@ -121,6 +126,18 @@ def unit_run(unit):
     running = props.get("ActiveState") == "active" and props.get("SubState") == "running"
     start = int(props.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
     return running, start
+
+
+def deploy_hold(unit):
+    """Seconds left of a deploy's hold on judging the unit (0: none). A deploy that restarts Ray's head and then its
+    workers would otherwise see the workers' watchdog restart them in between (the new head's GCS does not know them
+    yet), and its own restart of the worker a second later kill the run that had just joined: the cluster check then
+    pins a task to a node that is gone."""
+    try:
+        age = now() - os.stat(os.path.join(RUN_DIR, "sparkfleet-watchdog-hold-%s" % unit)).st_mtime
+    except OSError:
+        return 0
+    return HOLD_MAX - age if 0 <= age < HOLD_MAX else 0     # from the future (the clock set back): none
 
 
 def restart(unit, cause, state, **extra):
@@ -305,6 +322,12 @@ def check_ray(a):
     if state.get("start") != start:
         state = dict(kept, start=start, bad=0)
     in_grace = time.monotonic() - start < a.grace
+    held = deploy_hold(a.unit)
+    if held:
+        state["held"] = round(held)      # a deploy restarts the unit now; its new run is judged afresh
+        save_state(a.unit, state)
+        return 0
+    state.pop("held", None)
     procs = container_processes(a.container)
     gcs = gcs_nodes(a.container, a.address, a.timeout) if procs is not None and "raylet" in procs else {"ok": None}
     orphan = orphan_verdict(a.node_ip, state, gcs)

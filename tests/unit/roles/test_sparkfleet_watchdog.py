@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import types
 from pathlib import Path
@@ -17,6 +18,7 @@ FLAP_GCS_LOG = FIXTURES / "gcs_server_after_worker_flap.out"   # the head's GCS 
 @pytest.fixture
 def wd(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARKFLEET_WATCHDOG_DIR", str(tmp_path))
+    monkeypatch.setenv("SPARKFLEET_WATCHDOG_RUN_DIR", str(tmp_path))
     # compiled by hand: an import would leave a __pycache__ in the role's files/ (shipped as role content)
     mod = types.ModuleType("sparkfleet_watchdog")
     mod.__file__ = str(SCRIPT)
@@ -312,6 +314,57 @@ def test_a_worker_restarted_by_the_deploy_while_judged_an_orphan_is_left_alone(w
     node.clock += 15                                # the next check judges the new run afresh: joining is not orphaned
     wd.check_ray(a)
     assert node.restarts() == []
+
+
+def hold(tmp_path, node, age):
+    """ray_cluster's handlers' hold, touched `age` seconds ago by the node's clock."""
+    path = tmp_path / "sparkfleet-watchdog-hold-sparkfleet-ray"
+    path.touch()
+    t = node.clock + 1.7e9 - age
+    os.utime(path, (t, t))
+
+
+@pytest.mark.parametrize("age, restarted", [
+    (5, False),         # the handlers restart the head, then this worker: its watchdog waits for them
+    (299, False),
+    (301, True),        # a run that died between the head's restart and the workers': the hold no longer counts
+    (-120, True),       # touched "in the future" (the clock was set back): no hold
+])
+def test_a_deploy_restarting_ray_holds_the_workers_orphan_check(wd, monkeypatch, tmp_path, age, restarted):
+    node = Node(wd, monkeypatch, start=990.0, clock=1000.0)
+    node.gcs = cluster(OLD, "10.99.1.11", "10.99.1.12")
+    a = ray_args(wd)
+    wd.check_ray(a)
+    node.clock += 15
+    node.gcs = cluster(NEW, "10.99.1.11")            # the head restarted by the deploy; this worker not yet
+    hold(tmp_path, node, age)
+    asked = []
+
+    def gcs_nodes(*_a):
+        asked.append(1)
+        return node.gcs
+    monkeypatch.setattr(wd, "gcs_nodes", gcs_nodes)
+    wd.check_ray(a)
+    assert bool(node.restarts()) is restarted
+    assert bool(asked) is restarted                 # held: the GCS is not even asked
+    if not restarted:
+        (tmp_path / "sparkfleet-watchdog-hold-sparkfleet-ray").unlink()     # the handlers are done
+        node.start, node.clock = 1020.0, 1021.0      # and restarted this worker: a new run, judged afresh
+        node.gcs = cluster(NEW, "10.99.1.11", "10.99.1.12")
+        wd.check_ray(a)
+        assert node.restarts() == []
+
+
+def test_a_held_head_is_not_judged_either(wd, monkeypatch, tmp_path):
+    node = Node(wd, monkeypatch)
+    node.procs = {"ray"}                            # what a head looks like while the handler restarts it
+    a = ray_args(wd, head=True, node_ip="10.99.1.11")
+    hold(tmp_path, node, 10)
+    for _check in range(4):
+        wd.check_ray(a)
+        node.clock += 15
+    assert node.restarts() == []
+    assert json.loads((tmp_path / "watchdog-sparkfleet-ray.json").read_text())["held"] == 300 - 10 - 45
 
 
 def test_a_scheduler_restart_that_did_not_happen_does_not_double_the_wait(wd, monkeypatch, tmp_path):
