@@ -367,20 +367,6 @@ def test_a_held_head_is_not_judged_either(wd, monkeypatch, tmp_path):
     assert json.loads((tmp_path / "watchdog-sparkfleet-ray.json").read_text())["held"] == 300 - 10 - 45
 
 
-def test_a_scheduler_restart_that_did_not_happen_does_not_double_the_wait(wd, monkeypatch, tmp_path):
-    node = Node(wd, monkeypatch)
-    node.status = (FIXTURES / "stuck_after_worker_fabric_flap.txt").read_text()
-    a = head_args(wd)
-    for _check in range(8):                         # 15 s apart: 105 s pending
-        wd.check_ray(a)
-        node.clock += 15
-    runs = iter([(True, node.start), (True, node.clock - 2)])  # the check's read; a deploy's new run at restart time
-    monkeypatch.setattr(wd, "unit_run", lambda unit: next(runs))
-    wd.check_ray(a)                                 # 120 s: the verdict, but the run it judged is gone
-    assert node.restarts() == [] and log_lines(tmp_path) == []
-    assert "pg_wait" not in json.loads((tmp_path / "watchdog-sparkfleet-ray.json").read_text())   # not doubled
-
-
 def test_api_key_read_from_the_env_file_only(wd, tmp_path):
     env = tmp_path / "vllm.env"
     env.write_text("VLLM_HOST_IP=10.99.1.11\nVLLM_API_KEY=s3cr=t\n")
@@ -456,13 +442,19 @@ def head_args(wd):
     return ray_args(wd, head=True, node_ip="10.99.1.11")
 
 
-def test_a_stuck_scheduler_restarts_the_head_after_pg_stuck_seconds(wd, monkeypatch, tmp_path):
+def stuck_for_105_s(wd, monkeypatch):
+    """A head whose scheduler is stuck, checked every 15 s for 105 s: the next check is at 120 s (pg_stuck)."""
     node = Node(wd, monkeypatch)
     node.status = (FIXTURES / "stuck_after_worker_fabric_flap.txt").read_text()
     a = head_args(wd)
-    for _check in range(8):                         # 15 s apart: 105 s pending
+    for _check in range(8):
         wd.check_ray(a)
         node.clock += 15
+    return node, a
+
+
+def test_a_stuck_scheduler_restarts_the_head_after_pg_stuck_seconds(wd, monkeypatch, tmp_path):
+    node, a = stuck_for_105_s(wd, monkeypatch)
     assert node.restarts() == []
     assert "pending 105 s with 2 GPU(s) free" in json.loads((tmp_path / "watchdog-sparkfleet-ray.json").read_text())["cause"]
     wd.check_ray(a)                                 # 120 s
@@ -470,6 +462,15 @@ def test_a_stuck_scheduler_restarts_the_head_after_pg_stuck_seconds(wd, monkeypa
     (entry,) = log_lines(tmp_path)
     assert entry["event"] == "restart" and entry["pending_s"] == 120
     assert entry["cause"].startswith("Ray's scheduler stuck: a placement group of 2 GPU(s) pending for 120 s while 2")
+
+
+def test_a_scheduler_restart_that_did_not_happen_does_not_double_the_wait(wd, monkeypatch, tmp_path):
+    node, a = stuck_for_105_s(wd, monkeypatch)
+    runs = iter([(True, node.start), (True, node.clock - 2)])  # the check's read; a deploy's new run at restart time
+    monkeypatch.setattr(wd, "unit_run", lambda unit: next(runs))
+    wd.check_ray(a)                                 # 120 s: the verdict, but the run it judged is gone
+    assert node.restarts() == [] and log_lines(tmp_path) == []
+    assert "pg_wait" not in json.loads((tmp_path / "watchdog-sparkfleet-ray.json").read_text())   # not doubled
 
 
 def test_a_stuck_scheduler_waits_twice_as_long_after_each_restart(wd, monkeypatch):
