@@ -222,8 +222,8 @@ def test_a_deploy_that_restarts_ray_is_not_raced_by_the_watchdog(lab, serving, t
             for host in lab.hosts:
                 by_watchdog = [e for e in events(lab, host, t0) if e["event"] == "restart"]
                 assert not by_watchdog, (host, by_watchdog)
-            held = lab.sh(lab.hosts[-1], "ls /run/sparkfleet-watchdog-hold-* 2>/dev/null || true").stdout.strip()
-            assert not held, "the run left its hold on the watchdog: %s" % held
+                held = lab.sh(host, "ls /run/sparkfleet-watchdog-hold-* 2>/dev/null || true").stdout.strip()
+                assert not held, "%s: the run left its hold on the watchdog: %s" % (host, held)
         observe("2 runs restarted Ray on every node, both succeeded, no watchdog restart during them")
     finally:
         lab.site(tmp_path / "restore")      # the inventory's own settings again (Ray restarted once more)

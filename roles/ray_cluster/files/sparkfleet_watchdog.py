@@ -145,7 +145,7 @@ def restart(unit, cause, state, **extra):
     a deploy or systemd stopped or restarted it while it was being checked (a probe takes up to its timeout), and a
     restart now would kill a new run that nobody judged, or start a unit that was stopped. True when it restarted."""
     running, start = unit_run(unit)
-    if "start" in state and (not running or start != state["start"]):
+    if not running or start != state.get("start"):
         state.update(bad=0)
         return False
     log_event(unit, "restart", cause, by="watchdog", **extra)
@@ -322,12 +322,9 @@ def check_ray(a):
     if state.get("start") != start:
         state = dict(kept, start=start, bad=0)
     in_grace = time.monotonic() - start < a.grace
-    held = deploy_hold(a.unit)
-    if held:
-        state["held"] = round(held)      # a deploy restarts the unit now; its new run is judged afresh
+    if deploy_hold(a.unit):             # a deploy restarts the unit now; its new run is judged afresh
         save_state(a.unit, state)
         return 0
-    state.pop("held", None)
     procs = container_processes(a.container)
     gcs = gcs_nodes(a.container, a.address, a.timeout) if procs is not None and "raylet" in procs else {"ok": None}
     orphan = orphan_verdict(a.node_ip, state, gcs)
