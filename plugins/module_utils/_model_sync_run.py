@@ -185,6 +185,12 @@ def _resolve(name):
         return set()
 
 
+def user_home():
+    """This user's home from the password database, not $HOME (become can leave the caller's $HOME in place): the
+    hash caches and transfer locks live under it."""
+    return pwd.getpwuid(os.getuid()).pw_dir
+
+
 class ModelSync(object):
 
     def __init__(self, module):
@@ -208,7 +214,7 @@ class ModelSync(object):
         self.stats = {}
         self.plan_stats = {}
         self.source_hashes = None
-        self.home = pwd.getpwuid(os.getuid()).pw_dir
+        self.home = user_home()
         # The source's hashes the tcp sender computed (or read from its cache) while sending, and per destination
         # the files its receiver checked against them before giving them their names, and what it listed after.
         self.sent_digests = {}

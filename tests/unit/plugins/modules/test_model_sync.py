@@ -30,6 +30,16 @@ pytestmark = pytest.mark.skipif(
 
 COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "collections"))
 
+# model_sync as a process, as Ansible runs it (its arguments in the file named by argv[1]), in the home the lab fixture
+# gave the test ($HOME): a run stopped or killed there meets the next run at the same transfer lock and hash caches.
+AS_ANSIBLE = (
+    "import os\n"
+    "from ansible_collections.sparkfleet.vllm.plugins.module_utils import _model_sync_run\n"
+    "_model_sync_run.user_home = lambda: os.environ['HOME']\n"
+    "from ansible_collections.sparkfleet.vllm.plugins.modules import model_sync\n"
+    "model_sync.main()\n"
+)
+
 SHIM = r'''#!%(python)s
 import json, os, re, sys
 args = sys.argv[1:]
@@ -120,10 +130,15 @@ def lab(tmp_path, monkeypatch):
     log = tmp_path / "shim.log"
     monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
     monkeypatch.setenv("SHIM_HOSTS", json.dumps(hosts))
-    # The module keeps one transfer lock per destination path in the user's home (~/.cache/sparkfleet), and a run
-    # stops the process tree of the lock's holder: a path of this test's own, so that tests running at once (on
-    # pytest-xdist workers, or another checkout's unit run on this machine) never take each other's lock; the holder
-    # of an in-process run is the pytest process itself.
+    # The module keeps its hash caches and one transfer lock per destination path in the user's home
+    # (~/.cache/sparkfleet): a home of this test's own (for the module's password-database lookup, and $HOME for the
+    # sender and the destination's shell), so that no run leaves files in the real home, and a destination path of its
+    # own, so that tests running at once never take each other's lock (a run stops the lock holder's process tree; the
+    # holder of an in-process run is the pytest process itself).
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr(model_sync_run, "user_home", lambda: str(home))
     dest = "/srv/sparkfleet-test/%s/model" % uuid.uuid4().hex[:12]
     monkeypatch.setenv("SHIM_DEST", dest)
     monkeypatch.setenv("SHIM_LOG", str(log))
@@ -403,7 +418,7 @@ def test_killed_run_resumes_without_resending_finished_files(lab, tmp_path):
     argsfile = tmp_path / "args.json"
     argsfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     env = dict(os.environ, PYTHONPATH=COLLECTIONS)
-    cmd = [sys.executable, model_sync.__file__, str(argsfile)]
+    cmd = [sys.executable, "-c", AS_ANSIBLE, str(argsfile)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     dest = lab.dest("10.99.1.12")
@@ -720,7 +735,7 @@ def test_a_rerun_stops_the_transfer_left_running_by_a_killed_controller(run_modu
     argsfile = tmp_path / "args.json"
     argsfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     env = dict(os.environ, PYTHONPATH=COLLECTIONS)
-    orphan = subprocess.Popen([sys.executable, model_sync.__file__, str(argsfile)], env=env,
+    orphan = subprocess.Popen([sys.executable, "-c", AS_ANSIBLE, str(argsfile)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stage = os.path.join(lab.dest("10.99.1.12"), ".sparkfleet-sync")
     deadline = time.time() + 30
@@ -771,7 +786,7 @@ def test_a_killed_transfer_leaves_the_copy_marked_incomplete(run_module, lab, tm
     args = lab.args(streams=1, bwlimit=50)
     argsfile = tmp_path / "args.json"
     argsfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.Popen([sys.executable, model_sync.__file__, str(argsfile)],
+    proc = subprocess.Popen([sys.executable, "-c", AS_ANSIBLE, str(argsfile)],
                             env=dict(os.environ, PYTHONPATH=COLLECTIONS), stdout=subprocess.DEVNULL,
                             start_new_session=True)
     marker = os.path.join(lab.dest("10.99.1.12"), ".sparkfleet-model")
