@@ -209,7 +209,11 @@ class Lab:
                         timeout=timeout)
 
     def serves(self, timeout=20):
-        """Whether the API completes a real request now (an active unit is not enough: vLLM may still be loading)."""
+        """Whether the API completes a real request now (an active unit is not enough: vLLM may still be loading).
+        False before the first site.yml made the lab's API key: nothing of ours can serve yet (a fresh lab, as
+        `scripts/faults.sh -k supervision` starts with)."""
+        if not API_KEY_FILE.exists():
+            return False
         return self.completion("up?", max_tokens=1, timeout=timeout)[0] == 200
 
     def wait_serving(self, limit=300, fail=True):
