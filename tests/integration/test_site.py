@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -273,8 +274,6 @@ def test_stop_keeps_the_model_and_stops_our_services(lab, deployed, tmp_path):
                    expected="the unit puts the table back before Ray starts")
 def test_the_unit_restores_the_firewall_before_ray_starts(lab, deployed, observe):
     """After stop.yml the table is gone; starting the unit (what a boot does) re-applies it before `ray start`."""
-    import time
-
     worker = lab.hosts[-1]
     assert lab.host_exec(worker, "nft", "list", "table", "inet", "sparkfleet").returncode != 0
     try:
@@ -334,3 +333,23 @@ def test_status_fails_once_nothing_serves(lab, deployed, tmp_path, observe):
         assert re.search(r"%s: (the head's )?Ray \(sparkfleet-ray\) is (inactive|failed)" % host, msgs), msgs[-2000:]
     assert re.search(r"vLLM \(sparkfleet-vllm\) is (inactive|failed)", msgs), msgs[-2000:]
     observe(re.search(r"not serving[^\"]*", msgs).group(0))
+
+
+@pytest.mark.fault(name="site.yml after stop.yml with only a worker's Ray unit changed (the head's unchanged and stopped)",
+                   expected="the head's Ray starts before the workers restart onto it; the run serves")
+def test_a_run_after_stop_with_only_a_worker_changed_starts_the_head_first(lab, deployed, tmp_path, observe):
+    """Seen from the operators' old stack: stop.yml, a new image on the worker, site.yml: the worker's handler waited
+    180 s for a head nothing started (the head's start came after the handlers) and the run failed."""
+    worker = lab.hosts[-1]
+    for host in lab.hosts:
+        assert lab.systemctl(host, "is-active", "sparkfleet-ray") != "active", host
+    unit = "/etc/systemd/system/sparkfleet-ray.service"
+    assert lab.host_exec(worker, "sh", "-c", "echo '# edited by hand' >> %s" % unit).returncode == 0
+    t0 = time.time()
+    r = lab.site(tmp_path)
+    written = {e["host"]: e["res"]["msg"] for e in r["events"] if e["event"] == "runner_on_ok"
+               and str((e.get("res") or {}).get("msg", "")).startswith("Ray's environment or unit written:")}
+    assert written.get(HEAD, "").endswith(": none") and unit in written.get(worker, ""), written
+    assert lab.completion()[0] == 200
+    observe("served %.0f s after the run began; %s"
+            % (time.time() - t0, "; ".join("%s: %s" % kv for kv in sorted(written.items()))))
