@@ -19,21 +19,31 @@ pytestmark = pytest.mark.lab
 HEAD = "spark-1"
 
 
-def serve_with_fault(lab, tmp_path, fault, **extra):
-    """Run the vllm_serve play with the stand-in told to fail in a given way; returns (result, failures, seconds)."""
-    env = {"SPARKLAB_SECONDS_PER_SHARD": "0.5", "SPARKLAB_FAULT": fault}
-    extravars = {"vllm_serve_env": env, "vllm_serve_failure_logs_dir": str(tmp_path / "logs")}
-    extravars.update(extra)
-    t0 = time.time()
-    r, failures = lab.play(tmp_path, "site.yml", cmdline="--tags vllm_serve", extravars=extravars)
-    return r, failures, time.time() - t0
+@pytest.fixture
+def serve_with_fault(lab, tmp_path):
+    """serve_with_fault(fault, **extravars): run the vllm_serve play with the stand-in told to fail in a given way;
+    returns (result, failures, seconds). The fault stays in the engine's unit until a run writes the inventory's
+    settings again, so afterwards the inventory's settings are deployed again (site.yml --tags vllm_serve) and must
+    serve: the next test, whichever runs (CI's subset, scripts/faults.sh's, one test alone), finds the lab serving."""
+    def run(fault, **extra):
+        env = {"SPARKLAB_SECONDS_PER_SHARD": "0.5", "SPARKLAB_FAULT": fault}
+        extravars = {"vllm_serve_env": env, "vllm_serve_failure_logs_dir": str(tmp_path / "logs")}
+        extravars.update(extra)
+        t0 = time.time()
+        r, failures = lab.play(tmp_path, "site.yml", cmdline="--tags vllm_serve", extravars=extravars)
+        return r, failures, time.time() - t0
+    yield run
+    r, failures = lab.play(tmp_path / "restore", "site.yml", cmdline="--tags vllm_serve")
+    assert r["status"] == "successful" and not failures, lab.messages(failures)[-2000:]
+    assert lab.completion()[0] == 200
 
 
 @pytest.mark.fault(name="engine crash mid-load (a worker's rank dies at shard 4 of 8)",
                    expected="play fails with the class and the log line; every node's vLLM/Ray journals and Ray logs"
                             " fetched to a directory the message names")
-def test_engine_crash_mid_load_names_the_class_and_fetches_every_node_s_logs(lab, serving, tmp_path, observe):
-    r, failures, _ = serve_with_fault(lab, tmp_path, "crash_load")
+def test_engine_crash_mid_load_names_the_class_and_fetches_every_node_s_logs(lab, serving, serve_with_fault, tmp_path,
+                                                                              observe):
+    r, failures, _ = serve_with_fault("crash_load")
     assert r["status"] == "failed" and failures
     final = failures[-1]["res"]["msg"]
     m = re.search(r"vLLM startup failed in (\w+): (\w+): (.+?)\s+(.*)fetched to (\S+)", final, re.S)
@@ -63,8 +73,8 @@ def test_engine_crash_mid_load_names_the_class_and_fetches_every_node_s_logs(lab
 
 @pytest.mark.fault(name="engine fails within seconds and its --rm container is gone (API port bind fails)",
                    expected="the cause class comes from the unit's journal (port_in_use), not engine_exited")
-def test_early_exit_is_classified_from_the_unit_journal(lab, serving, tmp_path, observe):
-    r, failures, _ = serve_with_fault(lab, tmp_path, "port_in_use")
+def test_early_exit_is_classified_from_the_unit_journal(lab, serving, serve_with_fault, observe):
+    r, failures, _ = serve_with_fault("port_in_use")
     assert r["status"] == "failed" and failures
     wait = [f["res"] for f in failures if "log_source" in (f.get("res") or {})]
     assert wait and wait[-1]["failure"]["class"] == "port_in_use", lab.messages(failures)[-2000:]
@@ -144,9 +154,8 @@ def test_a_ray_oom_kill_at_graph_capture_fails_with_its_class_and_our_variable(l
 @pytest.mark.long
 @pytest.mark.fault(name="engine hangs mid-load (stops printing at shard 4 of 8)",
                    expected="`stalled` after vllm_serve_stall_timeout (45 s), long before the global timeout (900 s)")
-def test_engine_hang_is_stalled_after_stall_timeout(lab, serving, tmp_path, observe):
-    r, failures, took = serve_with_fault(lab, tmp_path, "hang", vllm_serve_stall_timeout=45,
-                                         vllm_serve_ready_timeout=900)
+def test_engine_hang_is_stalled_after_stall_timeout(lab, serving, serve_with_fault, observe):
+    r, failures, took = serve_with_fault("hang", vllm_serve_stall_timeout=45, vllm_serve_ready_timeout=900)
     assert r["status"] == "failed" and failures
     wait = [f["res"] for f in failures if "log_source" in (f.get("res") or {})]
     assert wait and wait[-1]["failure"]["class"] == "stalled", lab.messages(failures)[-2000:]
@@ -154,12 +163,6 @@ def test_engine_hang_is_stalled_after_stall_timeout(lab, serving, tmp_path, obse
     assert wait[-1]["failed_phase"] in ("loading_weights", "profiling"), wait[-1]["failed_phase"]
     assert took < 400, took
     observe("%s (the play took %.0f s)" % (failures[-1]["res"]["msg"][:240], took))
-
-
-def test_the_inventory_s_settings_serve_again(lab, serving, tmp_path):
-    r, failures = lab.play(tmp_path, "site.yml", cmdline="--tags vllm_serve")
-    assert r["status"] == "successful" and not failures, failures[-1:]
-    assert lab.completion()[0] == 200
 
 
 def _node_state(lab, host):
@@ -218,7 +221,7 @@ def test_a_plain_stop_leaves_the_units_inactive_not_failed(lab, serving, observe
 @pytest.mark.long
 @pytest.mark.fault(name="worker's Ray dies while serving (its raylet killed)",
                    expected="healthcheck fails on a real completion naming the worker's Ray; status.yml names the"
-                            " node; a re-run of site.yml restores serving")
+                            " node's Ray (down, or restarted by its unit); a re-run of site.yml restores serving")
 def test_worker_ray_dying_while_serving_is_named_and_a_rerun_restores(lab, serving, tmp_path, observe):
     worker = lab.hosts[-1]
     assert lab.completion()[0] == 200
@@ -232,9 +235,13 @@ def test_worker_ray_dying_while_serving_is_named_and_a_rerun_restores(lab, servi
         "not serving: Check the completion returned text"), msg
     assert "%s: Ray (sparkfleet-ray)" % worker in msg, msg
     observe(msg[:300])
+    # Day two: the worker's unit restarts its Ray by itself (ray start --block exits with its raylet), so by the
+    # time status.yml runs the worker may be back: status names its Ray either as down or in the restarts it lists.
     r, failures = lab.play(tmp_path / "status", "playbooks/status.yml")
     seen = json.dumps([e.get("res") for e in r["events"] if e["host"] == HEAD])
-    assert "%s: Ray (sparkfleet-ray)" % worker in seen, seen[-3000:]
+    assert "%s: Ray (sparkfleet-ray)" % worker in seen or "%s: sparkfleet-ray stopped" % worker in seen, seen[-3000:]
+    if r["status"] == "successful":  # exit 0 only while a request is answered
+        assert lab.serves(), seen[-3000:]
     lab.site(tmp_path / "site")
     assert lab.completion()[0] == 200
 
@@ -273,8 +280,9 @@ def test_a_recreated_model_directory_on_a_worker_is_mounted_again(lab, serving, 
     seen = lab.host_exec(worker, "docker", "exec", "sparkfleet-ray", "sh", "-c", "ls -A %s | wc -l" % model_dir)
     assert seen.stdout.strip() == "0", seen  # the running container still holds the removed directory
     r = lab.site(tmp_path)
-    probes = [e["res"] for e in r["events"] if e["host"] == worker and e["event"] == "runner_on_ok"
-              and (e.get("res") or {}).get("stale") is True]
+    # node_facts reads every mount asked (CONTAINER:PATH) before the role decides to restart Ray.
+    probes = [m for e in r["events"] if e["host"] == worker and e["event"] == "runner_on_ok"
+              for m in ((e.get("res") or {}).get("mounts") or {}).values() if m.get("stale") is True]
     assert probes, "no stale mount reported for %s" % worker
     assert probes[0]["state"] == "removed", probes[0]
     observe("stale: " + probes[0]["msg"][:200])
