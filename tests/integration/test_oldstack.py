@@ -273,7 +273,9 @@ def test_with_both_stacks_enabled_at_boot_our_worker_never_joins_the_old_head(la
                 time.sleep(6)
             assert not ours_seen, "our worker (node manager port 6380) joined the old head: %s" % ours_seen
             head_log = lab.host_exec(HEAD, "journalctl", "-u", "sparkfleet-ray", "-b", "--no-pager", "-o", "cat").stdout
-            assert "port 6379 on this node is taken by gcs_server (pid %s) in container vllm_node" % pid in head_log
+            guard = [ln for ln in head_log.splitlines() if "sparkfleet-ray-guard" in ln or "sparkfleet-ray.service" in ln]
+            assert "port 6379 on this node is taken by gcs_server (pid %s) in container vllm_node" % pid in head_log, \
+                guard[-12:]
             worker_log = lab.host_exec(worker, "journalctl", "-u", "sparkfleet-ray", "-b", "--no-pager",
                                        "-o", "cat").stdout
             assert "the Ray head at %s:6379 is not ours" % lab.fabric_ip(HEAD) in worker_log, worker_log[-2000:]
