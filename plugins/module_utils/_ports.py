@@ -97,6 +97,16 @@ def listeners(ports, proc_root="/proc"):
     return unique
 
 
+def ephemeral_range(proc_root="/proc"):
+    """The kernel's ephemeral port range as "LOW-HIGH" (net.ipv4.ip_local_port_range), or None when unreadable."""
+    try:
+        with open(os.path.join(proc_root, "sys", "net", "ipv4", "ip_local_port_range")) as handle:
+            low, high = (int(x) for x in handle.read().split())
+    except (IOError, OSError, ValueError):
+        return None
+    return "%d-%d" % (low, high) if 0 < low <= high <= 65535 else None
+
+
 def is_ours(holder, ours):
     """A holder is ours when its container or systemd unit carries one of our names."""
     names = [holder.get("container_name") or "", (holder.get("unit") or "").replace(".service", "")]

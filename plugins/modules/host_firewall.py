@@ -24,8 +24,10 @@ description:
     O(state_file). A plain nftables or iptables policy is not changed (no tool of the host owns it); the module
     fails naming the commands.
   - With O(state=absent) it removes what O(state=present) added (and any ufw rule with its comment).
-  - With O(ports), it also names every TCP listener in those ports that is not ours and not on a loopback address
-    (RV(listeners)) - the services our own Ray table would close to every non-fabric source.
+  - With O(ports) (and the node's ephemeral range with O(ephemeral)), it also names every TCP listener in those ports
+    that is not ours and not on a loopback address (RV(listeners)) - the services our own Ray table would close to
+    every non-fabric source. Listeners of what the run stops before the table applies (O(stale)) are listed apart
+    (RV(stale_listeners)).
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
 options:
@@ -50,9 +52,22 @@ options:
     type: list
     elements: str
     default: []
+  ephemeral:
+    description:
+      - Add the node's ephemeral port range (C(net.ipv4.ip_local_port_range), read here) to O(ports), as our table
+        closes it too unless a fixed range is set. The ranges checked are in RV(ports).
+    type: bool
+    default: false
   ours:
     description:
       - Container or systemd unit names whose listeners are ours (not named).
+    type: list
+    elements: str
+    default: []
+  stale:
+    description:
+      - Container or systemd unit names the run stops before our table applies (an older deployment the GPU cleanup
+        stops). Their listeners are in RV(stale_listeners), not in RV(listeners).
     type: list
     elements: str
     default: []
@@ -81,8 +96,10 @@ EXAMPLES = r"""
   sparkfleet.vllm.host_firewall:
     allow: 192.168.200.0/24
     interface: enp1s0f1np1
-    ports: ["6379-6385", "10001-19999", "32768-60999"]
+    ports: ["6379-6385", "10001-19999"]
+    ephemeral: true
     ours: [sparkfleet-ray, sparkfleet-vllm]
+    stale: [vllm-cluster.service, vllm_node]
   register: fw
 
 - name: Let the fabric subnet through ufw or firewalld
@@ -122,6 +139,18 @@ listeners:
   type: list
   elements: str
   sample: ["port 12345 (0.0.0.0): pid 812 python3 of unit sparklab-foreign.service [python3 -m http.server 12345]"]
+stale_listeners:
+  description: Listeners in those ports held by a container or unit in O(stale), one line each.
+  returned: always
+  type: list
+  elements: str
+  sample: ["port 6379 (::): pid 593 gcs_server in container vllm_node [/opt/venv/lib/python3.11/site-packages/ray/..."]
+ports:
+  description: The ports and ranges whose listeners were checked (O(ports) and, with O(ephemeral), the node's range).
+  returned: always
+  type: list
+  elements: str
+  sample: ["6379", "10002-19999", "32768-60999"]
 """
 
 import ipaddress
@@ -136,7 +165,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._firewall import (
     nft_input_drops, outside_listeners, parse_firewalld_zones, parse_ufw_status, ufw_admits, ufw_allow_argv,
     ufw_our_rules)
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import parse_docker_inspect
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._ports import describe, is_ours, listeners
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._ports import describe, ephemeral_range, is_ours, listeners
 
 OUR_TABLE = "sparkfleet"
 
@@ -185,10 +214,22 @@ class Firewall(object):
                     return "iptables", admits, why, None
         return "none", True, "no host firewall drops incoming traffic", None
 
-    def listeners(self):
-        ports = expand_ports(self.p["ports"])
+    def checked_ports(self):
+        ports = list(self.p["ports"])
+        if self.p["ephemeral"]:
+            found = ephemeral_range()
+            if found is None:
+                self.module.warn("cannot read this node's ephemeral port range (/proc/sys/net/ipv4/"
+                                 "ip_local_port_range): its listeners were not checked")
+            elif found not in ports:
+                ports.append(found)
+        return ports
+
+    def listeners(self, ports):
+        """(listeners, stale_listeners) in ports: not ours, not on loopback; those of O(stale) apart."""
+        ports = expand_ports(ports)
         if not ports:
-            return []
+            return [], []
         found = outside_listeners(listeners(ports))
         ids = sorted(set(h["container_id"] for h in found if h["container_id"]))
         names = {}
@@ -196,12 +237,14 @@ class Firewall(object):
         if ids and docker:
             res = self.runner.run([docker, "inspect"] + ids)
             names = dict((c["id"], c["name"]) for c in parse_docker_inspect(res.stdout or "[]") if c["id"])
-        out = []
+        stale = [n[:-len(".service")] if n.endswith(".service") else n for n in self.p["stale"]]
+        out, old = [], []
         for holder in found:
             holder["container_name"] = names.get(holder["container_id"]) if holder["container_id"] else None
-            if not is_ours(holder, self.p["ours"]):
-                out.append(describe(holder))
-        return out
+            if is_ours(holder, self.p["ours"]):
+                continue
+            (old if is_ours(holder, stale) else out).append(describe(holder))
+        return out, old
 
     # ------------------------------------------------------------------ changes
     def add(self, tool, extra):
@@ -279,7 +322,9 @@ def main():
             interface=dict(type="str"),
             state=dict(type="str", choices=["check", "present", "absent"], default="check"),
             ports=dict(type="list", elements="str", default=[]),
+            ephemeral=dict(type="bool", default=False),
             ours=dict(type="list", elements="str", default=[]),
+            stale=dict(type="list", elements="str", default=[]),
             state_file=dict(type="path", default="/etc/sparkfleet/host-firewall.json"),
         ),
         supports_check_mode=True,
@@ -298,19 +343,22 @@ def main():
         module.fail_json(msg="ports must be port numbers or LOW-HIGH ranges, got %r" % (p["ports"],))
     runner = Runner(module)
     fw = Firewall(module, runner)
+    ports = fw.checked_ports()
+    found, stale = fw.listeners(ports)
+    seen = dict(listeners=found, stale_listeners=stale, ports=ports)
 
     if p["state"] == "absent":
         removed = fw.remove()
         tool, admits, why, _extra = fw.read()
         module.exit_json(changed=bool(removed), removed=removed, firewall=tool, admits_fabric=admits, why=why,
                          fix=[] if admits else fix_commands(tool, p["allow"], p["interface"]),
-                         manageable=tool in ("ufw", "firewalld"), listeners=fw.listeners())
+                         manageable=tool in ("ufw", "firewalld"), **seen)
 
     tool, admits, why, extra = fw.read()
     chain = extra if tool == "nftables" and isinstance(extra, str) else None
     result = dict(changed=False, firewall=tool, admits_fabric=admits, why=why,
                   fix=[] if admits else fix_commands(tool, p["allow"], p["interface"], chain),
-                  manageable=tool in ("ufw", "firewalld"), listeners=fw.listeners(), added=None)
+                  manageable=tool in ("ufw", "firewalld"), added=None, **seen)
     if p["state"] == "present" and not admits:
         if tool not in ("ufw", "firewalld"):
             module.fail_json(msg="%s; sparkfleet adds the fabric allow through ufw or firewalld only. Run on this "

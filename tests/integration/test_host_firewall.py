@@ -6,6 +6,8 @@ Run as root: lab/labctl ctl -- .venv/bin/pytest tests/integration/test_host_fire
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytestmark = pytest.mark.lab
@@ -76,3 +78,29 @@ def test_a_listener_in_rays_range_is_named_before_our_table_applies(lab, tmp_pat
         assert lab.changed_total(r) == 0
     finally:
         lab.labctl("fix", "foreign-listener", HEAD)
+
+
+@pytest.mark.fault(name="a service listening in the kernel's ephemeral range on a worker (our table closes it too)",
+                   expected="preflight names it with the range it read from that node, before our table applies")
+def test_a_listener_in_the_ephemeral_range_is_named_before_our_table_applies(lab, tmp_path, observe):
+    # ray_cluster_firewall_ephemeral (default true) closes the node's ephemeral range to non-fabric sources; preflight
+    # used to check Ray's fixed ports only, so a service there lost its clients unnamed.
+    worker = lab.hosts[-1]
+    low, high = (int(x) for x in lab.sh(worker, "cat /proc/sys/net/ipv4/ip_local_port_range").stdout.split())
+    port = high - 7
+    lab.labctl("break", "foreign-listener", worker, str(port))
+    try:
+        for _ in range(30):
+            if ":%d " % port in lab.sh(worker, "ss -Hltn 'sport = :%d'" % port).stdout:
+                break
+            time.sleep(1)
+        r, failures = lab.play(tmp_path / "warn", "playbooks/preflight.yml")
+        assert r["status"] == "successful" and not failures, lab.messages(failures)
+        named = [e["res"]["msg"] for e in r["events"] if e["host"] == worker
+                 and "will accept new connections" in str((e["res"] or {}).get("msg"))]
+        assert len(named) == 1, named
+        assert "port %d (0.0.0.0): pid" % port in named[0] and "sparklab-foreign.service" in named[0], named[0]
+        assert "%d-%d" % (low, high) in named[0] and "ray_cluster_firewall_ephemeral" in named[0], named[0]
+        observe(named[0][named[0].index("port %d" % port):][:160])
+    finally:
+        lab.labctl("fix", "foreign-listener", worker)

@@ -44,6 +44,7 @@ def ufw(tmp_path, monkeypatch):
 
     class U:
         state_file = str(tmp_path / "etc" / "host-firewall.json")
+        bin = str(bindir)
 
         @staticmethod
         def set(state):
@@ -99,6 +100,57 @@ def test_a_listener_in_our_ranges_is_named(run_module, ufw):
         assert [line for line in r["listeners"] if line.startswith("port %d (0.0.0.0): pid %d " % (port, os.getpid()))]
     finally:
         sock.close()
+
+
+def _listening_socket():
+    sock = socket.socket()
+    sock.bind(("0.0.0.0", 0))  # the kernel picks the port from its ephemeral range
+    sock.listen(1)
+    return sock, sock.getsockname()[1]
+
+
+def test_ephemeral_adds_the_node_s_own_range_and_names_its_listeners(run_module, ufw):
+    # Our table closes the kernel's ephemeral range too (ray_cluster_firewall_ephemeral): a service there is named
+    # before the table applies. Before, preflight checked only Ray's fixed ports and missed it.
+    ufw.set("ufw-inactive")
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+        low, high = handle.read().split()
+    sock, port = _listening_socket()
+    try:
+        mine = "port %d (0.0.0.0): pid %d " % (port, os.getpid())
+        without = run_module(host_firewall, dict(ARGS, ports=["6379"]))
+        assert not [line for line in without["listeners"] if line.startswith(mine)] and without["ports"] == ["6379"]
+        r = run_module(host_firewall, dict(ARGS, ports=["6379"], ephemeral=True))
+        assert r["ports"] == ["6379", "%s-%s" % (low, high)]
+        assert [line for line in r["listeners"] if line.startswith(mine)], r["listeners"]
+    finally:
+        sock.close()
+
+
+def test_listeners_of_what_the_run_stops_are_listed_apart(run_module, ufw, monkeypatch):
+    # The old stack's containers as the lab's docker inspect gives them; a holder per kind as listeners() reads it.
+    ufw.set("ufw-inactive")
+    fake = os.path.join(ufw.bin, "docker")
+    with open(fake, "w") as handle:
+        handle.write("#!/bin/sh\ncat %s\n" % os.path.join(FIX, "..", "oldstack", "docker_inspect.json"))
+    os.chmod(fake, 0o755)
+    old = "9cb0d96a64759f6ab6a4ca71074fe582ec264e1122bfa59c7a41f072e07ccb07"
+
+    def holder(port, pid, name, unit=None, container_id=None):
+        return {"port": port, "address": "::", "pid": pid, "name": name, "cmdline": name, "unit": unit,
+                "user_unit": None, "container_id": container_id}
+    monkeypatch.setattr(host_firewall, "listeners", lambda ports: [
+        holder(6379, 593, "gcs_server", container_id=old),
+        holder(12345, 812, "python3", unit="sparklab-foreign.service"),
+        holder(40000, 901, "proxy", unit="vllm-proxy.service")])
+    r = run_module(host_firewall, dict(ARGS, ports=["6379", "10002-60999"], ours=["sparkfleet-ray"],
+                                       stale=["vllm-cluster.service", "vllm_node", "vllm-proxy.service"]))
+    assert r["stale_listeners"] == [
+        "port 6379 (::): pid 593 gcs_server in container vllm_node [gcs_server]",
+        "port 40000 (::): pid 901 proxy of unit vllm-proxy.service [proxy]"]
+    assert r["listeners"] == ["port 12345 (::): pid 812 python3 of unit sparklab-foreign.service [python3]"]
+    plain = run_module(host_firewall, dict(ARGS, ports=["6379", "10002-60999"]))
+    assert len(plain["listeners"]) == 3 and plain["stale_listeners"] == []
 
 
 @pytest.mark.parametrize("args, msg", [
