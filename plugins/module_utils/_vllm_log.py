@@ -775,9 +775,12 @@ class VllmLogParser(object):
 
     def snapshot(self):
         failure = self.failure()
+        restarting = None
         if failure is None and self.previous_failure and self.phase != "ready":
-            # Restarted after a failure and not up yet: a crash loop until shown otherwise.
+            # Restarted after a failure and not up yet: a crash loop until shown otherwise (the phase stays
+            # "failed"; the summary says the engine is starting again, and where it is).
             failure = self.previous_failure
+            restarting = self.phase
         key, slow = self.slowest_rank()
         progress = {}
         if slow:
@@ -816,6 +819,7 @@ class VllmLogParser(object):
             "api_address": self.api_address,
             "attempts": self.attempts,
             "previous_failure": self.previous_failure,
+            "restarting_phase": restarting,
             "benign_warnings": self.benign[:5],
             "lines": self.lines_seen,
         }
@@ -827,7 +831,11 @@ def summary(snap):
     if phase == "failed":
         f = snap["failure"]
         first = norm(f["evidence"][0]) if f["evidence"] else ""
-        return "failed in %s: %s%s" % (snap["failed_phase"], f["class"], (" (%s)" % first[:160]) if first else "")
+        failed = "failed in %s: %s%s" % (snap["failed_phase"], f["class"], (" (%s)" % first[:160]) if first else "")
+        if snap.get("restarting_phase"):
+            return "starting again (attempt %d, now %s) after it %s" % (
+                snap.get("attempts") or 2, snap["restarting_phase"], failed)
+        return failed
     prog = snap.get("progress") or {}
     parts = [phase]
     if phase == "loading_weights" and prog.get("unit") == "shards":

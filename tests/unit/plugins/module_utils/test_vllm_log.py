@@ -294,6 +294,12 @@ def test_crash_loop_reports_the_earlier_failure():
     assert snap["attempts"] == 2
     assert snap["phase"] == "failed"
     assert snap["failure"]["class"] == "insufficient_memory"
+    # What a person reads (status.yml): the engine is starting again, where it is now, and why it restarted.
+    assert snap["restarting_phase"] == "loading_weights"
+    assert summary(snap).startswith("starting again (attempt 2, now loading_weights) after it failed in ")
+    assert "insufficient_memory" in summary(snap)
+    alone = parse(first)
+    assert alone["restarting_phase"] is None and summary(alone).startswith("failed in ")
 
 
 def test_restart_that_comes_up_is_ready():
