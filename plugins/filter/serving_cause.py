@@ -213,6 +213,9 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
     head_now, head_units = parsed.get(head, (None, {}))
     vllm = head_units.get(vllm_id, {})
     vllm_start = _stamp(vllm.get("ExecMainStartTimestamp"))
+    # A real token just now proves every rank of the engine alive: a node's Ray that restarted after the engine started
+    # did so while the engine was still placing its ranks (it placed them on the new raylet), not under them.
+    answers = isinstance(api, dict) and str(api.get("completion_ok")).lower() == "true"
     # A Ray node down, restarting, or started again after the engine started (its ranks there died with it). The
     # workers first: the head's own Ray restarting takes the whole cluster with it, which the next line says.
     for host in sorted(parsed, key=lambda h: (h == head, h)):
@@ -242,7 +245,7 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
                 host, role, ray_unit, in_ray_missing[host],
                 "; its watchdog restarts it" if guarded(host, ray_unit) else
                 "; no watchdog runs here: run site.yml"))
-        elif vllm_start is not None and started is not None and started > vllm_start:
+        elif vllm_start is not None and started is not None and started > vllm_start and not answers:
             causes.append("%s: %s (%s) restarted%s, after the engine started%s: the engine's rank(s) there died "
                           "with it (%s)" % (host, role, ray_unit, _ago(now, started), _ago(head_now, vllm_start),
                                             _state(ray)))

@@ -52,6 +52,19 @@ def test_a_worker_ray_restarted_under_the_engine_is_named():
         " there died with it (active/running, restarted 1 time(s) by systemd)"]
 
 
+def test_a_worker_ray_restarted_while_the_engine_placed_its_ranks_is_no_cause_once_it_answers():
+    # Seen in the 3 Dec soak (fabric flap on the worker): vLLM restarted by its liveness probe, the worker's Ray
+    # restarted 28 s into the new engine's placement, the engine placed on the new raylet and served; status.yml
+    # said "the engine's rank(s) there died with it" and exited 2 for 4 minutes while every request was answered.
+    nodes = {"spark-1": show(1264, dict(RUNNING, ExecMainStartTimestamp="@100"),
+                             dict(RUNNING, ExecMainStartTimestamp="@1000")),
+             "spark-2": show(1264, dict(RUNNING, ExecMainStartTimestamp="@1028", NRestarts="1"))}
+    assert serving_cause(nodes, "spark-1", api={"health": 200, "completion_ok": True}) == []
+    # Without a token the restart is still named (the ranks may have died with it).
+    failing = serving_cause(nodes, "spark-1", api={"health": 200, "completion_ok": False, "completion_msg": "HTTP 500"})
+    assert failing[0].startswith("spark-2: Ray (sparkfleet-ray) restarted 236 s ago, after the engine started 264 s")
+
+
 def test_a_worker_ray_restarting_and_vllm_restarting_both_named_worker_first():
     nodes = {"spark-1": show(1000, dict(RUNNING, ExecMainStartTimestamp="@100"),
                              {"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": "1",
