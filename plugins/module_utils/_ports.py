@@ -108,9 +108,11 @@ def ephemeral_range(proc_root="/proc"):
 
 
 def is_ours(holder, ours):
-    """A holder is ours when its container or systemd unit carries one of our names."""
+    """A holder is ours when its container or systemd unit carries one of our names (a unit's with or without
+    its .service suffix)."""
+    wanted = set(n[:-len(".service")] if n.endswith(".service") else n for n in ours)
     names = [holder.get("container_name") or "", (holder.get("unit") or "").replace(".service", "")]
-    return any(n and n in ours for n in names)
+    return any(n and n in wanted for n in names)
 
 
 def describe(holder):

@@ -237,13 +237,12 @@ class Firewall(object):
         if ids and docker:
             res = self.runner.run([docker, "inspect"] + ids)
             names = dict((c["id"], c["name"]) for c in parse_docker_inspect(res.stdout or "[]") if c["id"])
-        stale = [n[:-len(".service")] if n.endswith(".service") else n for n in self.p["stale"]]
         out, old = [], []
         for holder in found:
             holder["container_name"] = names.get(holder["container_id"]) if holder["container_id"] else None
             if is_ours(holder, self.p["ours"]):
                 continue
-            (old if is_ours(holder, stale) else out).append(describe(holder))
+            (old if is_ours(holder, self.p["stale"]) else out).append(describe(holder))
         return out, old
 
     # ------------------------------------------------------------------ changes

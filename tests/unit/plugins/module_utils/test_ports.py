@@ -7,6 +7,7 @@ import socket
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._ports import (
     describe,
+    ephemeral_range,
     is_ours,
     listeners,
     parse_proc_net_tcp,
@@ -74,6 +75,21 @@ def test_ours_by_container_or_unit_name():
     assert is_ours({"container_name": None, "unit": "sparkfleet-vllm.service"}, ours)
     assert not is_ours({"container_name": "vllm-legacy", "unit": "docker.service"}, ours)
     assert not is_ours({"container_name": None, "unit": None}, ours)
+    # gpu_holders names stale units with their suffix (vllm-cluster.service): the same unit either way.
+    assert is_ours({"container_name": None, "unit": "vllm-cluster.service"}, ["vllm-cluster.service"])
+    assert is_ours({"container_name": None, "unit": "vllm-cluster.service"}, ["vllm-cluster"])
+    assert not is_ours({"container_name": None, "unit": "vllm-cluster-x.service"}, ["vllm-cluster.service"])
+
+
+def test_ephemeral_range_as_the_kernel_gives_it(tmp_path):
+    ipv4 = tmp_path / "sys" / "net" / "ipv4"
+    assert ephemeral_range(str(tmp_path)) is None  # not readable: the caller says so
+    ipv4.mkdir(parents=True)
+    (ipv4 / "ip_local_port_range").write_text("32768\t60999\n")  # the lab's Debian 12 hosts, as read there
+    assert ephemeral_range(str(tmp_path)) == "32768-60999"
+    for bad in ("60999\t32768\n", "0\t100\n", "32768\n", "a b\n"):
+        (ipv4 / "ip_local_port_range").write_text(bad)
+        assert ephemeral_range(str(tmp_path)) is None, bad
 
 
 def test_a_real_listener_on_this_machine_is_found_with_its_pid():
