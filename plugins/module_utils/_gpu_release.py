@@ -131,24 +131,33 @@ class Releaser(object):
         if (act.get('restart_policy') or '') != 'no' and self.scanner.docker:
             self._cmd([self.scanner.docker, 'update', '--restart=no', act['target']])
 
-    def stop_unit(self, act):
+    def all_at_once(self, cmd, targets):
+        """``cmd + targets`` as one command, so systemd's one transaction or docker's CLI acts on them all at once: n
+        containers whose PID 1 ignores SIGTERM (an old stack's shell entrypoints) cost one grace, not n. When it
+        fails, each target again alone says which one failed, and one that cannot be acted on does not hold back the
+        others (those already done are done again at once). Returns {target: done?}."""
+        if self.scanner.runner.run(cmd + targets).ok:
+            return dict((target, True) for target in targets)
+        return dict((target, self._cmd(cmd + [target]) == 0) for target in targets)
+
+    def stop_units(self, targets):
         systemctl = self.scanner.systemctl
         if not systemctl:
-            return self._missing('systemctl')
-        rc = self._cmd([systemctl, 'stop', act['target']])
-        self._cmd([systemctl, 'disable', act['target']])
+            return dict((target, self._missing('systemctl')) for target in targets)
+        stopped = self.all_at_once([systemctl, 'stop'], targets)
+        self.all_at_once([systemctl, 'disable'], targets)
         if self.params['mask']:
-            self._cmd([systemctl, 'mask', act['target']])
-        return rc == 0
+            self.all_at_once([systemctl, 'mask'], targets)
+        return stopped
 
-    def stop_container(self, act):
+    def stop_containers(self, targets):
         docker = self.scanner.docker
         if not docker:
-            return self._missing('docker')
-        rc = self._cmd([docker, 'stop', '-t', str(self.params['grace']), act['target']])
+            return dict((target, self._missing('docker')) for target in targets)
+        stopped = self.all_at_once([docker, 'stop', '-t', str(self.params['grace'])], targets)
         if self.params['remove_containers']:
-            self._cmd([docker, 'rm', act['target']])
-        return rc == 0
+            self.all_at_once([docker, 'rm'], targets)
+        return stopped
 
     def terminate(self, pids):
         """SIGTERM pids, wait grace, SIGKILL survivors: (terminated, killed, failed, exit_s: pid -> seconds)."""
@@ -194,15 +203,20 @@ class Releaser(object):
         return terminated, killed, failed, exit_s
 
     def carry_out(self, actions):
-        """Every action of the plan, in order: policies, units, containers, then one signal round."""
+        """Every action of the plan, in order: policies, the units (all at once), the containers (all at once), then one
+        signal round."""
         for act in actions:
             if act['action'] == 'stop_container':
                 self.unrestart(act)
         leftovers = []
-        for kind, step in (('stop_unit', self.stop_unit), ('stop_container', self.stop_container)):
-            for act in [a for a in actions if a['action'] == kind]:
-                t0 = time.time()
-                act['result'] = 'stopped' if step(act) else 'failed'
+        for kind, step in (('stop_unit', self.stop_units), ('stop_container', self.stop_containers)):
+            acts = [a for a in actions if a['action'] == kind]
+            if not acts:
+                continue
+            t0 = time.time()
+            stopped = step([act['target'] for act in acts])
+            for act in acts:
+                act['result'] = 'stopped' if stopped[act['target']] else 'failed'
                 act['elapsed_s'] = round(time.time() - t0, 2)
                 leftovers.extend(act['pids'])
         # One SIGTERM round for every bare process, so n holders cost one grace, not n. A unit with KillMode=none

@@ -27,7 +27,9 @@ description:
     and the containers named like O(stale_containers) or O(stale_units).
   - A unit that starts a container being stopped is stopped and disabled too, or it would start the container
     again (C(Restart=always) on a foreground C(docker run), or a oneshot C(docker run -d) at the next boot).
-  - Restart policies are removed first, then units stopped, then containers, then processes signalled. A
+  - Restart policies are removed first, then units stopped (all in one C(systemctl stop)), then containers (all in
+    one C(docker stop), which stops them in parallel: n containers whose main process ignores SIGTERM cost one
+    O(grace), not n), then processes signalled. A
     container whose foreground C(docker run) passes the unit's SIGTERM on would otherwise be restarted by docker.
   - Nothing is deleted. Unit files, images and stopped containers stay (unless O(remove_containers)).
   - Then it polls, up to O(timeout) seconds, until no foreign holder is left and, on GPUs that

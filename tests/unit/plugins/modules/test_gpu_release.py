@@ -191,14 +191,40 @@ def test_units_and_containers_are_stopped_disabled_and_unrestarted(run_module, f
     result = run_module(gpu_release, args)
     assert not result.get('failed'), result.get('msg')
     acting = [c for c in fakebin.calls('systemctl') if c[0] not in ('list-unit-files', 'list-units', 'show')]
-    assert acting == [['stop', 'vllm-cluster.service'], ['disable', 'vllm-cluster.service'],
-                      ['stop', 'vllm-proxy.service'], ['disable', 'vllm-proxy.service']]
+    # One stop for all units (one systemd transaction) and one for all containers (docker stops them in parallel):
+    # the old stack's containers whose PID 1 ignores SIGTERM cost one grace, not one each.
+    assert acting == [['stop', 'vllm-cluster.service', 'vllm-proxy.service'],
+                      ['disable', 'vllm-cluster.service', 'vllm-proxy.service']]
     # Every restart policy goes before anything stops: a container whose process ends by a stopped unit's signal
     # must not be restarted by docker.
     acting = [c for c in fakebin.calls('docker') if c[0] not in ('ps', 'inspect')]
     assert acting == [['update', '--restart=no', 'vllm-old'], ['update', '--restart=no', 'sglang-head'],
-                      ['stop', '-t', '7', 'vllm-old'], ['stop', '-t', '7', 'sglang-head']]
+                      ['stop', '-t', '7', 'vllm-old', 'sglang-head']]
     assert all(a['result'] == 'stopped' for a in result['actions'])
+
+
+def test_a_container_that_fails_to_stop_among_several_is_named(run_module, fakebin, tmp_path, monkeypatch):
+    # docker stops what it can and exits 1 naming the one it could not: each one alone again says which.
+    fakebin.add('docker', {
+        'ps': [0, ''],
+        'stop -t 1 vllm_node vllm_embeddings': [1, 'vllm_node\n'],
+        'stop -t 1 vllm_embeddings': [1, 'Error response from daemon: cannot stop container: vllm_embeddings: '
+                                          'permission denied\n'],
+        '*': [0, '']})
+    fakebin.add('systemctl', {'*': [0, '']})
+
+    def fake_holders(self):
+        return [{'pid': 4000 + n, 'name': 'python3', 'status': 'foreign', 'unit': None, 'visible': True,
+                 'container': {'id': str(n) * 64, 'name': name, 'restart_policy': 'no'},
+                 'parent_holder': None, 'used_memory_mib': None}
+                for n, name in enumerate(('vllm_node', 'vllm_embeddings'), 1)]
+    monkeypatch.setattr(_gpu.GpuScanner, 'holders', fake_holders)
+    result = run_module(gpu_release, base(tmp_path, timeout=1))
+    assert result['failed']
+    assert dict((a['target'], a['result']) for a in result['actions'] if a['action'] == 'stop_container') == {
+        'vllm_node': 'stopped', 'vllm_embeddings': 'failed'}
+    assert [e['cmd'][1:] for e in result['errors']] == [['stop', '-t', '1', 'vllm_embeddings']]
+    assert 'permission denied' in result['errors'][0]['stderr']
 
 
 def test_failed_unit_stop_is_reported(run_module, fakebin, tmp_path, monkeypatch):
@@ -231,3 +257,38 @@ def test_refuses_to_signal_its_own_process_chain(run_module, holders, tmp_path, 
     assert result['failed'] is True and 'Refusing' in result['msg']
     assert 'pid %d' % holder in result['msg']
     assert alive(holder)
+
+
+def test_a_unit_that_cannot_be_disabled_does_not_keep_the_others_enabled(run_module, fakebin, tmp_path, monkeypatch):
+    # A generated unit cannot be disabled; a combined `systemctl disable` that fails is done again unit by unit, so the
+    # other old unit still stays off after a reboot. Masking and removing containers take the same path.
+    fakebin.add('systemctl', {
+        'disable vllm-cluster.service vllm-gen.service': [1, 'Failed to disable unit: Unit vllm-gen.service is '
+                                                             'transient or generated.\n'],
+        'disable vllm-gen.service': [1, 'Failed to disable unit: Unit vllm-gen.service is transient or generated.\n'],
+        '*': [0, '']})
+    fakebin.add('docker', {'ps': [0, ''], '*': [0, '']})
+    scans = []
+
+    def fake_holders(self):
+        scans.append(1)
+        if len(scans) > 1:
+            return []
+        return [{'pid': 5000 + n, 'name': 'python3', 'status': 'foreign', 'unit': unit, 'visible': True,
+                 'container': None, 'parent_holder': None, 'used_memory_mib': None}
+                for n, unit in enumerate(('vllm-cluster.service', 'vllm-gen.service'))] + [
+            {'pid': 5009, 'name': 'python3', 'status': 'foreign', 'unit': None, 'visible': True,
+             'container': {'id': 'c' * 64, 'name': 'reranker', 'restart_policy': 'no'},
+             'parent_holder': None, 'used_memory_mib': None}]
+    monkeypatch.setattr(_gpu.GpuScanner, 'holders', fake_holders)
+    result = run_module(gpu_release, base(tmp_path, mask=True, remove_containers=True))
+    assert not result.get('failed'), result.get('msg')
+    acting = [c for c in fakebin.calls('systemctl') if c[0] in ('stop', 'disable', 'mask')]
+    assert acting == [['stop', 'vllm-cluster.service', 'vllm-gen.service'],
+                      ['disable', 'vllm-cluster.service', 'vllm-gen.service'],
+                      ['disable', 'vllm-cluster.service'], ['disable', 'vllm-gen.service'],
+                      ['mask', 'vllm-cluster.service', 'vllm-gen.service']]
+    assert [c for c in fakebin.calls('docker') if c[0] in ('stop', 'rm')] == [['stop', '-t', '1', 'reranker'],
+                                                                            ['rm', 'reranker']]
+    assert [e['cmd'][1:] for e in result['errors']] == [['disable', 'vllm-gen.service']]
+    assert all(a['result'] == 'stopped' for a in result['actions'])
