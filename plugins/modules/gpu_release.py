@@ -28,9 +28,11 @@ description:
   - A unit that starts a container being stopped is stopped and disabled too, or it would start the container
     again (C(Restart=always) on a foreground C(docker run), or a oneshot C(docker run -d) at the next boot).
   - Restart policies are removed first, then units stopped (all in one C(systemctl stop)), then containers (all in
-    one C(docker stop), which stops them in parallel: n containers whose main process ignores SIGTERM cost one
-    O(grace), not n), then processes signalled. A
-    container whose foreground C(docker run) passes the unit's SIGTERM on would otherwise be restarted by docker.
+    one C(docker stop), which stops them in parallel, so n containers whose main process ignores SIGTERM cost one
+    O(grace), not n), then processes signalled. A container whose foreground C(docker run) passes the unit's SIGTERM
+    on would otherwise be restarted by docker.
+  - When a combined stop fails, each unit or container is stopped again alone, so the result names the one that
+    failed.
   - Nothing is deleted. Unit files, images and stopped containers stay (unless O(remove_containers)).
   - Then it polls, up to O(timeout) seconds, until no foreign holder is left and, on GPUs that
     report memory, the memory not held by ours or protected processes is at most O(max_used_mib).

@@ -209,7 +209,7 @@ def test_a_container_that_fails_to_stop_among_several_is_named(run_module, fakeb
         'ps': [0, ''],
         'stop -t 1 vllm_node vllm_embeddings': [1, 'vllm_node\n'],
         'stop -t 1 vllm_embeddings': [1, 'Error response from daemon: cannot stop container: vllm_embeddings: '
-                                          'permission denied\n'],
+                                         'permission denied\n'],
         '*': [0, '']})
     fakebin.add('systemctl', {'*': [0, '']})
 
@@ -288,7 +288,7 @@ def test_a_unit_that_cannot_be_disabled_does_not_keep_the_others_enabled(run_mod
                       ['disable', 'vllm-cluster.service', 'vllm-gen.service'],
                       ['disable', 'vllm-cluster.service'], ['disable', 'vllm-gen.service'],
                       ['mask', 'vllm-cluster.service', 'vllm-gen.service']]
-    assert [c for c in fakebin.calls('docker') if c[0] in ('stop', 'rm')] == [['stop', '-t', '1', 'reranker'],
-                                                                            ['rm', 'reranker']]
+    stops = [c for c in fakebin.calls('docker') if c[0] in ('stop', 'rm')]
+    assert stops == [['stop', '-t', '1', 'reranker'], ['rm', 'reranker']]
     assert [e['cmd'][1:] for e in result['errors']] == [['disable', 'vllm-gen.service']]
     assert all(a['result'] == 'stopped' for a in result['actions'])
