@@ -76,7 +76,7 @@ def test_restart_policies_go_first_then_units_then_containers():
     assert scanner.runner.calls == [
         ['update', '--restart=no', 'vllm_embeddings'], ['update', '--restart=no', 'reranker'],
         ['stop', 'vllm-embeddings.service'], ['disable', 'vllm-embeddings.service'],
-        ['stop', '-t', '3', 'vllm_embeddings'], ['stop', '-t', '3', 'done_before'], ['stop', '-t', '3', 'reranker']]
+        ['stop', '-t', '3', 'vllm_embeddings', 'done_before', 'reranker']]
     assert [a['result'] for a in actions] == ['stopped'] * 4
 
 
