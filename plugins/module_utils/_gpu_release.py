@@ -215,9 +215,10 @@ class Releaser(object):
                 continue
             t0 = time.time()
             stopped = step([act['target'] for act in acts])
+            took = round(time.time() - t0, 2)
             for act in acts:
                 act['result'] = 'stopped' if stopped[act['target']] else 'failed'
-                act['elapsed_s'] = round(time.time() - t0, 2)
+                act['elapsed_s'] = took
                 leftovers.extend(act['pids'])
         # One SIGTERM round for every bare process, so n holders cost one grace, not n. A unit with KillMode=none
         # or a container docker could not stop leaves processes behind.
