@@ -203,17 +203,28 @@ class Releaser(object):
         return terminated, killed, failed, exit_s
 
     def carry_out(self, actions):
-        """Every action of the plan, in order: policies, the units (all at once), the containers (all at once), then one
-        signal round."""
+        """Every action of the plan, in order: policies, the units (all at once, their stops queued), the containers (all
+        at once, while the units stop), the units' stops waited for, then one signal round."""
         for act in actions:
             if act['action'] == 'stop_container':
                 self.unrestart(act)
         leftovers = []
-        for kind, step in (('stop_unit', self.stop_units), ('stop_container', self.stop_containers)):
+        steps = (('stop_unit', self.stop_units), ('stop_container', self.stop_containers))
+        begun = {}
+        units = [a['target'] for a in actions if a['action'] == 'stop_unit']
+        if units and self.scanner.systemctl and any(a['action'] == 'stop_container' for a in actions):
+            # The units' stop jobs are queued first and run while docker stops the containers, so the two graces
+            # (a unit's ExecStop is often a docker stop of its own) overlap. systemd does not restart a unit whose
+            # stop job is pending, so a container ended under a Restart=always unit stays down. The blocking stop
+            # after the containers waits for those jobs and says which unit failed.
+            begun['stop_unit'] = time.time()
+            self.scanner.runner.run([self.scanner.systemctl, 'stop', '--no-block'] + units)
+            steps = steps[::-1]
+        for kind, step in steps:
             acts = [a for a in actions if a['action'] == kind]
             if not acts:
                 continue
-            t0 = time.time()
+            t0 = begun.get(kind, time.time())
             stopped = step([act['target'] for act in acts])
             took = round(time.time() - t0, 2)
             for act in acts:

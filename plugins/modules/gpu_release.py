@@ -27,10 +27,11 @@ description:
     and the containers named like O(stale_containers) or O(stale_units).
   - A unit that starts a container being stopped is stopped and disabled too, or it would start the container
     again (C(Restart=always) on a foreground C(docker run), or a oneshot C(docker run -d) at the next boot).
-  - Restart policies are removed first, then units stopped (all in one C(systemctl stop)), then containers (all in
-    one C(docker stop), which stops them in parallel, so n containers whose main process ignores SIGTERM cost one
-    O(grace), not n), then processes signalled. A container whose foreground C(docker run) passes the unit's SIGTERM
-    on would otherwise be restarted by docker.
+  - Restart policies are removed first, then the units' stops are queued (all in one C(systemctl stop --no-block)),
+    then containers are stopped (all in one C(docker stop), which stops them in parallel, so n containers whose main
+    process ignores SIGTERM cost one O(grace), not n) while the units stop, then the units' stops are waited for,
+    then processes signalled. A container whose foreground C(docker run) passes the unit's SIGTERM on would otherwise
+    be restarted by docker; systemd does not restart a unit whose stop is queued.
   - When a combined stop fails, each unit or container is stopped again alone, so the result names the one that
     failed.
   - Nothing is deleted. Unit files, images and stopped containers stay (unless O(remove_containers)).

@@ -60,7 +60,7 @@ class FakeModule(object):
         self.params.update(params)
 
 
-def test_restart_policies_go_first_then_units_then_containers():
+def test_restart_policies_first_then_units_queued_containers_stopped_units_waited_for():
     module = FakeModule()
     scanner = FakeScanner(module.params)
     actions = [
@@ -75,9 +75,37 @@ def test_restart_policies_go_first_then_units_then_containers():
     _gpu_release.Releaser(module, scanner).carry_out(actions)
     assert scanner.runner.calls == [
         ['update', '--restart=no', 'vllm_embeddings'], ['update', '--restart=no', 'reranker'],
-        ['stop', 'vllm-embeddings.service'], ['disable', 'vllm-embeddings.service'],
-        ['stop', '-t', '3', 'vllm_embeddings', 'done_before', 'reranker']]
+        ['stop', '--no-block', 'vllm-embeddings.service'],
+        ['stop', '-t', '3', 'vllm_embeddings', 'done_before', 'reranker'],
+        ['stop', 'vllm-embeddings.service'], ['disable', 'vllm-embeddings.service']]
     assert [a['result'] for a in actions] == ['stopped'] * 4
+
+
+def test_units_alone_are_stopped_in_one_blocking_stop():
+    module = FakeModule()
+    scanner = FakeScanner(module.params)
+    actions = [{'action': 'stop_unit', 'target': u, 'pids': [], 'reason': 'stale', 'why': 'x'}
+               for u in ('vllm-proxy.service', 'vllm-cluster.service')]
+    _gpu_release.Releaser(module, scanner).carry_out(actions)
+    assert scanner.runner.calls == [['stop', 'vllm-proxy.service', 'vllm-cluster.service'],
+                                    ['disable', 'vllm-proxy.service', 'vllm-cluster.service']]
+
+
+def test_a_unit_whose_queued_stop_fails_is_named_by_the_stop_that_waits():
+    # systemctl refuses the whole transaction when one unit cannot be stopped; the blocking stop after the
+    # containers, then each unit alone, say which one.
+    module = FakeModule()
+    scanner = FakeScanner(module.params, runner=FakeRunner(fail=[
+        ['stop', '--no-block', 'a.service', 'b.service'], ['stop', 'a.service', 'b.service'], ['stop', 'b.service']]))
+    actions = [{'action': 'stop_unit', 'target': u, 'pids': [], 'reason': 'stale', 'why': 'x'}
+               for u in ('a.service', 'b.service')]
+    actions.append({'action': 'stop_container', 'target': 'c', 'pids': [], 'reason': 'stale', 'why': 'x',
+                    'restart_policy': 'no'})
+    rel = _gpu_release.Releaser(module, scanner)
+    rel.carry_out(actions)
+    assert [a['result'] for a in actions] == ['stopped', 'failed', 'stopped']
+    assert rel.errors == [{'cmd': ['/usr/bin/systemctl', 'stop', 'b.service'], 'rc': 1, 'stderr': 'boom'}]
+    assert scanner.runner.calls.index(['stop', '-t', '3', 'c']) < scanner.runner.calls.index(['stop', 'a.service'])
 
 
 def test_a_failed_stop_is_reported_with_its_command():

@@ -191,9 +191,11 @@ def test_units_and_containers_are_stopped_disabled_and_unrestarted(run_module, f
     result = run_module(gpu_release, args)
     assert not result.get('failed'), result.get('msg')
     acting = [c for c in fakebin.calls('systemctl') if c[0] not in ('list-unit-files', 'list-units', 'show')]
-    # One stop for all units (one systemd transaction) and one for all containers (docker stops them in parallel):
-    # the old stack's containers whose PID 1 ignores SIGTERM cost one grace, not one each.
-    assert acting == [['stop', 'vllm-cluster.service', 'vllm-proxy.service'],
+    # One stop for all units (one systemd transaction, queued, then waited for once the containers are stopped) and
+    # one for all containers (docker stops them in parallel): the old stack's containers whose PID 1 ignores SIGTERM
+    # cost one grace, not one each, and the units' graces overlap the containers'.
+    assert acting == [['stop', '--no-block', 'vllm-cluster.service', 'vllm-proxy.service'],
+                      ['stop', 'vllm-cluster.service', 'vllm-proxy.service'],
                       ['disable', 'vllm-cluster.service', 'vllm-proxy.service']]
     # Every restart policy goes before anything stops: a container whose process ends by a stopped unit's signal
     # must not be restarted by docker.
@@ -284,7 +286,8 @@ def test_a_unit_that_cannot_be_disabled_does_not_keep_the_others_enabled(run_mod
     result = run_module(gpu_release, base(tmp_path, mask=True, remove_containers=True))
     assert not result.get('failed'), result.get('msg')
     acting = [c for c in fakebin.calls('systemctl') if c[0] in ('stop', 'disable', 'mask')]
-    assert acting == [['stop', 'vllm-cluster.service', 'vllm-gen.service'],
+    assert acting == [['stop', '--no-block', 'vllm-cluster.service', 'vllm-gen.service'],
+                      ['stop', 'vllm-cluster.service', 'vllm-gen.service'],
                       ['disable', 'vllm-cluster.service', 'vllm-gen.service'],
                       ['disable', 'vllm-cluster.service'], ['disable', 'vllm-gen.service'],
                       ['mask', 'vllm-cluster.service', 'vllm-gen.service']]
