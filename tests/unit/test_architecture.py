@@ -131,6 +131,16 @@ def test_the_page_names_paths():
     assert len(page_paths()) >= 20
 
 
+def written_by_runs():
+    """The root-anchored directories .gitignore lists (tests/output/, sparkfleet-runs/): runs create them, so a fresh
+    clone has none of them until a test or a deployment writes there."""
+    lines = (REPO / ".gitignore").read_text(encoding="utf-8").splitlines()
+    return tuple(line[1:] for line in lines if line.startswith("/") and line.endswith("/"))
+
+
 @pytest.mark.parametrize("path", page_paths())
 def test_every_path_the_page_names_exists(path):
+    if path.startswith(written_by_runs()):
+        assert (REPO / path).parent.exists(), "docs/ARCHITECTURE.md names %s, under no directory" % path
+        return
     assert (REPO / path).exists(), "docs/ARCHITECTURE.md names %s, which does not exist" % path
