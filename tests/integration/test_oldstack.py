@@ -43,13 +43,23 @@ def container_state(lab, host, name):
                          name).stdout.strip()
 
 
+def restarted_by_systemd(lab, host, unit):
+    """The unit's "Scheduled restart job" lines in this boot's journal. gpu_release queues the units' stops before it
+    stops their containers: a foreground `docker run` under Restart=always whose container ended before its unit's
+    stop was queued would be restarted by systemd (and stopped again), which the journal shows."""
+    out = lab.host_exec(host, "journalctl", "-b", "-u", unit + ".service", "--no-pager", "-o", "cat").stdout
+    return [line for line in out.splitlines() if "Scheduled restart job" in line]
+
+
 def assert_old_stack_gone_and_kept(lab):
-    """Every old unit stopped and disabled, every old container stopped without a restart policy; nothing of it
-    deleted: unit files, containers, the image and the launcher stay on disk."""
+    """Every old unit stopped and disabled, never restarted by systemd on the way, every old container stopped
+    without a restart policy; nothing of it deleted: unit files, containers, the image and the launcher stay on
+    disk."""
     for host in lab.hosts:
         for unit in old_units(host):
             assert lab.systemctl(host, "is-active", unit) != "active", (host, unit)
             assert lab.systemctl(host, "is-enabled", unit) == "disabled", (host, unit)
+            assert restarted_by_systemd(lab, host, unit) == [], (host, unit)
             assert lab.host_exec(host, "test", "-f", "/etc/systemd/system/%s.service" % unit).returncode == 0
         for name in old_containers(host):
             state = container_state(lab, host, name)
