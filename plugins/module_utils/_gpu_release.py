@@ -209,22 +209,23 @@ class Releaser(object):
             if act['action'] == 'stop_container':
                 self.unrestart(act)
         leftovers = []
+        by_kind = dict((kind, [a for a in actions if a['action'] == kind]) for kind in ('stop_unit', 'stop_container'))
         steps = (('stop_unit', self.stop_units), ('stop_container', self.stop_containers))
-        begun = {}
-        units = [a['target'] for a in actions if a['action'] == 'stop_unit']
-        if units and self.scanner.systemctl and any(a['action'] == 'stop_container' for a in actions):
+        queued = None
+        if by_kind['stop_unit'] and by_kind['stop_container'] and self.scanner.systemctl:
             # The units' stop jobs are queued first and run while docker stops the containers, so the two graces
             # (a unit's ExecStop is often a docker stop of its own) overlap. systemd does not restart a unit whose
             # stop job is pending, so a container ended under a Restart=always unit stays down. The blocking stop
             # after the containers waits for those jobs and says which unit failed.
-            begun['stop_unit'] = time.time()
-            self.scanner.runner.run([self.scanner.systemctl, 'stop', '--no-block'] + units)
+            queued = time.time()
+            self.scanner.runner.run([self.scanner.systemctl, 'stop', '--no-block']
+                                    + [act['target'] for act in by_kind['stop_unit']])
             steps = steps[::-1]
         for kind, step in steps:
-            acts = [a for a in actions if a['action'] == kind]
+            acts = by_kind[kind]
             if not acts:
                 continue
-            t0 = begun.get(kind, time.time())
+            t0 = queued if kind == 'stop_unit' and queued else time.time()
             stopped = step([act['target'] for act in acts])
             took = round(time.time() - t0, 2)
             for act in acts:

@@ -297,8 +297,8 @@ def observe(request):
 # last tests leave the cluster stopped, and the first of them paid a whole deployment from the old stack (~100 s of CI).
 # test_oldstack, test_preflight and test_qualify too: after test_faults' last test (a plain stop) the first of them
 # paid one (192 s in CI on 3 Dec).
-SERVING_AFTER = ("test_security.py", "test_supervision.py", "test_tool_calls.py", "test_oldstack.py", "test_preflight.py",
-                 "test_qualify.py")
+SERVING_AFTER = ("test_security.py", "test_supervision.py", "test_tool_calls.py",
+                 "test_oldstack.py", "test_preflight.py", "test_qualify.py")
 
 
 def pytest_collection_modifyitems(items):
