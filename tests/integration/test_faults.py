@@ -1,7 +1,8 @@
 """Issue 11's faults on a deployed lab: each injected for real, each with the outcome a user must see.
 
 The tests share one deployment (conftest's `serving`: the lab as an earlier module left it serving, else deployed)
-and run in file order; each leaves the cluster serving again (or ends by restoring it). Tests over about two minutes are marked `long` (scripts/faults.sh).
+and run in file order; each leaves the cluster serving again (or ends by restoring it). Tests over about two minutes,
+and second forms of a path another CI test takes, are marked `long` (scripts/faults.sh).
     SPARKLAB_NAME=x SPARKLAB_KEEP_LAB=1 lab/labctl ctl -- .venv/bin/pytest tests/integration/test_faults.py -m lab
 """
 
@@ -71,6 +72,9 @@ def test_engine_crash_mid_load_names_the_class_and_fetches_every_node_s_logs(lab
     assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in logs.rglob("*") if p.is_file())
 
 
+# CI classifies an engine failure by the test above (and the journal's classes by the unit tests of vllm_wait); this
+# second engine start and restore (~100 s of CI) is long.
+@pytest.mark.long
 @pytest.mark.fault(name="engine fails within seconds and its --rm container is gone (API port bind fails)",
                    expected="the cause class comes from the unit's journal (port_in_use), not engine_exited")
 def test_early_exit_is_classified_from_the_unit_journal(lab, serving, serve_with_fault, observe):
@@ -82,6 +86,9 @@ def test_early_exit_is_classified_from_the_unit_journal(lab, serving, serve_with
     observe(failures[-1]["res"]["msg"][:300])
 
 
+# CI repairs a worker's shard by test_site's same-size corruption (the harder case: size and mtime kept); this one
+# (~60 s of CI) is long.
+@pytest.mark.long
 @pytest.mark.fault(name="shard truncated on a worker after a good sync",
                    expected="the next run re-sends it before serving and the engine restarts onto it")
 def test_a_shard_truncated_on_a_worker_is_repaired_before_serving(lab, serving, tmp_path, observe):

@@ -57,6 +57,9 @@ def test_entrypoint_is_vllm_serve_so_every_container_needs_one(lab, image):
     assert right.returncode == 0 and "ray, version" in right.stdout
 
 
+# CI's first deployment (from the old stack, the image taken off the workers) moves the image the same way, and
+# test_security checks that no worker keeps the image key; this one's two runs (~100 s of CI) are long.
+@pytest.mark.long
 @pytest.mark.fault(name='worker with no route to a registry',
                    expected='the head moves the image over the fabric; second run unchanged')
 def test_workers_cannot_pull_and_get_the_image_from_the_head_over_the_fabric(lab, image, tmp_path):

@@ -206,6 +206,16 @@ def test_docker_inspect_holds_the_key_and_only_root_can_run_it(lab, deployed):
             assert not any(v in p.stdout for v in found.values())
 
 
+def test_no_worker_authorizes_the_image_key_between_runs(lab, deployed):
+    """runtime_image authorizes its key on a worker only while the head sends it the image, and revokes it in the same
+    run. In CI the first deployment (test_cli's, from the old stack: the image taken off the workers) sends it; the
+    transfer's own test, test_runtime_image.py's with a worker that cannot pull, is long."""
+    for host in lab.hosts[1:]:
+        keys = lab.sh(host, "cat ~spark/.ssh/authorized_keys").stdout
+        assert keys.strip(), "%s: no authorized_keys for spark (the model sync's key belongs there)" % host
+        assert "sparkfleet image sync" not in keys, "%s: the image key outlived its transfer" % host
+
+
 @pytest.mark.parametrize("path, needs_key", [("/health", False), ("/metrics", False), ("/v1/models", True)])
 def test_only_v1_paths_need_the_key_as_the_readme_says(lab, deployed, path, needs_key):
     """vLLM's --api-key guards paths under /v1 only (README: restrict /health and /metrics by bind or firewall)."""

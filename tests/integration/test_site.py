@@ -119,6 +119,9 @@ def test_the_sync_key_runs_only_model_sync_commands(lab, deployed, observe):
     assert p.returncode == 0 and "config.json" in p.stdout, p.stderr
 
 
+# CI keeps the lock's other path (a dead run's lock taken over, below) and the unit tests the refusal's text
+# (tests/unit/plugins/module_utils/test_run_lock.py); this one costs a whole re-run (~80 s of CI): long.
+@pytest.mark.long
 @pytest.mark.fault(name='two site.yml runs at once',
                    expected='the second refuses on the lock before changing anything, naming the holder; the first completes')
 def test_two_runs_at_once_the_second_refuses_on_the_lock(lab, deployed, tmp_path, observe):
@@ -234,6 +237,9 @@ def test_stale_unit_holding_the_gpu_is_stopped_and_disabled(lab, deployed, tmp_p
         lab.labctl("fix", "stale-unit", worker, check=False)
 
 
+# CI checks the default policy in every node's ray.env (test_units_enabled_running_and_pinned_to_the_fabric); the
+# stand-in's kill at 0.95 costs two engine starts (~110 s of CI): long.
+@pytest.mark.long
 @pytest.mark.fault(name='Ray memory monitor would kill the engine at graph capture (0.95)',
                    expected='the default memory policy prevents it; the API serves')
 def test_ray_oom_during_graph_capture_is_prevented_by_the_default_policy(lab, deployed, tmp_path):
@@ -335,6 +341,9 @@ def test_status_fails_once_nothing_serves(lab, deployed, tmp_path, observe):
     observe(re.search(r"not serving[^\"]*", msgs).group(0))
 
 
+# A regression test of the handlers' order (a deployment from stopped, ~100 s of CI): long. CI's deployments from
+# stopped units run in the `serving` fixtures after test_faults' plain stop.
+@pytest.mark.long
 @pytest.mark.fault(name="site.yml after stop.yml with only a worker's Ray unit changed (the head's unchanged and stopped)",
                    expected="the head's Ray starts before the workers restart onto it; the run serves")
 def test_a_run_after_stop_with_only_a_worker_changed_starts_the_head_first(lab, deployed, tmp_path, observe):
