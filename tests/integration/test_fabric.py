@@ -6,7 +6,7 @@ Every test here fails on the collection before issue 10 (no transport proof, MTU
 not seen, fabric variables in the API container's environment, Ray units that gave up) and passes now.
 
 Each test takes a deployment through the fault and back; those with two deployments or more are marked long (CI
-runs the stand-in's RDMA model and both MTU faults; scripts/faults.sh runs all).
+runs the stand-in's RDMA model, the MTU mismatch and MTU 1500's warning in preflight; scripts/faults.sh runs all).
 
 Run as root: lab/labctl ctl -- .venv/bin/pytest tests/integration/test_fabric.py -m lab
 """
@@ -146,21 +146,39 @@ def test_mtu_mismatch_stops_the_run_in_preflight_naming_both_ends(lab, serving, 
         lab.labctl("fix", "mtu-mismatch", worker, check=False)
 
 
+def assert_mtu_1500_warned(r, observe):
+    """The run warned of MTU 1500 with what it costs and read the fabric at 1500 on every node."""
+    low = [w for w in warnings_of(r) if w.startswith("MTU below 9000")]
+    assert low, warnings_of(r)
+    assert "RoCE runs with a 1024-byte path MTU instead of 4096" in low[0]
+    assert "802-3-ethernet.mtu 9000" in low[0]
+    observe(low[0][:200])
+    # the fabric as read: node_facts' sparkfleet_fabric fact (preflight, ray_cluster) or rdma_facts' result
+    fabric = [res["ansible_facts"]["sparkfleet_fabric"] for res in results_of(r, "ansible_facts")
+              if "sparkfleet_fabric" in (res["ansible_facts"] or {})] + results_of(r, "rdma_char_devices")
+    assert fabric and {f["mtu"] for f in fabric} == {1500}
+
+
+@pytest.mark.fault(name="fabric at MTU 1500 on both ends (stock Sparks), preflight",
+                   expected="preflight warns with what it costs (RoCE path MTU 1024 instead of 4096) and passes")
+def test_mtu_1500_on_both_ends_is_warned_in_preflight_with_the_cost(lab, serving, tmp_path, observe):
+    lab.labctl("break", "mtu1500")
+    try:
+        r, failures = lab.play(tmp_path, "site.yml", cmdline="--tags preflight")
+        assert r["status"] == "successful" and not failures, lab.messages(failures)[-2000:]
+        assert_mtu_1500_warned(r, observe)
+    finally:
+        lab.labctl("fix", "mtu1500", check=False)
+
+
+# The warning is CI's (above); the deployment at 1500 that serves costs a site.yml run (~80 s of CI): long.
+@pytest.mark.long
 @pytest.mark.fault(name="fabric at MTU 1500 on both ends (stock Sparks)",
                    expected="a warning with what it costs (RoCE path MTU 1024 instead of 4096); deploys and serves")
 def test_mtu_1500_on_both_ends_warns_with_the_cost_and_serves(lab, serving, tmp_path, observe):
     lab.labctl("break", "mtu1500")
     try:
-        r = lab.site(tmp_path)
-        low = [w for w in warnings_of(r) if w.startswith("MTU below 9000")]
-        assert low, warnings_of(r)
-        assert "RoCE runs with a 1024-byte path MTU instead of 4096" in low[0]
-        assert "802-3-ethernet.mtu 9000" in low[0]
-        observe(low[0][:200])
-        # the fabric as read: node_facts' sparkfleet_fabric fact (preflight, ray_cluster) or rdma_facts' result
-        fabric = [res["ansible_facts"]["sparkfleet_fabric"] for res in results_of(r, "ansible_facts")
-                  if "sparkfleet_fabric" in (res["ansible_facts"] or {})] + results_of(r, "rdma_char_devices")
-        assert fabric and {f["mtu"] for f in fabric} == {1500}
+        assert_mtu_1500_warned(lab.site(tmp_path), observe)
         assert lab.serves(timeout=30)
     finally:
         lab.labctl("fix", "mtu1500", check=False)
