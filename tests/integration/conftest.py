@@ -292,13 +292,18 @@ def observe(request):
 
 
 # --------------------------------------------------------------------------- module order
-# Modules run in file order, except these, moved to run right after the first: test_security deploys and leaves the
-# lab serving, so the modules that only need a serving lab run there. In file order they came after test_site, whose
+# Modules run in file order, except test_lab (first: FIRST below) and these, moved to run right after the first:
+# test_security deploys and leaves the lab serving, so the modules that only need a serving lab run there. In file order they came after test_site, whose
 # last tests leave the cluster stopped, and the first of them paid a whole deployment from the old stack (~100 s of CI).
 # test_oldstack, test_preflight and test_qualify too: after test_faults' last test (a plain stop) the first of them
 # paid one (192 s in CI on 3 Dec).
 SERVING_AFTER = ("test_security.py", "test_supervision.py", "test_tool_calls.py",
                  "test_oldstack.py", "test_preflight.py", "test_qualify.py")
+# test_lab runs first: its test_guard_survives_down takes the lab down and up, which gives every host a fresh root
+# (no image, no model, no deployment). Mid-session it cost the next stage a re-import of the image on every host and the
+# old stack again (test_runtime_image's fixture: 80-95 s in CI on 3 Dec, 23 s without), and the next deployment a
+# release of that old stack.
+FIRST = ("test_lab.py",)
 
 
 def pytest_collection_modifyitems(items):
@@ -311,6 +316,8 @@ def pytest_collection_modifyitems(items):
     order = [m for m in modules if m not in moved]
     at = order.index(anchor) + 1
     order[at:at] = moved
+    first = [m for m in (here / name for name in FIRST) if m in order]
+    order = first + [m for m in order if m not in first]
     rank = {m: n for n, m in enumerate(order)}
     items.sort(key=lambda item: rank[item.path])     # stable: a module's tests keep their order
 
