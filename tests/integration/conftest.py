@@ -293,8 +293,9 @@ def observe(request):
 
 # --------------------------------------------------------------------------- module order
 # Modules run in file order, except test_lab (first: FIRST below) and these, moved to run right after the first:
-# test_security deploys and leaves the lab serving, so the modules that only need a serving lab run there. In file order they came after test_site, whose
-# last tests leave the cluster stopped, and the first of them paid a whole deployment from the old stack (~100 s of CI).
+# test_security deploys and leaves the lab serving, so the modules that only need a serving lab run there. In file
+# order they came after test_site, whose last tests leave the cluster stopped, and the first of them paid a whole
+# deployment from the old stack (~100 s of CI).
 # test_oldstack, test_preflight and test_qualify too: after test_faults' last test (a plain stop) the first of them
 # paid one (192 s in CI on 3 Dec).
 SERVING_AFTER = ("test_security.py", "test_supervision.py", "test_tool_calls.py",
@@ -309,15 +310,14 @@ FIRST = ("test_lab.py",)
 def pytest_collection_modifyitems(items):
     here = Path(__file__).resolve().parent
     modules = list(dict.fromkeys(item.path for item in items))
+    first = [m for m in (here / name for name in FIRST) if m in modules]
+    order = first + [m for m in modules if m not in first]
     anchor, *after = (here / name for name in SERVING_AFTER)
-    if anchor not in modules:
-        return
-    moved = [m for m in after if m in modules]
-    order = [m for m in modules if m not in moved]
-    at = order.index(anchor) + 1
-    order[at:at] = moved
-    first = [m for m in (here / name for name in FIRST) if m in order]
-    order = first + [m for m in order if m not in first]
+    if anchor in order:
+        moved = [m for m in after if m in order]
+        order = [m for m in order if m not in moved]
+        at = order.index(anchor) + 1
+        order[at:at] = moved
     rank = {m: n for n, m in enumerate(order)}
     items.sort(key=lambda item: rank[item.path])     # stable: a module's tests keep their order
 
