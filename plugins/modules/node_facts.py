@@ -92,6 +92,12 @@ options:
       - Report the systemd version (C(systemctl --version)).
     type: bool
     default: false
+  docker_live_restore:
+    description:
+      - Report whether this node's docker daemon keeps containers running while it restarts (C(live-restore) in
+        C(/etc/docker/daemon.json), as C(docker info) reports it).
+    type: bool
+    default: false
   units:
     description:
       - systemd units whose state is reported (C(systemctl show)) - whether systemd knows them, runs them, starts them at
@@ -175,6 +181,11 @@ systemd_version:
   returned: when O(systemd_version=true)
   type: int
   sample: 252
+docker_live_restore:
+  description: Whether the docker daemon has live-restore on (None when docker is missing or did not answer).
+  returned: when O(docker_live_restore=true)
+  type: bool
+  sample: false
 units:
   description: Per unit asked, C(load_state), C(active_state), C(sub_state), C(unit_file_state) and C(need_daemon_reload)
     (a bool), as C(systemctl show) reports them (an unknown unit has C(load_state=not-found)).
@@ -261,6 +272,15 @@ def systemd_version(runner):
     return int(m.group(1)) if m else None
 
 
+def docker_live_restore(runner):
+    docker = runner.bin("docker", required=False)
+    if not docker:
+        return None
+    res = runner.run([docker, "info", "--format", "{{json .LiveRestoreEnabled}}"])
+    answer = (res.stdout or "").strip() if res.ok else ""
+    return {"true": True, "false": False}.get(answer)
+
+
 UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState", "NeedDaemonReload")
 
 
@@ -304,6 +324,7 @@ def main():
             max_bytes=dict(type="int", default=65536),
             images=dict(type="list", elements="str", default=[]),
             systemd_version=dict(type="bool", default=False),
+            docker_live_restore=dict(type="bool", default=False),
             units=dict(type="list", elements="str", default=[]),
             mounts=dict(type="list", elements="dict", default=[], options=dict(
                 path=dict(type="path", required=True),
@@ -345,6 +366,8 @@ def main():
                 node["nft_tables"][key] = {"rc": None, "stdout": ""}
     if p["systemd_version"]:
         node["systemd_version"] = systemd_version(runner)
+    if p["docker_live_restore"]:
+        node["docker_live_restore"] = docker_live_restore(runner)
     node["units"] = unit_states(module, runner, p["units"])
     node["mounts"] = dict(("%s:%s" % (m["container"], m["path"]), read_bind(runner, m["path"], m["container"]))
                           for m in p["mounts"])

@@ -26,7 +26,8 @@ def node(monkeypatch, run_module):
     """run(args, images={ref: id}, nft=True): node_facts with the node's commands answered from captures."""
     calls = []
 
-    def _run(args, images=None, nft_ok=True, docker=True, check_mode=False, show="systemctl-show.txt"):
+    def _run(args, images=None, nft_ok=True, docker=True, check_mode=False, show="systemctl-show.txt",
+             info="docker-info-live-restore-off.txt"):
         images = images or {}
         with open(os.path.join(RDMA, "lab_spark1", "ip-addr.json")) as handle:
             ip_json = handle.read()
@@ -50,6 +51,8 @@ def node(monkeypatch, run_module):
                 return 1, "", _text("nft-list-table-missing.stderr")
             if tool == "docker" and cmd[1] == "inspect" and cmd[2] == "-f":
                 return 0, "true\n", ""
+            if tool == "docker" and cmd[1] == "info":   # live-restore as docker info reports it, or no daemon
+                return (0, _text(info), "") if info.endswith(".txt") else (1, "", _text(info))
             if tool == "docker" and cmd[1] == "exec":  # the container sees the host's directory: the real stat
                 out = subprocess.run(["stat", "-c", "%i:%h", "--", cmd[-1]], capture_output=True, text=True,
                                      check=False)
@@ -66,7 +69,8 @@ def node(monkeypatch, run_module):
 
         monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", bin_path)
         monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
-        monkeypatch.setattr(os.path, "exists", lambda p, _e=os.path.exists: True if p.startswith("/usr/sbin/") else _e(p))
+        monkeypatch.setattr(os.path, "exists",       # a bytes path too (ansible's config reads its own with one)
+                            lambda p, _e=os.path.exists: True if os.fsdecode(p).startswith("/usr/sbin/") else _e(p))
         monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, w: None)
         return run_module(node_facts, args, check_mode=check_mode)
 
@@ -127,6 +131,22 @@ def test_nft_that_does_not_work_is_an_answer_not_a_failure(node):
 def test_no_docker_means_no_image(node):
     result = node({"images": ["x:1"]}, docker=False)
     assert result["images"] == {"x:1": ""}
+
+
+@pytest.mark.parametrize("info, expected", [
+    ("docker-info-live-restore-on.txt", True),
+    ("docker-info-live-restore-off.txt", False),
+    ("docker-info-no-daemon.stderr", None),   # the CLI's answer when dockerd does not answer
+])
+def test_docker_live_restore_as_docker_info_reports_it(node, info, expected):
+    result = node({"docker_live_restore": True}, info=info)
+    assert not result.get("failed"), result
+    assert result["docker_live_restore"] is expected
+
+
+def test_docker_live_restore_without_docker_is_unknown_and_only_when_asked(node):
+    assert node({"docker_live_restore": True}, docker=False)["docker_live_restore"] is None
+    assert "docker_live_restore" not in node({})
 
 
 def test_check_mode_reads_all_the_same(node):
