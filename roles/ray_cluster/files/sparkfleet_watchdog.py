@@ -167,6 +167,11 @@ def container_processes(container):
     return {line.split(None, 1)[1].strip() for line in out.splitlines()[1:] if len(line.split(None, 1)) == 2}
 
 
+def docker_answers():
+    """Whether dockerd answers (a restart of dockerd with live-restore leaves the containers running meanwhile)."""
+    return run(["docker", "version", "--format", "{{.Server.Version}}"], timeout=30)[0] == 0
+
+
 def gcs_nodes(container, address, timeout):
     rc, out, err = run(["docker", "exec", "-i", container, "python3", "-", address, str(timeout)],
                        timeout=timeout + 30, stdin=GCS_PROGRAM)
@@ -326,6 +331,11 @@ def check_ray(a):
         save_state(a.unit, state)
         return 0
     procs = container_processes(a.container)
+    if procs is None and not docker_answers():
+        # dockerd restarting: docker cannot tell whether the container runs; judged at the next check (without
+        # live-restore the container went with dockerd and systemd restarts the unit with docker anyway)
+        save_state(a.unit, state)
+        return 0
     gcs = gcs_nodes(a.container, a.address, a.timeout) if procs is not None and "raylet" in procs else {"ok": None}
     orphan = orphan_verdict(a.node_ip, state, gcs)
     if alive_in(gcs, a.node_ip) and gcs.get("cluster"):

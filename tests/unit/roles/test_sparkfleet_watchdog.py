@@ -35,6 +35,7 @@ class Node:
         self.procs = {"raylet", "gcs_server", "ray"}
         self.gcs = {"ok": True, "nodes": [{"ip": "10.99.1.11", "alive": True}, {"ip": "10.99.1.12", "alive": True}]}
         self.paused = "false"
+        self.dockerd = True         # whether dockerd answers `docker version`
         self.status = (FIXTURES / "serving.txt").read_text()     # `ray status` on the head
         self.gcs_log = None         # the head's GCS log (a file here; None: it cannot be read), grepped for real
         monkeypatch.setattr(wd, "run", self.run)
@@ -48,6 +49,8 @@ class Node:
         self.wd.calls.append(argv)
         if argv[:2] == ["docker", "inspect"]:
             return 0, self.paused + "\n", ""
+        if argv[:2] == ["docker", "version"]:
+            return (0, "20.10.24+dfsg1\n", "") if self.dockerd else (1, "", "Cannot connect to the Docker daemon")
         if argv[:2] == ["docker", "exec"] and argv[3:5] == ["ray", "status"]:
             return (0, self.status, "") if self.status is not None else (1, "", "ConnectionError: GCS unreachable")
         if argv[:2] == ["docker", "exec"] and argv[3] == "grep":
@@ -114,6 +117,20 @@ def test_ray_restarted_after_two_bad_checks_only(wd, monkeypatch, tmp_path):
     (entry,) = log_lines(tmp_path)
     assert entry["unit"] == "sparkfleet-ray" and entry["event"] == "restart" and entry["by"] == "watchdog"
     assert "raylet gone" in entry["cause"] and "alive in systemd, dead in Ray" in entry["cause"]
+
+
+def test_ray_not_judged_while_dockerd_does_not_answer(wd, monkeypatch):
+    # dockerd restarting (live-restore keeps the container): `docker top` fails, which is no proof the container is gone
+    node = Node(wd, monkeypatch)
+    node.procs, node.dockerd = None, False
+    a = ray_args(wd)
+    for _check in range(3):
+        wd.check_ray(a)
+    assert node.restarts() == []
+    node.dockerd = True                             # dockerd answers and the container is gone: judged as before
+    for _check in range(2):
+        wd.check_ray(a)
+    assert node.restarts() == [["systemctl", "restart", "--no-block", "sparkfleet-ray.service"]]
 
 
 def test_ray_bad_count_resets_when_alive_again(wd, monkeypatch):
