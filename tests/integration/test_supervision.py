@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -227,6 +228,60 @@ def test_a_deploy_that_restarts_ray_is_not_raced_by_the_watchdog(lab, serving, t
         observe("2 runs restarted Ray on every node, both succeeded, no watchdog restart during them")
     finally:
         lab.site(tmp_path / "restore")      # the inventory's own settings again (Ray restarted once more)
+    assert lab.serves()
+
+
+def container_started(lab, host, name):
+    return lab.sh(host, "docker inspect -f '{{.State.StartedAt}}' %s 2>&1" % name).stdout.strip()
+
+
+@pytest.mark.long
+@pytest.mark.fault(name="docker restarted on every node while serving, the operators' docker with live-restore",
+                   expected="site.yml makes the units only want docker and follow their container (sparkfleet-run, no"
+                            " --rm); each restart stops nothing: every request answered, the same containers")
+def test_serving_survives_a_docker_restart_with_live_restore(lab, serving, tmp_path, observe):
+    containers = [(h, "sparkfleet-ray") for h in lab.hosts] + [(HEAD, "sparkfleet-vllm")]
+    try:
+        for host in lab.hosts:
+            lab.labctl("break", "live-restore", host)
+        lab.site(tmp_path / "deploy")               # the units change: both restart, once
+        for host in lab.hosts:
+            unit = lab.sh(host, "systemctl cat sparkfleet-ray" + (" sparkfleet-vllm" if host == HEAD else "")).stdout
+            assert "Requires=docker.service" not in unit and "Wants=docker.service" in unit, unit
+            assert "ExecStart=/usr/local/sbin/sparkfleet-run sparkfleet-ray 90 /usr/bin/docker run --name" in unit
+        assert lab.wait_serving(limit=300) is not None
+        before = {c: container_started(lab, *c) for c in containers}
+        pids = {h: main_pid(lab, h, "sparkfleet-ray") for h in lab.hosts}
+        outcomes, stop, t0 = [], threading.Event(), time.time()
+
+        def load():
+            while not stop.is_set():
+                outcomes.append(lab.completion("live", max_tokens=2, timeout=10)[0])
+                time.sleep(0.5)
+        t = threading.Thread(target=load)
+        t.start()
+        try:
+            for host in reversed(lab.hosts):       # the worker, then the head
+                lab.labctl("break", "docker-restart", host)
+                time.sleep(15)                     # more than a watchdog check: none may judge the restart a death
+        finally:
+            stop.set()
+            t.join(timeout=60)
+        failed = [o for o in outcomes if o != 200]
+        observe("docker restarted on %s: %d of %d requests answered, containers unchanged: %s"
+                % (", ".join(reversed(lab.hosts)), len(outcomes) - len(failed), len(outcomes),
+                   before == {c: container_started(lab, *c) for c in containers}))
+        assert outcomes and not failed, "requests failed during the docker restarts: %s" % failed
+        assert {c: container_started(lab, *c) for c in containers} == before
+        assert {h: main_pid(lab, h, "sparkfleet-ray") for h in lab.hosts} == pids
+        journal = lab.sh(HEAD, "journalctl -u sparkfleet-vllm --since @%d --no-pager" % t0).stdout
+        assert "while the container runs on (dockerd restarted, live-restore kept it): following it" in journal
+        logged = [e for h in lab.hosts for e in events(lab, h, t0) if e["event"] in ("restart", "stopped")]
+        assert not logged, logged
+    finally:
+        for host in lab.hosts:
+            lab.labctl("fix", "live-restore", host, check=False)
+        lab.site(tmp_path / "restore")              # the units as docker without live-restore wants them
     assert lab.serves()
 
 
