@@ -250,6 +250,8 @@ def test_serving_survives_a_docker_restart_with_live_restore(lab, serving, tmp_p
             assert "Requires=docker.service" not in unit and "Wants=docker.service" in unit, unit
             assert "ExecStart=/usr/local/sbin/sparkfleet-run sparkfleet-ray 90 /usr/bin/docker run --name" in unit
         assert lab.wait_serving(limit=300) is not None
+        again = lab.site(tmp_path / "again")        # idempotent with live-restore too
+        assert lab.changed_total(again) == 0, again["stats"]
         before = {c: container_started(lab, *c) for c in containers}
         pids = {h: main_pid(lab, h, "sparkfleet-ray") for h in lab.hosts}
         outcomes, stop, t0 = [], threading.Event(), time.time()
