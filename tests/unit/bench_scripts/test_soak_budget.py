@@ -72,3 +72,13 @@ def test_a_directory_without_results_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         sb.main([str(tmp_path)])
     assert "no faults.json" in capsys.readouterr().err
+
+
+def test_the_fastest_restart_is_taken_over_faults_that_stopped_the_engine():
+    # 4 Dec, live-restore on: docker restarted on the head, the engine ran on and answered 1 s after.
+    b = sb.budget(os.path.join(BENCH, "soak-results", "main-64fc36a-liverestore"))
+    docker = [r for r in b["rows"] if r["kind"] == "restart-docker"]
+    assert docker and docker[0]["engine_stopped"] is False and docker[0]["back_s"] < 5
+    assert b["engine_restarts"] == 11
+    assert b["fastest_back_s"] == min(r["back_s"] for r in b["rows"] if r["engine_stopped"])
+    assert b["fastest_back_s"] > 10
