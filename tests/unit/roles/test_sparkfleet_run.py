@@ -15,7 +15,8 @@ SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "ray_cluster" / "files"
 
 # A docker CLI whose answers come from files in its directory: `run` exits with run_rc; `version` answers once
 # `down` (a count of calls still to fail) is spent; `inspect` prints `running`; `wait` prints the next line of
-# `wait` (an empty line: dockerd went away under it) and the container stops running after a status.
+# `wait` (an empty line: dockerd went away under it), once `logs` has printed, and the container stops running after
+# a status.
 FAKE_DOCKER = r"""#!/usr/bin/env bash
 d=$(dirname "$0")
 echo "$*" >> "$d/calls"
@@ -26,8 +27,10 @@ case $1 in
     if [ "$n" -gt 0 ]; then echo $((n - 1)) > "$d/down"; echo "Cannot connect to the Docker daemon" >&2; exit 1; fi
     echo 28.5.1 ;;
   inspect) cat "$d/running" ;;
-  logs) echo "engine output after the restart"; exec sleep 30 ;;
+  logs) echo "engine output after the restart"; touch "$d/logged"; exec sleep 30 ;;
   wait)
+    # a real `docker wait` returns when the container ends, long after `logs` began: wait for it (bounded)
+    for _ in $(seq 100); do [ -e "$d/logged" ] && break; sleep 0.1; done
     code=$(head -n 1 "$d/wait"); sed -i 1d "$d/wait"
     if [ -z "$code" ]; then echo "error waiting for container: unexpected EOF" >&2; exit 1; fi
     echo false > "$d/running"; echo "$code" ;;
