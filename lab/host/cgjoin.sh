@@ -1,6 +1,9 @@
 #!/bin/bash
 # cgjoin.sh NAME CMD...: move this process into /sparklab/NAME in every cgroup hierarchy, then exec CMD
 #   (which runs `unshare --cgroup`, so the host's cgroup namespace is rooted at /sparklab/NAME).
+# cgjoin.sh --mem BYTES NAME CMD...: the same, after setting the host's memory limit (its whole memory, as a GB10's
+#   GPU memory is the host's: v1 memory.limit_in_bytes, v2 memory.max; 0 = no limit), clearing what a previous boot
+#   left there (the wedge knob's oom_kill_disable / memory.high, the old boot's page cache).
 # cgjoin.sh --clean NAME: remove /sparklab/NAME everywhere, including the v1 hierarchies that the
 #   machine does not mount (a host's systemd mounts perf_event, hugetlb, net_cls itself).
 set -euo pipefail
@@ -39,7 +42,34 @@ if [ "$1" = --clean ]; then
   exit 0
 fi
 
+MEM=""
+if [ "$1" = --mem ]; then MEM=$2; shift 2; fi
 NAME=$1; shift
+
+set_mem() {  # DIR: a fresh boot's memory settings on the host's memory cgroup (v1 or v2)
+  local d=$1 lim=$MEM
+  if [ -e "$d/memory.limit_in_bytes" ]; then
+    [ -s "$d/cgroup.procs" ] || echo 0 >"$d/memory.force_empty" 2>/dev/null || true   # a reboot empties the cache
+    echo 0 >"$d/memory.oom_control" 2>/dev/null || true
+    [ "$lim" = 0 ] && lim=-1
+    echo "$lim" >"$d/memory.limit_in_bytes" || echo "cgjoin: $d: memory limit $lim not set" >&2
+  elif [ -e "$d/memory.max" ]; then
+    [ -s "$d/cgroup.procs" ] || echo 1T >"$d/memory.reclaim" 2>/dev/null || true
+    echo max >"$d/memory.high"
+    [ "$lim" = 0 ] && lim=max
+    echo "$lim" >"$d/memory.max" || echo "cgjoin: $d: memory.max $lim not set" >&2
+  fi
+}
+
+# Pure cgroup v2 (/sys/fs/cgroup is the unified hierarchy): the memory controller down to /sparklab/NAME.
+if [ -n "$MEM" ] && [ -e /sys/fs/cgroup/cgroup.subtree_control ] && grep -qw memory /sys/fs/cgroup/cgroup.controllers; then
+  mkdir -p "/sys/fs/cgroup/$TOP"
+  echo +memory >/sys/fs/cgroup/cgroup.subtree_control
+  echo +memory >"/sys/fs/cgroup/$TOP/cgroup.subtree_control"
+  mkdir -p "/sys/fs/cgroup/$TOP/$NAME"
+  set_mem "/sys/fs/cgroup/$TOP/$NAME"
+  echo $$ >"/sys/fs/cgroup/$TOP/$NAME/cgroup.procs"
+fi
 unmounted_groups | while read -r g; do
   in_hierarchy "$g" "mkdir -p \$D/$TOP/$NAME && echo $$ >\$D/$TOP/$NAME/cgroup.procs"
 done
@@ -50,6 +80,7 @@ for h in /sys/fs/cgroup/*; do
   if [ -e "$h/cpuset.cpus" ]; then
     for f in cpuset.cpus cpuset.mems; do cat "$h/$f" >"$h/$TOP/$f"; cat "$h/$f" >"$h/$TOP/$NAME/$f"; done
   fi
+  if [ -n "$MEM" ]; then set_mem "$h/$TOP/$NAME"; fi
   echo $$ >"$h/$TOP/$NAME/cgroup.procs"
 done
 exec "$@"

@@ -1,17 +1,43 @@
 #!/bin/sh
-# sparklab-docker-wrapper (lab hosts' /usr/bin/docker; the real CLI is /usr/bin/docker.real): this machine grants no
-# CAP_SYS_RESOURCE, so `--ulimit memlock=-1` would fail in runc; it becomes the highest limit the lab can grant (the
-# inherited hard limit, soft = hard), which the stand-in's NCCL counts as unlimited. See hostinit.sh.
+# sparklab-docker-wrapper (lab hosts' /usr/bin/docker; the real CLI is /usr/bin/docker.real).
+# 1. This machine grants no CAP_SYS_RESOURCE, so `--ulimit memlock=-1` would fail in runc; it becomes the highest limit
+#    the lab can grant (the inherited hard limit, soft = hard), which the stand-in's NCCL counts as unlimited. See
+#    hostinit.sh.
+# 2. Unified memory: every `docker run` / `docker create` (also `docker container run|create`) gets the host's memory
+#    cgroup read-only at /run/sparklab/hostmem (the host's limit and usage: what a GB10's driver reports as the GPU's
+#    total and free memory, since GPU memory is the host's) and the host's tmpfs /run/sparklab/uvm read-write at the
+#    same path (where the stand-in's ranks hold what a GB10 driver leaks; hostinit.sh makes it at every boot).
+# shellcheck disable=SC3045  # the hosts' /bin/sh is dash, whose ulimit has -H
 ceil=$(ulimit -Hl)
-[ "$ceil" = unlimited ] && exec /usr/bin/docker.real "$@"
-ceil=$((ceil * 1024))
+[ "$ceil" = unlimited ] || ceil=$((ceil * 1024))
+hostmem=""
+if [ -e /sys/fs/cgroup/memory/memory.usage_in_bytes ]; then hostmem=/sys/fs/cgroup/memory
+elif [ -e /sys/fs/cgroup/memory.current ]; then hostmem=/sys/fs/cgroup
+fi
 n=$#
+pos=0  # 0: before the command word, 1: after `container`, 2: past the command
+skip=0
 for a in "$@"; do
-  case $a in
-    memlock=-1 | memlock=-1:-1 | memlock=unlimited) a=memlock=$ceil:$ceil ;;
-    --ulimit=memlock=-1 | --ulimit=memlock=-1:-1) a=--ulimit=memlock=$ceil:$ceil ;;
-  esac
+  if [ "$ceil" != unlimited ]; then
+    case $a in
+      memlock=-1 | memlock=-1:-1 | memlock=unlimited) a=memlock=$ceil:$ceil ;;
+      --ulimit=memlock=-1 | --ulimit=memlock=-1:-1) a=--ulimit=memlock=$ceil:$ceil ;;
+    esac
+  fi
   set -- "$@" "$a"
+  if [ "$skip" = 1 ]; then skip=0; continue; fi
+  [ "$pos" = 2 ] && continue
+  case $a in
+    -H | --host | -c | --context | --config | -l | --log-level | --tlscacert | --tlscert | --tlskey) skip=1 ;;
+    -*) ;;
+    container) if [ "$pos" = 0 ]; then pos=1; else pos=2; fi ;;
+    run | create)
+      pos=2
+      if [ -n "$hostmem" ]; then set -- "$@" -v "$hostmem:/run/sparklab/hostmem:ro"; fi
+      if [ -d /run/sparklab/uvm ]; then set -- "$@" -v /run/sparklab/uvm:/run/sparklab/uvm; fi
+      ;;
+    *) pos=2 ;;
+  esac
 done
 shift "$n"
 exec /usr/bin/docker.real "$@"

@@ -43,6 +43,10 @@ ln -sf /proc/self/fd/0 "$R/dev/stdin"; ln -sf /proc/self/fd/1 "$R/dev/stdout"; l
 mount -t tmpfs -o mode=1777,size=50% tmpfs "$R/dev/shm"   # Ray's object store wants > 30% of RAM here
 mount -t mqueue mqueue "$R/dev/mqueue"
 mount -t tmpfs -o mode=755 tmpfs "$R/run"
+# Unified memory (the lab's model of a GB10 driver's view of the one pool): ranks keep what the driver leaks on an
+# unclean exit here, in the host's memory, until the next boot (empty again then, like every /run). The docker
+# wrapper binds it into every container. `labctl break leak` writes leak-mib here.
+mkdir -p "$R/run/sparklab/uvm"
 mount --bind "$HD/tmp" "$R/tmp"
 # docker's overlay2 refuses an overlayfs upper: /var/lib/docker is a per-host dir on the real ext4.
 mkdir -p "$R/var/lib/docker"; mount --bind "$HD/vols/var_lib_docker" "$R/var/lib/docker"

@@ -175,7 +175,7 @@ def test_check_mode_touches_nothing(lab, deployed, tmp_path):
     assert predicted, "check mode did not predict the unit change"
     # ... and nothing was touched.
     unit = lab.host_exec(HEAD, "cat", "/etc/systemd/system/sparkfleet-vllm.service").stdout
-    assert "--gpu-memory-utilization 0.85" in unit
+    assert "--gpu-memory-utilization 0.35" in unit           # the lab's (inventories/lab), not the -e value
     assert lab.systemctl(HEAD, "show", "-p", "InvocationID", "--value", "sparkfleet-vllm") == vllm_before
     assert {h: lab.systemctl(h, "show", "-p", "InvocationID", "--value", "sparkfleet-ray") for h in lab.hosts} == before
 

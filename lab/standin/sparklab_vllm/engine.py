@@ -192,7 +192,7 @@ class EngineCore:
         else:
             driver_ip = self.start_local_worker()
         init_method = "tcp://%s:%d" % (driver_ip, _open_port())
-        self.rank_args("init_device", lambda r: (r, world, tp, init_method))
+        self.rank_args("init_device", lambda r: (r, world, tp, init_method, a["gpu_memory_utilization"]))
         shards = self._num_shards()
         fault_shard = int(os.environ.get("SPARKLAB_FAULT_SHARD", max(shards // 2, 0)))
         bar_all = os.environ.get("SPARKLAB_BAR_RANKS", "all") == "all"
@@ -241,6 +241,13 @@ class EngineCore:
         results = self.run_all("step", prompt, count, timeout=timeout)
         return results[0]
 
+    def release(self):
+        """Clean shutdown: the ranks free their memory and leak files before the engine exits."""
+        try:
+            self.run_all("release", timeout=_env_float("SPARKLAB_RELEASE_TIMEOUT_S", 5))
+        except BaseException:  # a rank already gone: nothing of it to release here
+            pass
+
 
 def engine_main(a, max_model_len, conn):
     """Entry point of the EngineCore_DP0 process."""
@@ -276,6 +283,8 @@ def engine_main(a, max_model_len, conn):
         except EOFError:
             os._exit(0)
         if msg[0] == "shutdown":
+            core.release()
+            sys.stdout.flush()
             os._exit(0)
         if msg[0] == "generate":
             try:

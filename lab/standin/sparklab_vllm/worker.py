@@ -1,7 +1,9 @@
 """The rank: a Ray actor named RayWorkerWrapper (so Ray prefixes its output as it does vLLM's workers).
 
 Each rank holds /dev/nvidia0 open while alive, joins torch.distributed over gloo, reads its slice of every
-shard, and all-reduces one tensor per request step.
+shard, and all-reduces one tensor per request step. On a lab host (unified.py) it also runs vLLM 0.17.1's startup
+free-memory check against the host's memory, really holds its weights and KV cache there (about
+gpu_memory_utilization x the host's memory), and leaks what `labctl break leak` asks on an unclean exit.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 
 from .formats import SAFETENSOR_ERRORS, WEIGHTS_BAR_DESC, Logger, ProgressBar
 from .safetensors_io import SafetensorError, list_shards, read_slice
+from . import unified
 
 GiB = float(1 << 30)
 GB10_TOTAL_GIB = 119.70
@@ -38,6 +41,10 @@ class RayWorkerWrapper:
         self.weights_bytes = 0
         self.transport = None
         self.pid = os.getpid()
+        self.hostmem = None     # (free, total) of the host's pool at the startup check, on a lab host
+        self.requested = 0      # vLLM's requested_memory (host bytes)
+        self.held = []          # unified.Allocation: weights, KV cache
+        self.leak_path = None
 
     def execute_method(self, method, *args, **kwargs):
         return getattr(self, method)(*args, **kwargs)
@@ -53,13 +60,16 @@ class RayWorkerWrapper:
                 "env": {k: v for k, v in os.environ.items() if k.startswith(("RAY_", "GLOO_", "NCCL_", "VLLM_"))}}
 
     # ---------------------------------------------------------------- device + rendezvous
-    def init_device(self, rank, world, tp, init_method):
+    def init_device(self, rank, world, tp, init_method, gpu_memory_utilization=None):
         log = Logger("parallel_state.py")
         dev = os.environ.get("SPARKLAB_GPU_DEVICE", "/dev/nvidia0")
         try:
             self.gpu_fd = os.open(dev, os.O_RDWR)  # "holds the GPU" for nvidia-smi's process list
         except OSError:
             raise RuntimeError("No CUDA GPUs are available") from None
+        mib = unified.leak_mib()
+        if mib:  # the context's mappings, which a GB10 driver keeps after an unclean exit (labctl break leak)
+            self.leak_path = unified.create_leak(mib)
         import torch.distributed as dist
         self.rank, self.world = rank, world
         log.info(1203, "world_size=%d rank=%d local_rank=0 distributed_init_method=%s backend=nccl",
@@ -70,6 +80,26 @@ class RayWorkerWrapper:
         self.transport = init_comm(rank, world)  # the NCCL communicator: its interface and NET/IB or NET/Socket
         log.info(1411, "rank %d in world size %d is assigned as DP rank 0, PP rank %d, PCP rank 0, TP rank %d, "
                  "EP rank %d", rank, world, rank // tp, rank % tp, rank)
+        if gpu_memory_utilization is not None:  # the memory snapshot after NCCL's init, as in vLLM
+            self.check_free_memory(gpu_memory_utilization)
+        return True
+
+    def check_free_memory(self, gpu_memory_utilization):
+        """vLLM 0.17.1 init_device's MemorySnapshot + request_memory, after the distributed init (a lab host only)."""
+        self.hostmem = unified.host_memory()
+        if self.hostmem is None:
+            return None
+        free, total = self.hostmem
+        self.requested = unified.request_memory(free, total, gpu_memory_utilization)
+        return self.requested
+
+    def release(self):
+        """The engine's clean shutdown: memory and the leak file go (a SIGKILL or a crash never calls this)."""
+        for a in self.held:
+            a.close()
+        self.held = []
+        unified.release_leak(self.leak_path)
+        self.leak_path = None
         return True
 
     # ---------------------------------------------------------------- weights
@@ -103,15 +133,26 @@ class RayWorkerWrapper:
                 pbar.update(1)
         if pbar:
             pbar.close()
+        shown = self.weights_bytes
+        if self.hostmem is not None:  # the weights live in the host's memory
+            self.held.append(unified.Allocation(self.weights_bytes))
+            shown = unified.to_gb10(self.weights_bytes, self.hostmem[1])
         loaded = time.time() - t_load
         Logger("default_loader.py").info(308, "Loading weights took %.2f seconds", loaded)
-        runner.info(3659, "Model loading took %.4f GiB memory and %.6f seconds", self.weights_bytes / GiB,
+        runner.info(3659, "Model loading took %.4f GiB memory and %.6f seconds", shown / GiB,
                     time.time() - t0)
         return self.weights_bytes
 
     # ---------------------------------------------------------------- memory + graphs
     def determine_available_memory(self, gpu_memory_utilization):
         time.sleep(_env_float("SPARKLAB_PROFILE_SECONDS", 1.5))  # the profile run of a real engine
+        if self.hostmem is not None:
+            total = self.hostmem[1]
+            kv_bytes = unified.kv_cache_bytes(self.requested, self.weights_bytes, total)
+            self.held.append(unified.Allocation(kv_bytes))  # the KV cache, really in the host's memory
+            kv = unified.to_gb10(kv_bytes, total) / GiB
+            Logger("gpu_worker.py").info(375, "Available KV cache memory: %.2f GiB", kv)
+            return int(kv * GiB)
         kv = GB10_TOTAL_GIB * gpu_memory_utilization - self.weights_bytes / GiB - 2.35
         kv = max(kv, 0.0)
         Logger("gpu_worker.py").info(375, "Available KV cache memory: %.2f GiB", kv)
