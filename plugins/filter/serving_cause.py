@@ -126,14 +126,32 @@ def _scheduler_stuck(text, now):
     return state["cause"], state.get("pg_restart_after", "?")
 
 
+def _escalation(text, now):
+    """The head's /run/sparkfleet/escalated-UNIT (sparkfleet-watchdog's gate) -> what the report says of it, or None."""
+    try:
+        entry = json.loads(_text(text).strip() or "null")
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or not entry.get("reason"):
+        return None
+    when = entry.get("time") if isinstance(entry.get("time"), (int, float)) else None
+    nodes = [str(n)[:300] for n in entry.get("nodes") or []][:4]
+    back = ("; once every node's memory is back at its baseline the liveness timer starts it once"
+            if entry.get("memory") and not entry.get("returned") else "")
+    return "its supervision escalated%s (%s)%s%s. Human step: %s" % (
+        _ago(now, when), str(entry["reason"])[:200], (": " + "; ".join(nodes)) if nodes else "", back,
+        str(entry.get("step") or "run site.yml")[:300])
+
+
 def _restart_log(events, parsed, limit):
     """The latest restarts and stops of every node, newest first: 'host: unit what, N s ago: cause'."""
     rows = []
     for host, text in (events or {}).items():
         now = (parsed.get(host) or (None, {}))[0]
         for e in _events(text):
-            what = "restarted by its watchdog" if e.get("event") == "restart" else \
-                "stopped" if e.get("event") == "stopped" else str(e.get("event"))
+            what = {"restart": "restarted by its watchdog", "stopped": "stopped",
+                    "escalated": "ESCALATED (not started again)",
+                    "return": "started once (memory back)"}.get(e.get("event"), str(e.get("event")))
             rows.append((float(e["time"]), "%s: %s %s%s: %s" % (
                 host, e.get("unit", "?"), what, _ago(now, float(e["time"])) or "", e.get("cause", "?"))))
     rows.sort(key=lambda r: -r[0])
@@ -169,7 +187,7 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
         fail(_WHERE, "head must be the head's inventory name, got %r" % (head,))
     ray_id, vllm_id = ray_unit + ".service", vllm_unit + ".service"
     parsed, unreachable = {}, []
-    found = {"journal": {}, "events": {}, "model": {}, "scheduler": {}}
+    found = {"journal": {}, "events": {}, "model": {}, "scheduler": {}, "escalated": {}}
     for host in sorted(nodes):
         value = nodes[host]
         if isinstance(value, dict):
@@ -258,7 +276,10 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
         causes.append("%s: Ray's scheduler: %s; the head's Ray watchdog restarts Ray (%s) once it has been pending %s s"
                       " (the workers' Ray and vLLM follow)" % (head, stuck[0], ray_unit, stuck[1]))
     blocked = any("run site.yml" in c for c in causes)
-    if vllm and vllm.get("ActiveState") != "active":
+    escalated = _escalation(found["escalated"].get(head), head_now)
+    if escalated and vllm.get("ActiveState") != "active":
+        causes.insert(0, "%s: vLLM (%s) is %s and not started again: %s" % (head, vllm_unit, _state(vllm), escalated))
+    elif vllm and vllm.get("ActiveState") != "active":
         coming = vllm.get("ActiveState") == "activating" or vllm.get("SubState") == "auto-restart"
         if vllm.get("ActiveState") == "failed":
             tail = "; systemd gave up (%s): run site.yml to start it" % vllm.get("Result", "?")

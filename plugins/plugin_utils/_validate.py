@@ -209,6 +209,21 @@ def check_fraction(value):
     return f, None
 
 
+def check_share(high):
+    """A share of a node's memory in [0, high] (the memory gate's margin and tolerance)."""
+    def check(value):
+        if isinstance(value, bool):
+            return None, "must be a number, not a boolean"
+        try:
+            f = float(value.strip() if is_string(value) else value)
+        except (TypeError, ValueError, OverflowError):
+            return None, "must be a number in [0, %g], a share of each node's memory (0.05 means 5%%)" % high
+        if not 0 <= f <= high:
+            return None, "must be in [0, %g] (a share of each node's memory: 0.05 means 5%%)" % high
+        return f, None
+    return check
+
+
 def parse_human_int(value):
     """vLLM's reading of sizes: 8192, 32k (x1000), 32K (x1024); decimals only with decimal suffixes."""
     s = value.strip()
@@ -942,6 +957,13 @@ SERVING_CHECKS = {
     "vllm_serve_liveness_timeout": check_seconds,
     "vllm_serve_liveness_failures": check_count,
     "vllm_serve_liveness_start_grace": check_seconds,
+    "vllm_serve_memory_gate": check_bool,
+    "vllm_serve_memory_gate_timeout": check_seconds,
+    "vllm_serve_memory_margin": check_share(0.2),
+    "vllm_serve_memory_tolerance": check_share(0.5),
+    "vllm_serve_escalate_after": check_count,
+    "vllm_serve_escalate_window": check_seconds,
+    "vllm_serve_escalation_notify": check_optional_string,
     "sparkfleet_fabric_min_mtu": check_min_mtu,
     "vllm_serve_gpu_args": check_gpu_args,
     "sparkfleet_vllm_unit": check_unit_and_container_name,

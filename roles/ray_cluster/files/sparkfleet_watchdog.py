@@ -20,7 +20,7 @@
 #       11-minute weight load is not killed). The API key is read from the root-only env file, never an argument.
 #   sparkfleet-watchdog record --unit U     (the units' ExecStopPost: why the unit stopped, from systemd's variables)
 # Run by the sparkfleet-*-watchdog timers. Every restart and stop is one JSON line in
-# /var/lib/sparkfleet/watchdog/supervision.log (what playbooks/status.yml shows as "last restarts and why") and in the
+# /var/lib/sparkfleet/watchdog/supervision.log (what playbooks/status.yml shows as "last restarts and why"; best effort) and in the
 # journal of the service that ran it.
 import argparse
 import json
@@ -32,6 +32,19 @@ import time
 import urllib.error
 import urllib.request
 
+
+def _load_memory():
+    """sparkfleet_memory.py, installed beside this file (no bytecode left behind: the tests run it from role files)."""
+    import importlib.util
+    sys.dont_write_bytecode = True
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sparkfleet_memory.py")
+    spec = importlib.util.spec_from_file_location("sparkfleet_memory", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MEM = _load_memory()
 STATE_DIR = os.environ.get("SPARKFLEET_WATCHDOG_DIR", "/var/lib/sparkfleet/watchdog")
 RUN_DIR = os.environ.get("SPARKFLEET_WATCHDOG_RUN_DIR", "/run")    # tmpfs: a hold never outlives a reboot
 HOLD_MAX = 300            # seconds a deploy's hold counts (Ray's restart by the handlers: the head, its port, workers)
@@ -59,7 +72,20 @@ try:
         cluster = client.cluster_id.hex()
     except Exception:
         cluster = None
-    print(json.dumps({"ok": True, "nodes": nodes, "cluster": cluster}))
+    out = {"ok": True, "nodes": nodes, "cluster": cluster}
+    # the memory reports every node publishes, and the gate's requests (Ray's internal KV, namespace sparkfleet)
+    ops = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    ns, kv = b"sparkfleet", {}
+    for key, value in (ops.get("put") or {}).items():
+        client.internal_kv_put(key.encode(), value.encode(), True, ns, timeout=float(sys.argv[2]))
+    keys = [k.encode() for k in ops.get("get") or []]
+    if ops.get("prefix"):
+        keys += client.internal_kv_keys(ops["prefix"].encode(), ns, timeout=float(sys.argv[2]))
+    if keys:
+        got = client.internal_kv_multi_get(keys, ns, timeout=float(sys.argv[2]))
+        kv = {k.decode(): v.decode("utf-8", "replace") for k, v in got.items() if v is not None}
+    out["kv"] = kv
+    print(json.dumps(out))
 except Exception as e:
     print(json.dumps({"ok": False, "error": ("%s: %s" % (type(e).__name__, e)).strip()[:400]}))
 sys.stdout.flush()
@@ -84,37 +110,51 @@ def run(argv, timeout=60, stdin=None):
 
 
 def log_event(unit, event, cause, **extra):
+    """One JSON line on stdout (the journal of the service that runs this) and in the supervision log. The log is best
+    effort: a full disk must never keep the watchdog from acting (it acts after logging)."""
     entry = dict({"time": round(now(), 1), "unit": unit, "event": event, "cause": cause}, **extra)
     line = json.dumps(entry, sort_keys=True)
     print(line)
     sys.stdout.flush()
-    os.makedirs(STATE_DIR, mode=0o700, exist_ok=True)
     path = os.path.join(STATE_DIR, LOG_NAME)
-    with open(path, "a") as fh:
-        fh.write(line + "\n")
-    with open(path) as fh:
-        lines = fh.readlines()
-    if len(lines) > 2 * LOG_KEEP:
-        tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
-            fh.writelines(lines[-LOG_KEEP:])
-        os.replace(tmp, path)
+    try:
+        os.makedirs(STATE_DIR, mode=0o700, exist_ok=True)
+        with open(path, "a") as fh:
+            fh.write(line + "\n")
+        with open(path) as fh:
+            lines = fh.readlines()
+        if len(lines) > 2 * LOG_KEEP:
+            tmp = path + ".tmp"
+            with open(tmp, "w") as fh:
+                fh.writelines(lines[-LOG_KEEP:])
+            os.replace(tmp, path)
+    except OSError as e:
+        sys.stderr.write("sparkfleet-watchdog: %s not written (%s); acting anyway\n" % (path, e))
+
+
+def state_path(unit):
+    """A unit's watchdog state (its counters) lives in /run: tmpfs, written even when the disk is full (a full disk once
+    killed both watchdogs at every check, so a hung engine was never restarted), and per boot, as the runs it counts."""
+    return os.path.join(RUN_DIR, "sparkfleet", "watchdog-%s.json" % unit)
 
 
 def load_state(unit):
     try:
-        with open(os.path.join(STATE_DIR, "watchdog-%s.json" % unit)) as fh:
+        with open(state_path(unit)) as fh:
             return json.load(fh)
     except (OSError, ValueError):
         return {}
 
 
 def save_state(unit, state):
-    os.makedirs(STATE_DIR, mode=0o700, exist_ok=True)
-    path = os.path.join(STATE_DIR, "watchdog-%s.json" % unit)
-    with open(path + ".tmp", "w") as fh:
-        json.dump(state, fh)
-    os.replace(path + ".tmp", path)
+    path = state_path(unit)
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        with open(path + ".tmp", "w") as fh:
+            json.dump(state, fh)
+        os.replace(path + ".tmp", path)
+    except OSError as e:
+        sys.stderr.write("sparkfleet-watchdog: %s not written (%s)\n" % (path, e))
 
 
 def unit_run(unit):
@@ -172,9 +212,11 @@ def docker_answers():
     return run(["docker", "version", "--format", "{{.Server.Version}}"], timeout=30)[0] == 0
 
 
-def gcs_nodes(container, address, timeout):
-    rc, out, err = run(["docker", "exec", "-i", container, "python3", "-", address, str(timeout)],
-                       timeout=timeout + 30, stdin=GCS_PROGRAM)
+def gcs_nodes(container, address, timeout, ops=None):
+    """The GCS's view of the nodes ({"ok", "nodes", "cluster"}), and with ops ({"put": {key: text}, "get": [key],
+    "prefix": key prefix}) its internal KV's answers in "kv" (namespace sparkfleet)."""
+    argv = ["docker", "exec", "-i", container, "python3", "-", address, str(timeout)]
+    rc, out, err = run(argv + ([json.dumps(ops)] if ops else []), timeout=timeout + 30, stdin=GCS_PROGRAM)
     for line in reversed(out.splitlines()):
         if line.startswith("{"):
             try:
@@ -336,7 +378,12 @@ def check_ray(a):
         # live-restore the container went with dockerd and systemd restarts the unit with docker anyway)
         save_state(a.unit, state)
         return 0
-    gcs = gcs_nodes(a.container, a.address, a.timeout) if procs is not None and "raylet" in procs else {"ok": None}
+    ranks = engine_ranks(a.container) if procs is not None else False
+    ops = memory_ops(a, ranks) if getattr(a, "model_dir", None) else None
+    gcs = gcs_nodes(a.container, a.address, a.timeout, *([ops] if ops else [])) \
+        if procs is not None and "raylet" in procs else {"ok": None}
+    if ops:
+        obey_drop_request(state, gcs, ranks)
     orphan = orphan_verdict(a.node_ip, state, gcs)
     if alive_in(gcs, a.node_ip) and gcs.get("cluster"):
         state["cluster"] = gcs["cluster"]            # the cluster this run of the unit is alive in
@@ -364,6 +411,246 @@ def check_ray(a):
         if state["bad"] >= a.checks + (2 if slow else 0):
             restart(a.unit, cause, state, checks=state["bad"])
     save_state(a.unit, state)
+    return 0
+
+
+# --------------------------------------------------------------------------- unified memory (every node)
+# Every node's Ray watchdog publishes its memory into Ray's internal KV (namespace sparkfleet, key memory:<fabric IP>)
+# at every check, after dropping the model's page cache while no engine rank runs there; the head's gate reads them
+# before every engine start, and the head's liveness timer while supervision is escalated.
+RANK_MARKS = ("RayWorkerWrapper", "RayWorkerProc")     # vLLM's Ray actors (the ranks), by their process titles
+DROP_KEY = "drop-caches"
+
+
+def engine_ranks(container):
+    """Whether an engine rank (vLLM's Ray worker actor) runs in this node's Ray container."""
+    rc, out, _err = run(["docker", "top", container, "-eo", "pid,args"], timeout=30)
+    return rc == 0 and any(mark in line for line in out.splitlines()[1:] for mark in RANK_MARKS)
+
+
+def memory_report(node_ip, model_dir, ranks):
+    """This node's memory, measured on the host after dropping the model's page cache when no engine rank runs here
+    (a crashed engine's eager load leaves the shards cached; vLLM's startup check on GB10 counts that as used)."""
+    dropped = 0 if ranks or not model_dir else MEM.drop_file_cache(model_dir)
+    report = MEM.measure()
+    report.update(ip=node_ip, time=round(now(), 1), engine=bool(ranks), dropped=dropped)
+    return report
+
+
+def memory_ops(a, ranks):
+    """The GCS program's KV operations for this node: publish its report, read the gate's request to drop caches."""
+    report = memory_report(a.node_ip, a.model_dir, ranks)
+    return {"put": {"memory:%s" % a.node_ip: json.dumps(report, sort_keys=True)}, "get": [DROP_KEY]}
+
+
+def obey_drop_request(state, gcs, ranks):
+    """The head's gate asked every node to drop its page cache (the model's alone was not enough): once per request,
+    never under a running engine rank."""
+    asked = (gcs.get("kv") or {}).get(DROP_KEY) if gcs.get("ok") else None
+    try:
+        asked = float(asked)
+    except (TypeError, ValueError):
+        return
+    if asked > state.get("drop_seen", 0) and not ranks:
+        state["drop_seen"] = asked
+        state["dropped_caches"] = MEM.drop_caches()
+
+
+def run_path(name):
+    """A file under /run/sparkfleet: tmpfs, written even when the disk is full, gone at a reboot."""
+    return os.path.join(RUN_DIR, "sparkfleet", name)
+
+
+def escalation_path(unit):
+    return run_path("escalated-%s" % unit)       # the unit's ConditionPathExists=! names it
+
+
+def starts_path(unit):
+    return run_path("starts-%s.json" % unit)
+
+
+def baseline_path(unit):
+    return os.path.join(STATE_DIR, "memory-baseline-%s.json" % unit)
+
+
+def parse_nodes(values):
+    """--node NAME=IP (the head first) -> [(name, ip)]."""
+    out = []
+    for value in values or []:
+        name, sep, ip = value.partition("=")
+        if not sep or not name or not ip:
+            raise SystemExit("sparkfleet-watchdog: --node wants NAME=IP, got %r" % value)
+        out.append((name, ip))
+    return out
+
+
+def cluster_memory(a, ops=None):
+    """{fabric IP: report} of every node: the head's measured now (after dropping its model's page cache: its engine is
+    down when this runs), the others' as they published it; and the GCS's answer."""
+    nodes = parse_nodes(a.node)
+    head_ip = nodes[0][1]
+    ranks = engine_ranks(a.ray_container)
+    head = memory_report(head_ip, a.model_dir, ranks)
+    gcs = gcs_nodes(a.ray_container, a.address, a.gcs_timeout, dict({"prefix": "memory:"}, **(ops or {})))
+    reports = {}
+    for key, text in (gcs.get("kv") or {}).items():
+        if key.startswith("memory:"):
+            try:
+                reports[key[len("memory:"):]] = json.loads(text)
+            except ValueError:
+                continue
+    reports[head_ip] = head
+    return nodes, reports, gcs
+
+
+def memory_verdicts(a, nodes, reports, since=0):
+    """Every node's verdict; a report older than since (the last start that passed the gate) predates that engine and
+    says nothing of what it left: waited for like a missing one."""
+    baseline = (MEM.load_json(baseline_path(a.unit), {}) or {}).get("nodes") or {}
+    fresh = {ip: r for ip, r in reports.items()
+             if isinstance(r, dict) and isinstance(r.get("time"), (int, float)) and (r["time"] > since or not since)}
+    return [MEM.node_verdict(name, ip, fresh.get(ip), now(), a.utilization, a.margin, baseline.get(ip),
+                             a.tolerance, a.max_age) for name, ip in nodes]
+
+
+def notify(a, entry):
+    """The operator's escalation command (root-only file, it may hold a webhook's secret), once per escalation."""
+    cmd = ""
+    try:
+        with open(a.notify_file) as fh:
+            cmd = fh.read().strip()
+    except (OSError, TypeError):
+        pass
+    if not cmd:
+        return None
+    env = dict(os.environ, SPARKFLEET_ESCALATION=json.dumps(entry, sort_keys=True),
+               SPARKFLEET_ESCALATION_STEP=entry.get("step", ""), SPARKFLEET_UNIT=a.unit)
+    try:
+        p = subprocess.run(["/bin/sh", "-c", cmd], env=env, capture_output=True, text=True, timeout=30, check=False)
+        return p.returncode
+    except (subprocess.TimeoutExpired, OSError):
+        return 124
+
+
+def escalate(a, reason, verdicts, memory):
+    """Stop restarting the engine: the unit's next start is skipped (ConditionPathExists=! the marker) until site.yml
+    or a return of every node's memory; name what is held where and the one human step."""
+    step = MEM.human_step(verdicts) if memory else (
+        "read journalctl -u %s on the head for why the engine did not serve, fix it, then run site.yml" % a.unit)
+    held = [v["why"] for v in verdicts if v.get("state") != "ok"]
+    entry = {"time": round(now(), 1), "unit": a.unit, "reason": reason, "memory": bool(memory), "step": step,
+             "nodes": held}
+    MEM.save_json(escalation_path(a.unit), entry)
+    try:
+        log_event(a.unit, "escalated", reason, by="watchdog", step=step, nodes=held)
+    except OSError:
+        pass        # the disk is full: the marker in /run and the journal still say it
+    entry["notify_rc"] = notify(a, entry)
+    sys.stderr.write("sparkfleet-watchdog: supervision of %s ESCALATED, the engine is not started again: %s%s. "
+                     "Human step: %s\n" % (a.unit, reason, (" (" + "; ".join(held) + ")") if held else "", step))
+    return 3
+
+
+def gate(a):
+    """vLLM's ExecStartPre: start the engine only when every node has the memory it takes and is back at its baseline;
+    drop page caches to get there; escalate after a.starts starts in a.window seconds that did not serve, or when the
+    memory does not come back within a.timeout seconds. Exit 0 to start, 3 not to (never 1)."""
+    runs = MEM.load_json(starts_path(a.unit), {}) or {}
+    starts = [t for t in runs.get("starts") or [] if isinstance(t, (int, float)) and 0 <= now() - t < a.window]
+    if starts and served_in_journal(a.unit, max(starts)):
+        mark_served(a, runs)        # the last start served (the liveness timer, when it runs, says so sooner)
+        runs, starts = {}, []
+    allowed = 1 if runs.get("returned") else a.starts
+    if len(starts) >= allowed:
+        nodes, reports, _gcs = cluster_memory(a)
+        verdicts = memory_verdicts(a, nodes, reports)
+        why = ("the start after every node's memory came back did not serve" if runs.get("returned") else
+               "%d start(s) in %d min did not serve" % (len(starts), a.window // 60))
+        return escalate(a, why, verdicts, memory=any(v["state"] == "short" for v in verdicts))
+    deadline, asked, verdicts = time.monotonic() + a.timeout, False, []
+    while True:
+        want = [v for v in verdicts if v.get("state") == "drop"]
+        ops = {"put": {DROP_KEY: str(round(now(), 1))}} if want and not asked else None
+        if want and parse_nodes(a.node)[0][0] in [v["name"] for v in want]:
+            MEM.drop_caches()
+        asked = asked or bool(ops)
+        nodes, reports, _gcs = cluster_memory(a, ops)
+        verdicts = memory_verdicts(a, nodes, reports, since=max(starts or [0]))
+        if all(v["state"] == "ok" for v in verdicts):
+            starts.append(round(now(), 1))
+            MEM.save_json(starts_path(a.unit), {"starts": starts, "returned": bool(runs.get("returned")),
+                                                "pending": {v["ip"]: v["used"] for v in verdicts}})
+            print("memory gate: %s" % "; ".join(v["why"] for v in verdicts))
+            return 0
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(a.poll)
+    if any(v["state"] == "short" for v in verdicts):
+        return escalate(a, "the memory did not come back within %d s" % a.timeout, verdicts, memory=True)
+    sys.stderr.write("sparkfleet-watchdog: memory gate: not starting the engine yet (%s); systemd tries again\n"
+                     % "; ".join(v["why"] for v in verdicts if v["state"] != "ok"))
+    return 3
+
+
+def served_in_journal(unit, since):
+    """Whether the unit's journal since the epoch second `since` holds a completion the API server answered with 200
+    (uvicorn's access log; vLLM's --disable-uvicorn-access-log leaves only the engine's /metrics to tell)."""
+    rc, out, _err = run(["journalctl", "-u", unit + ".service", "--since", "@%d" % since, "-o", "cat", "--all",
+                         "--no-pager", "-n", "20000"], timeout=30)
+    return rc == 0 and bool(ACCESS_OK.search(out))
+
+
+def served(a, start):
+    """Whether the engine answered anything since this run started, by its own counters (/metrics) or, when it does not
+    answer now (paused, hung), by the API server's access log in the unit's journal since its start."""
+    code, text = http(a.url.rstrip("/") + "/metrics", timeout=5)
+    if code == 200:
+        for line in text.splitlines():
+            if line.startswith(("vllm:generation_tokens_total", "vllm:request_success_total")):
+                try:
+                    if float(line.rsplit(None, 1)[1]) > 0:
+                        return True
+                except (IndexError, ValueError):
+                    continue
+    return served_in_journal(a.unit, now() - max(time.monotonic() - start, 0))
+
+
+ACCESS_OK = re.compile(r'"POST /v1/(chat/)?completions HTTP/1\.[01]" 200')
+
+
+def mark_served(a, runs=None):
+    """A start served: forget the starts that did not, and keep every node's memory of that start as its baseline."""
+    runs = (MEM.load_json(starts_path(a.unit), {}) or {}) if runs is None else runs
+    if not runs:
+        return
+    if runs.get("pending"):
+        MEM.save_json(baseline_path(a.unit), {"time": round(now(), 1), "nodes": runs["pending"]})
+    try:
+        os.remove(starts_path(a.unit))
+    except OSError:
+        pass
+
+
+def watch_escalated(a, marker):
+    """Escalated: the engine stays stopped; only memory is watched. When every node is back at its baseline after an
+    escalation for memory, start the engine once (the gate allows that return one start that must serve)."""
+    if not marker.get("memory") or marker.get("returned"):
+        return 0
+    nodes, reports, _gcs = cluster_memory(a)
+    verdicts = memory_verdicts(a, nodes, reports)
+    if not all(v["state"] == "ok" for v in verdicts):
+        marker.update(checked=round(now(), 1), nodes=[v["why"] for v in verdicts if v["state"] != "ok"])
+        MEM.save_json(escalation_path(a.unit), marker)
+        return 0
+    MEM.save_json(starts_path(a.unit), {"starts": [], "returned": True})
+    try:
+        os.remove(escalation_path(a.unit))
+    except OSError:
+        pass
+    log_event(a.unit, "return", "every node's memory is back at its baseline: one start", by="watchdog",
+              nodes=[v["why"] for v in verdicts])
+    run(["systemctl", "reset-failed", a.unit + ".service"])
+    run(["systemctl", "start", "--no-block", a.unit + ".service"])
     return 0
 
 
@@ -414,10 +701,33 @@ def probe(url, model, key, timeout):
     return False, "HTTP %d after %.0f s" % (code, time.monotonic() - t0)
 
 
+def stranded(unit, ray_unit):
+    """Whether vLLM is down for good although its cause is gone: its start job failed on a dependency (the head's Ray
+    failed to start: its guard refused a held port, the identity wait timed out) and Restart= never applies to a job
+    that did not run, while Ray runs again now. A unit stopped on purpose (its journal's last line is not that
+    failure), disabled, or whose Ray does not run is left alone."""
+    out = run(["systemctl", "show", "-p", "ActiveState,UnitFileState", unit + ".service"])[1]
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    if props.get("ActiveState") not in ("inactive", "failed") or props.get("UnitFileState") != "enabled":
+        return False
+    lines = [line for line in run(["journalctl", "-u", unit + ".service", "-n", "5", "-o", "cat", "--all", "--no-pager"],
+                                  timeout=30)[1].splitlines() if line.strip()]
+    return bool(lines) and lines[-1].startswith("Dependency failed for") and unit_run(ray_unit)[0]
+
+
 def check_vllm(a):
+    marker = MEM.load_json(escalation_path(a.unit))
+    if marker is not None:
+        return watch_escalated(a, marker) if a.node else 0
     state = load_state(a.unit)
     running, start = unit_run(a.unit)
     if not running:
+        if stranded(a.unit, a.ray_unit):
+            # one start per such failure: the next check finds this start in the journal (the gate bounds the rest)
+            log_event(a.unit, "restart", "its start failed on a dependency (the head's Ray did not start then); Ray"
+                      " runs again", by="watchdog")
+            run(["systemctl", "reset-failed", a.unit + ".service"])
+            run(["systemctl", "start", "--no-block", a.unit + ".service"])
         save_state(a.unit, {"start": start})
         return 0
     if state.get("start") != start:
@@ -428,6 +738,11 @@ def check_vllm(a):
     if ok:
         state.update(bad=0, served=True, last_ok=round(now(), 1))
         state.pop("cause", None)
+        mark_served(a)
+    elif not state.get("served") and served(a, start):
+        # it answered requests since it started (the probe never saw it): judged from now on, no start grace
+        state.update(served=True, bad=1, cause=why)
+        mark_served(a)
     elif not state.get("served") and age < a.start_grace:
         state["starting"] = why          # loading: never judged before the start grace unless it served once
     else:
@@ -498,12 +813,33 @@ def main(argv=None):
     v.add_argument("--env-file", required=True)
     v.add_argument("--timeout", type=int, default=20, help="seconds a one-token completion may take")
     v.add_argument("--failures", type=int, default=2, help="failed probes in a row before a restart")
+    v.add_argument("--ray-unit", default="sparkfleet-ray", help="the head's Ray unit (vLLM requires it)")
     v.add_argument("--start-grace", type=int, default=1800,
                    help="seconds a start that has not served yet is left alone (weight loading)")
+    for p in (v, sub.add_parser("gate")):
+        p.add_argument("--node", action="append", default=[], help="NAME=FABRIC_IP of every node, the head first")
+        p.add_argument("--ray-container", default="sparkfleet-ray", help="the head's Ray container (its GCS client)")
+        p.add_argument("--address", default="", help="the head's GCS (HEAD:PORT)")
+        p.add_argument("--gcs-timeout", type=int, default=20, help="seconds the GCS may take to answer")
+        p.add_argument("--model-dir", default="", help="the model's directory (its page cache is dropped)")
+        p.add_argument("--utilization", type=float, default=0.80, help="vLLM's gpu_memory_utilization")
+        p.add_argument("--margin", type=float, default=0.02, help="fraction of a node's memory free beyond it")
+        p.add_argument("--tolerance", type=float, default=0.05,
+                       help="fraction of a node's memory it may hold above its baseline (its last healthy start)")
+        p.add_argument("--max-age", type=int, default=60, help="seconds a node's memory report counts")
+        if p is not v:
+            p.add_argument("--unit", required=True)
+            p.add_argument("--wait", dest="timeout", type=int, default=120,
+                           help="seconds to wait for every node's memory before escalating")
+            p.add_argument("--poll", type=float, default=5, help="seconds between two reads")
+            p.add_argument("--starts", type=int, default=3, help="starts that did not serve before escalating")
+            p.add_argument("--window", type=int, default=3600, help="the window those starts are counted in")
+            p.add_argument("--notify-file", default="", help="file holding the command run once per escalation")
+    r.add_argument("--model-dir", default="", help="publish this node's memory; drop this model's page cache")
     c = sub.add_parser("record")
     c.add_argument("--unit", required=True)
     a = ap.parse_args(argv)
-    return {"ray": check_ray, "vllm": check_vllm, "record": record}[a.cmd](a)
+    return {"ray": check_ray, "vllm": check_vllm, "gate": gate, "record": record}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def ray_args(wd, head=False, node_ip="10.99.1.12"):
 def vllm_args(wd, start_grace=1800):
     return wd.main.__globals__["argparse"].Namespace(
         unit="sparkfleet-vllm", container="sparkfleet-vllm", url="http://10.99.0.11:30000", model="m",
-        env_file="/nonexistent", timeout=20, failures=2, start_grace=start_grace)
+        env_file="/nonexistent", timeout=20, failures=2, start_grace=start_grace, ray_unit="sparkfleet-ray", node=[])
 
 
 # --------------------------------------------------------------------------- Ray
@@ -472,7 +472,7 @@ def stuck_for_105_s(wd, monkeypatch):
 def test_a_stuck_scheduler_restarts_the_head_after_pg_stuck_seconds(wd, monkeypatch, tmp_path):
     node, a = stuck_for_105_s(wd, monkeypatch)
     assert node.restarts() == []
-    assert "pending 105 s with 2 GPU(s) free" in json.loads((tmp_path / "watchdog-sparkfleet-ray.json").read_text())["cause"]
+    assert "pending 105 s with 2 GPU(s) free" in json.loads((tmp_path / "sparkfleet" / "watchdog-sparkfleet-ray.json").read_text())["cause"]
     wd.check_ray(a)                                 # 120 s
     assert node.restarts() == [["systemctl", "restart", "--no-block", "sparkfleet-ray.service"]]
     (entry,) = log_lines(tmp_path)
@@ -486,7 +486,7 @@ def test_a_scheduler_restart_that_did_not_happen_does_not_double_the_wait(wd, mo
     monkeypatch.setattr(wd, "unit_run", lambda unit: next(runs))
     wd.check_ray(a)                                 # 120 s: the verdict, but the run it judged is gone
     assert node.restarts() == [] and log_lines(tmp_path) == []
-    assert "pg_wait" not in json.loads((tmp_path / "watchdog-sparkfleet-ray.json").read_text())   # not doubled
+    assert "pg_wait" not in json.loads((tmp_path / "sparkfleet" / "watchdog-sparkfleet-ray.json").read_text())   # not doubled
 
 
 def test_a_stuck_scheduler_waits_twice_as_long_after_each_restart(wd, monkeypatch):
@@ -542,7 +542,7 @@ def test_the_gcs_mark_of_a_stuck_scheduler_shortens_the_wait(wd, monkeypatch, tm
     a = head_args(wd)
     wd.check_ray(a)                                 # pending seen: the wait starts
     assert node.restarts() == []
-    assert json.loads((tmp_path / "watchdog-sparkfleet-ray.json").read_text())["pg_restart_after"] == 10
+    assert json.loads((tmp_path / "sparkfleet" / "watchdog-sparkfleet-ray.json").read_text())["pg_restart_after"] == 10
     node.clock += 15
     wd.check_ray(a)                                 # 15 s pending, the mark in the log: not 120 s
     assert node.restarts() == [["systemctl", "restart", "--no-block", "sparkfleet-ray.service"]]
@@ -640,11 +640,27 @@ def test_status_yml_names_the_stuck_scheduler_from_the_state_the_watchdog_wrote(
         node.clock += 15
     units = "%d\nId=sparkfleet-ray.service\nActiveState=active\nSubState=running\n\n" \
             "Id=sparkfleet-vllm.service\nActiveState=active\nSubState=running\n" % wd.now()
-    state = (tmp_path / "watchdog-sparkfleet-ray.json").read_text()
+    state = (tmp_path / "sparkfleet" / "watchdog-sparkfleet-ray.json").read_text()
     assert serving_cause({"spark-1": units + "@@ scheduler\n" + state}, "spark-1") == [
         "spark-1: Ray's scheduler: a placement group of 2 GPU(s) pending 75 s with 2 GPU(s) free; the head's Ray"
         " watchdog restarts Ray (sparkfleet-ray) once it has been pending 120 s (the workers' Ray and vLLM follow)"]
     node.status = (FIXTURES / "serving.txt").read_text()      # scheduled: nothing to name any more
     wd.check_ray(a)
-    state = (tmp_path / "watchdog-sparkfleet-ray.json").read_text()
+    state = (tmp_path / "sparkfleet" / "watchdog-sparkfleet-ray.json").read_text()
     assert serving_cause({"spark-1": units + "@@ scheduler\n" + state}, "spark-1") == []
+
+
+def test_a_full_disk_does_not_stop_the_liveness_timer_from_restarting_a_hung_engine(wd, monkeypatch, tmp_path):
+    # seen on a second lab: both watchdogs wrote their state before they acted and died at every check with ENOSPC,
+    # so a hung engine was never restarted (283 of 283 requests failed) until space came back
+    full = tmp_path / "full"
+    full.write_text("")                                   # the log's directory cannot be made: every write fails
+    monkeypatch.setattr(wd, "STATE_DIR", str(full / "watchdog"))
+    node = Node(wd, monkeypatch, start=0.0, clock=100.0)
+    answers = iter([(True, ""), (False, "no token within 20 s"), (False, "no token within 20 s")])
+    monkeypatch.setattr(wd, "probe", lambda *a: next(answers))
+    monkeypatch.setattr(wd, "http", lambda *a, **k: (None, "timed out"))
+    a = vllm_args(wd)
+    for _check in range(3):
+        wd.check_vllm(a)                                  # the counters live in /run (tmpfs)
+    assert len(node.restarts()) == 1
