@@ -298,7 +298,7 @@ def observe(request):
 # deployment from the old stack (~100 s of CI).
 # test_oldstack, test_preflight and test_qualify too: after test_faults' last test (a plain stop) the first of them
 # paid one (192 s in CI on 3 Dec).
-SERVING_AFTER = ("test_security.py", "test_supervision.py", "test_tool_calls.py",
+SERVING_AFTER = ("test_security.py", "test_supervision.py", "test_unified_memory.py", "test_tool_calls.py",
                  "test_oldstack.py", "test_preflight.py", "test_qualify.py")
 # test_lab runs first: its test_guard_survives_down takes the lab down and up, which gives every host a fresh root
 # (no image, no model, no deployment). Mid-session it cost the next stage a re-import of the image on every host and the

@@ -777,6 +777,10 @@ def record(a):
     elif code == "exited" and status == "3":
         # sparkfleet-ray-guard's refusal or sparkfleet-wait's timeout (never 1: the Ray unit counts 1 as success)
         cause = "start refused or timed out (exit 3: the head-identity guard or the bounded wait; see the journal)"
+    elif result in ("exit-code", "timeout") and not code and not status:
+        # systemd sets no exit code when a start job's ExecStartPre fails: the engine never ran
+        cause = ("start refused before it ran (an ExecStartPre: vLLM's memory gate or GPU wait, Ray's guard or wait;"
+                 " see the unit's journal)")
     elif code == "killed":
         cause = "killed by signal %s" % status
     elif code == "dumped":

@@ -398,6 +398,8 @@ def test_api_key_read_from_the_env_file_only(wd, tmp_path):
     ({"SERVICE_RESULT": "exit-code", "EXIT_CODE": "exited", "EXIT_STATUS": "1"}, "exit-code (exited 1)"),
     ({"SERVICE_RESULT": "success", "EXIT_CODE": "exited", "EXIT_STATUS": "1"}, "exited 1 (a stop, or a failed `ray start`"),
     ({"SERVICE_RESULT": "exit-code", "EXIT_CODE": "exited", "EXIT_STATUS": "3"}, "start refused or timed out (exit 3"),
+    # systemd 252 in the lab, after the memory gate refused a start (ExecStartPre exit 3): no exit code is set
+    ({"SERVICE_RESULT": "exit-code", "EXIT_CODE": "", "EXIT_STATUS": ""}, "start refused before it ran (an ExecStartPre"),
 ])
 def test_record_names_why_the_unit_stopped(wd, monkeypatch, tmp_path, env, cause):
     for k, v in env.items():
