@@ -74,7 +74,8 @@ def test_port_domain(value):
 
 @PROPS
 @given(name=st.sampled_from(["vllm_serve_tensor_parallel_size", "vllm_serve_pipeline_parallel_size",
-                             "vllm_serve_engine_ready_timeout", "vllm_serve_ready_timeout", "vllm_serve_liveness_failures"]),
+                             "vllm_serve_engine_ready_timeout", "vllm_serve_ready_timeout", "vllm_serve_liveness_failures",
+                             "vllm_serve_memory_gate_timeout", "vllm_serve_escalate_after", "vllm_serve_escalate_window"]),
        value=st.integers(-3, 10 ** 6) | st.text(max_size=5) | st.booleans() | st.floats(-2, 9))
 def test_positive_whole_number_domain(name, value):
     ok = v.SERVING_CHECKS[name](value)[1] is None
@@ -87,6 +88,19 @@ def test_positive_whole_number_domain(name, value):
     else:
         expected = False
     assert ok == expected
+
+
+@PROPS
+@given(name=st.sampled_from([("vllm_serve_memory_margin", 0.2), ("vllm_serve_memory_tolerance", 0.5)]),
+       value=st.floats(allow_nan=True, allow_infinity=True) | st.integers(-2, 2) | st.text(max_size=6) | st.booleans())
+def test_memory_gate_shares_domain(name, value):
+    # a share of each node's memory: 0 allowed (no margin, no tolerance), never negative, never most of the node
+    ok = v.SERVING_CHECKS[name[0]](value)[1] is None
+    try:
+        f = None if isinstance(value, bool) else float(value)
+    except (ValueError, OverflowError):
+        f = None
+    assert ok == (f is not None and 0 <= f <= name[1])
 
 
 @PROPS
