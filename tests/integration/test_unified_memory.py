@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from test_supervision import status, wait_for     # the status.yml run and the bounded wait those tests use
+
 pytestmark = pytest.mark.lab
 
 HEAD = "spark-1"
@@ -21,15 +23,6 @@ BASELINE = "/var/lib/sparkfleet/watchdog/memory-baseline-%s.json" % UNIT
 LOG = "/var/lib/sparkfleet/watchdog/supervision.log"
 ENV_FILE = "/etc/sparkfleet/vllm.env"
 MiB = 1 << 20
-
-
-def wait_for(predicate, limit, step=3):
-    t0 = time.time()
-    while time.time() - t0 < limit:
-        if predicate():
-            return time.time() - t0
-        time.sleep(step)
-    return None
 
 
 def host_memory(lab, host):
@@ -58,12 +51,6 @@ def events(lab, since):
         if entry.get("time", 0) >= since and entry.get("unit") == UNIT:
             rows.append(entry)
     return rows
-
-
-def status(lab, tmp_path, name):
-    r, failures = lab.play(tmp_path / name, "playbooks/status.yml")
-    seen = json.dumps([e.get("res") for e in r["events"] if e["host"] == HEAD])
-    return r["status"] == "successful" and not failures, seen
 
 
 def reachable(lab):
@@ -103,8 +90,8 @@ def test_a_leaking_worker_escalates_instead_of_looping(lab, serving, tmp_path, o
     worker = lab.hosts[-1]
     assert lab.serves(), "the lab does not serve before the fault"
     # the liveness timer saw it serve: every node's memory of that start is the baseline
-    assert wait_for(lambda: lab.sh(HEAD, "test -s %s && echo yes" % BASELINE).stdout.strip() == "yes", 90), \
-        "no memory baseline on the head 90 s after the engine served"
+    has_baseline = wait_for(lambda: lab.sh(HEAD, "test -s %s && echo yes" % BASELINE).stdout.strip() == "yes", 90)
+    assert has_baseline is not None, "no memory baseline on the head 90 s after the engine served"
     limit, _usage = host_memory(lab, worker)
     assert limit > 0, "the lab's hosts have no memory limit (SPARKLAB_HOST_MEM)"
     mib = limit // 5 // MiB                       # 20 % of the node: far above the 5 % tolerance

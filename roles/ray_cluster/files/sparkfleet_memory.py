@@ -75,9 +75,10 @@ def read_cgroup(root="/sys/fs/cgroup"):
     if limit is None or usage is None or limit >= NO_LIMIT:
         return None
     st = parse_flat(read_text(os.path.join(base, "memory.stat")))
-    pick = lambda name: st.get("total_" + name, st.get(name, 0))  # noqa: E731  (hierarchical totals first)
-    return {"limit": limit, "usage": usage, "cache": pick("cache"), "shmem": pick("shmem"),
-            "reclaimable": pick("active_file") + pick("inactive_file"), "version": 1}
+    total = {name: st.get("total_" + name, st.get(name, 0))       # hierarchical totals first
+             for name in ("cache", "shmem", "active_file", "inactive_file")}
+    return {"limit": limit, "usage": usage, "cache": total["cache"], "shmem": total["shmem"],
+            "reclaimable": total["active_file"] + total["inactive_file"], "version": 1}
 
 
 def read_holders(proc="/proc", top=HOLDERS, limit=4096):
