@@ -196,31 +196,31 @@ def check_count(value):
     return check_int(value, 1, None, "a whole number")
 
 
-def check_fraction(value):
-    """gpu_memory_utilization: a number in (0, 1]."""
+def _number(value, what):
+    """(float, None) or (None, why): a number, or a decimal string of one; never a boolean."""
     if isinstance(value, bool):
         return None, "must be a number, not a boolean"
     try:
-        f = float(value.strip() if is_string(value) else value)
+        return float(value.strip() if is_string(value) else value), None
     except (TypeError, ValueError, OverflowError):
-        return None, "must be a number in (0, 1], e.g. 0.85"
-    if not 0 < f <= 1:
+        return None, "must be a number in %s" % what
+
+
+def check_fraction(value):
+    """gpu_memory_utilization: a number in (0, 1]."""
+    f, problem = _number(value, "(0, 1], e.g. 0.85")
+    if problem is None and not 0 < f <= 1:
         return None, "must be in (0, 1] (it is a fraction: 0.85 means 85%)"
-    return f, None
+    return (None, problem) if problem else (f, None)
 
 
 def check_share(high):
     """A share of a node's memory in [0, high] (the memory gate's margin and tolerance)."""
     def check(value):
-        if isinstance(value, bool):
-            return None, "must be a number, not a boolean"
-        try:
-            f = float(value.strip() if is_string(value) else value)
-        except (TypeError, ValueError, OverflowError):
-            return None, "must be a number in [0, %g], a share of each node's memory (0.05 means 5%%)" % high
-        if not 0 <= f <= high:
+        f, problem = _number(value, "[0, %g], a share of each node's memory (0.05 means 5%%)" % high)
+        if problem is None and not 0 <= f <= high:
             return None, "must be in [0, %g] (a share of each node's memory: 0.05 means 5%%)" % high
-        return f, None
+        return (None, problem) if problem else (f, None)
     return check
 
 
