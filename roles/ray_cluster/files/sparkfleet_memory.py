@@ -223,12 +223,16 @@ def node_verdict(name, ip, report, now, fraction, margin, baseline=None, toleran
 
 
 def human_step(verdicts):
-    """The one human step for the nodes whose memory did not come back."""
+    """The one human step for the nodes whose memory did not come back (or that sent none)."""
     bad = [v for v in verdicts if v.get("state") == "short"]
-    if not bad:
-        return "read journalctl -u the vLLM unit on the head for why the engine did not serve, fix it, then run site.yml"
-    return "reboot %s (unified memory held that no restart frees), then run site.yml" % " and ".join(
-        v["name"] for v in bad)
+    if bad:
+        return "reboot %s (unified memory held that no restart frees), then run site.yml" % " and ".join(
+            v["name"] for v in bad)
+    silent = [v for v in verdicts if v.get("state") in ("silent", "busy")]
+    if silent:
+        return ("bring %s back (its Ray and sparkfleet-ray-watchdog.timer there publish its memory; the engine starts"
+                " once it reports), or run site.yml" % " and ".join(v["name"] for v in silent))
+    return "read journalctl -u the vLLM unit on the head for why the engine did not serve, fix it, then run site.yml"
 
 
 def load_json(path, default=None):

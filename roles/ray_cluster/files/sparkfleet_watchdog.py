@@ -587,6 +587,14 @@ def gate(a):
         time.sleep(a.poll)
     if any(v["state"] == "short" for v in verdicts):
         return escalate(a, "the memory did not come back within %d s" % a.timeout, verdicts, memory=True)
+    # a node silent (or its old rank lingering): never started into; bounded like the starts, and the escalated
+    # liveness timer starts the engine once that node reports again (a worker away for hours comes back serving)
+    refusals = [t for t in runs.get("refusals") or [] if isinstance(t, (int, float)) and 0 <= now() - t < a.window]
+    refusals.append(round(now(), 1))
+    if len(refusals) >= a.starts:
+        return escalate(a, "%d start(s) in %d min found a node without a fresh memory report" % (
+            len(refusals), a.window // 60), verdicts, memory=True)
+    MEM.save_json(starts_path(a.unit), dict(runs, starts=starts, refusals=refusals))
     sys.stderr.write("sparkfleet-watchdog: memory gate: not starting the engine yet (%s); systemd tries again\n"
                      % "; ".join(v["why"] for v in verdicts if v["state"] != "ok"))
     return 3

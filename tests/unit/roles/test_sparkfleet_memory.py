@@ -449,3 +449,18 @@ def test_a_vllm_whose_start_failed_on_ray_s_is_started_once_ray_runs(wd, monkeyp
     starts = [c for c in wd.calls if c[:2] == ["systemctl", "start"]]
     assert starts == ([["systemctl", "start", "--no-block", "sparkfleet-vllm.service"]] if started else [])
     assert [e["event"] for e in events(tmp_path)] == (["restart"] if started else [])
+
+
+def test_a_node_silent_at_every_start_escalates_after_k_and_starts_once_it_reports(wd, monkeypatch, tmp_path):
+    # never started into, but not for ever either: K refusals, then only the liveness timer watches
+    c = Cluster(wd, monkeypatch)
+    del c.reports["10.99.1.12"]
+    a = gate_args(wd, tmp_path, timeout=0)
+    assert wd.gate(a) == 3 and wd.gate(a) == 3 and marker(tmp_path) is None
+    assert wd.gate(a) == 3
+    m = marker(tmp_path)
+    assert m["reason"] == "3 start(s) in 60 min found a node without a fresh memory report" and m["memory"] is True
+    assert m["step"].startswith("bring spark-2 back")
+    c.reports["10.99.1.12"] = report(t=c.clock)      # the worker is back and reports
+    wd.check_vllm(vllm_args(wd))
+    assert ["systemctl", "start", "--no-block", "sparkfleet-vllm.service"] in wd.calls and marker(tmp_path) is None
