@@ -72,6 +72,7 @@ def clean_memory(lab):
     """Leave no leak knob, leaked memory, ballast or escalation behind (later modules restart the engine)."""
     yield
     for host in lab.hosts:
+        lab.labctl("fix", "wedge", host, check=False)
         lab.labctl("fix", "leak", host, check=False)
         lab.labctl("fix", "page-cache", host, check=False)
         lab.sh(host, "rm -f /run/sparklab/uvm/rank-*")
@@ -81,7 +82,8 @@ def clean_memory(lab):
 
 
 @pytest.mark.fault(name="a worker leaks unified memory at every unclean engine exit (a GB10 driver keeps a crashed"
-                        " engine's mappings), and the engine is killed again and again",
+                        " engine's mappings) and freezes past its memory (wedge), and the engine is killed again and"
+                        " again",
                    expected="the start after the leak waits at the memory gate, then supervision escalates instead of"
                             " looping: vLLM stays stopped, status.yml exits non-zero naming the worker, what it holds"
                             " and 'reboot spark-2 ..., then run site.yml'; every node answers ssh; once the memory is"
@@ -96,6 +98,7 @@ def test_a_leaking_worker_escalates_instead_of_looping(lab, serving, tmp_path, o
     assert limit > 0, "the lab's hosts have no memory limit (SPARKLAB_HOST_MEM)"
     mib = limit // 5 // MiB                       # 20 % of the node: far above the 5 % tolerance
     t0 = time.time()
+    lab.labctl("break", "wedge", worker)         # past its memory the worker freezes, as a GB10 does (no OOM kill)
     lab.labctl("break", "leak", worker, str(mib))
     kills = 0
     # The running engine's ranks predate the knob; each start from now on reserves mib MiB on the worker, which an
