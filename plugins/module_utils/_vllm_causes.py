@@ -58,6 +58,17 @@ class Cause(object):
 
 # Tried in this order on each line (the first that matches names the line).
 CAUSES = [
+    # Our own word (roles/ray_cluster/files/sparkfleet_watchdog.py's memory gate, an ExecStartPre of the vLLM unit): the
+    # engine never started, and supervision will not start it again by itself.
+    Cause(
+        "supervision_escalated", 5,
+        strong=re.compile(r"sparkfleet-watchdog: supervision of \S+ ESCALATED"),
+        weak=None,
+        hint=(
+            "The memory gate stopped starting the engine (on GB10 the GPU's memory is the host's; a start into memory"
+            " that is not there wedges the node): the line names each node that is short or silent, what holds its"
+            " memory and the one human step. Do that step, then run site.yml, which lifts the escalation."),
+        doc="the memory gate stopped starting the engine"),
     Cause(
         "ray_oom_killed", 10,
         strong=re.compile(
