@@ -65,10 +65,10 @@ CAUSES = [
         strong=re.compile(r"sparkfleet-watchdog: supervision of \S+ ESCALATED"),
         weak=None,
         hint=(
-            "The memory gate stopped starting the engine (on GB10 the GPU's memory is the host's; a start into memory"
-            " that is not there wedges the node): the line names each node that is short or silent, what holds its"
-            " memory and the one human step. Do that step, then run site.yml, which lifts the escalation."),
-        doc="the memory gate stopped starting the engine"),
+            "The memory gate (the unit's ExecStartPre) stopped starting the engine: on GB10 the GPU's memory is the"
+            " host's, and a start into memory that is not there wedges the node. Do the human step its line names (each"
+            " node short or silent and what holds its memory), then run site.yml, which lifts the escalation."),
+        doc="the unified memory of a node short or silent; nothing restarts the engine"),
     Cause(
         "ray_oom_killed", 10,
         strong=re.compile(

@@ -120,17 +120,17 @@ options:
     default: {}
 notes:
   - 'Failure classes, from the one that wins when several show in a log to the most generic: C(supervision_escalated)
-    (the memory gate stopped starting the engine), C(ray_oom_killed), C(cuda_oom), C(gpu_arch_unsupported) (the image
-    has no kernels for this GPU), C(insufficient_memory), C(ray_object_store_full) (Ray could neither store nor spill
-    an object), C(port_in_use), C(dependency_missing), C(worker_env_mismatch) (a Ray worker runs other packages than
-    the driver), C(model_unsupported), C(tokenizer_error), C(weights_corrupt), C(ray_auth_failed) (the Ray token is
-    missing or wrong), C(raylet_died) (the Ray of a node died under the engine), C(ray_unreachable),
-    C(nccl_duplicate_gpu) (two ranks on one GPU), C(nccl_no_interface) (NCCL_SOCKET_IFNAME names no interface),
-    C(nccl_net_unavailable) (RDMA forced without a usable device), C(collective_failed) (a collective stopped by the
-    NCCL watchdog or a GPU fault), C(rendezvous_failed), C(nccl_error), C(placement_group), C(worker_died), C(stalled)
-    (no progress for I(stall_timeout)), C(engine_exited) (process or unit gone without a failure in the log),
-    C(engine_init_failed) (generic, only when nothing more specific is in the log) and C(log_missing) (I(log_file)
-    does not exist).'
+    (the unified memory of a node short or silent; nothing restarts the engine), C(ray_oom_killed), C(cuda_oom),
+    C(gpu_arch_unsupported) (the image has no kernels for this GPU), C(insufficient_memory), C(ray_object_store_full)
+    (Ray could neither store nor spill an object), C(port_in_use), C(dependency_missing), C(worker_env_mismatch) (a
+    Ray worker runs other packages than the driver), C(model_unsupported), C(tokenizer_error), C(weights_corrupt),
+    C(ray_auth_failed) (the Ray token is missing or wrong), C(raylet_died) (the Ray of a node died under the engine),
+    C(ray_unreachable), C(nccl_duplicate_gpu) (two ranks on one GPU), C(nccl_no_interface) (NCCL_SOCKET_IFNAME names
+    no interface), C(nccl_net_unavailable) (RDMA forced without a usable device), C(collective_failed) (a collective
+    stopped by the NCCL watchdog or a GPU fault), C(rendezvous_failed), C(nccl_error), C(placement_group),
+    C(worker_died), C(stalled) (no progress for I(stall_timeout)), C(engine_exited) (process or unit gone without a
+    failure in the log), C(engine_init_failed) (generic, only when nothing more specific is in the log) and
+    C(log_missing) (I(log_file) does not exist).'
   - After startup complete, an engine that dies at its first request (a worker that cannot import what the driver
     sends, a collective the NCCL watchdog stops) is still a failure; ordinary request errors are not.
   - A log holding a failed run and a restarted one reports the restart; while it is not ready, the earlier failure
