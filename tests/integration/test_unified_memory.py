@@ -167,3 +167,26 @@ def test_a_full_page_cache_is_dropped_before_the_engine_starts(lab, serving, tmp
     finally:
         lab.sh(HEAD, "sed -i '/^SPARKLAB_UMA_FREE=/d' %s" % ENV_FILE)
         lab.systemctl(HEAD, "restart", "--no-block", UNIT)
+
+
+@pytest.mark.long
+@pytest.mark.fault(name="vLLM's start failed because the head's Ray could not start then (another service held port"
+                        " 6379: 'Dependency failed'), then the port is free again",
+                   expected="Ray comes back by itself; the liveness timer starts vLLM once Ray runs and the API answers"
+                            " with no human step (before: vLLM stayed down until site.yml)")
+def test_a_vllm_stranded_by_a_failed_ray_start_comes_back_once_ray_runs(lab, serving, tmp_path, observe):
+    assert lab.serves()
+    lab.systemctl(HEAD, "stop", "sparkfleet-ray")             # vLLM (Requires=) stops with it
+    try:
+        lab.labctl("break", "foreign-listener", HEAD, "6379")
+        lab.systemctl(HEAD, "start", "sparkfleet-vllm")       # Ray's guard refuses the held port: a dependency fails
+        last = lab.sh(HEAD, "journalctl -u %s -n 3 -o cat --no-pager" % UNIT).stdout.strip().splitlines()
+        assert last and last[-1].startswith("Dependency failed for"), last
+    finally:
+        lab.labctl("fix", "foreign-listener", HEAD)
+    t0 = time.time()
+    back = wait_for(lambda: lab.serves(timeout=10), 360)
+    assert back is not None, "the API did not answer within 360 s of the port coming free, with no human step"
+    started = [e for e in events(lab, t0 - 5) if e["event"] == "restart" and "dependency" in e["cause"]]
+    assert started, events(lab, t0 - 5)
+    observe("the API answered %.0f s after the port came free; logged: %s" % (back, started[0]["cause"][:140]))
