@@ -216,6 +216,12 @@ class Lab:
             return False
         return self.completion("up?", max_tokens=1, timeout=timeout)[0] == 200
 
+    def status(self, data_dir):
+        """playbooks/status.yml: (whether it exited 0, the head's messages as one text)."""
+        r, failures = self.play(data_dir, "playbooks/status.yml")
+        seen = json.dumps([e.get("res") for e in r["events"] if e["host"] == self.hosts[0]])
+        return r["status"] == "successful" and not failures, seen
+
     def wait_serving(self, limit=300, fail=True):
         """Seconds until the API completes a request again (bounded); past the limit, fails the test (fail=True) or
         returns None."""

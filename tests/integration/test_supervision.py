@@ -40,9 +40,7 @@ def events(lab, host, since):
 
 def status(lab, tmp_path, name):
     """playbooks/status.yml: (ok, the head's messages as one text)."""
-    r, failures = lab.play(tmp_path / name, "playbooks/status.yml")
-    seen = json.dumps([e.get("res") for e in r["events"] if e["host"] == HEAD])
-    return r["status"] == "successful" and not failures, seen
+    return lab.status(tmp_path / name)
 
 
 def main_pid(lab, host, unit):

@@ -12,8 +12,6 @@ import time
 
 import pytest
 
-from test_supervision import status, wait_for     # the status.yml run and the bounded wait those tests use
-
 pytestmark = pytest.mark.lab
 
 HEAD = "spark-1"
@@ -23,6 +21,16 @@ BASELINE = "/var/lib/sparkfleet/watchdog/memory-baseline-%s.json" % UNIT
 LOG = "/var/lib/sparkfleet/watchdog/supervision.log"
 ENV_FILE = "/etc/sparkfleet/vllm.env"
 MiB = 1 << 20
+
+
+def wait_for(predicate, limit, step=3):
+    """Seconds until predicate() holds; None past limit."""
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        if predicate():
+            return time.time() - t0
+        time.sleep(step)
+    return None
 
 
 def host_memory(lab, host):
@@ -120,7 +128,7 @@ def test_a_leaking_worker_escalates_instead_of_looping(lab, serving, tmp_path, o
     state = lab.systemctl(HEAD, "show", "-p", "ActiveState", "--value", UNIT)
     assert state in ("inactive", "failed"), "vLLM is %s after the escalation" % state
     assert all(reachable(lab).values()), reachable(lab)
-    ok, seen = status(lab, tmp_path, "escalated")
+    ok, seen = lab.status(tmp_path / "escalated")
     assert not ok, "status.yml exited 0 while supervision had escalated"
     assert "not started again" in seen and "Human step: reboot %s" % worker in seen, seen[-3000:]
     assert [e["event"] for e in events(lab, t0)].count("escalated") == 1
@@ -134,7 +142,7 @@ def test_a_leaking_worker_escalates_instead_of_looping(lab, serving, tmp_path, o
     returns = [e for e in events(lab, t1) if e["event"] == "return"]
     assert len(returns) == 1, events(lab, t1)
     observe("memory freed: started once by the liveness timer, serving %.0f s later" % back)
-    ok, seen = status(lab, tmp_path, "back")
+    ok, seen = lab.status(tmp_path / "back")
     assert ok, seen[-3000:]
 
 
