@@ -720,7 +720,11 @@ def stranded(unit, ray_unit):
         return False
     lines = [line for line in run(["journalctl", "-u", unit + ".service", "-n", "5", "-o", "cat", "--all", "--no-pager"],
                                   timeout=30)[1].splitlines() if line.strip()]
-    return bool(lines) and lines[-1].startswith("Dependency failed for") and unit_run(ray_unit)[0]
+    return bool(lines) and bool(DEPENDENCY_FAILED.search(lines[-1])) and unit_run(ray_unit)[0]
+
+
+# systemd's last word on a start job that failed on a dependency (252: both lines, the second last)
+DEPENDENCY_FAILED = re.compile(r"^Dependency failed for |: Job \S+/start failed with result 'dependency'\.$")
 
 
 def check_vllm(a):

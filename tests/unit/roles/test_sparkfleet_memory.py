@@ -430,13 +430,17 @@ class Stopped:
         return 0, "", ""
 
 
-# systemd 252's words (the lab's), when vLLM's start job was queued behind a Ray start its guard refused
-DEPENDENCY = ("Starting sparkfleet vLLM API (sparklab/tiny-moe)...\n"
-              "Dependency failed for sparkfleet vLLM API (sparklab/tiny-moe).\n")
+# systemd 252's words on the lab (captured: `journalctl -u sparkfleet-vllm -n 3 -o cat`), when vLLM's start job was
+# queued behind a Ray start its guard refused (port 6379 held)
+DEPENDENCY = ("Stopped sparkfleet-vllm.service - sparkfleet vLLM API (sparklab/tiny-moe).\n"
+              "Dependency failed for sparkfleet-vllm.service - sparkfleet vLLM API (sparklab/tiny-moe).\n"
+              "sparkfleet-vllm.service: Job sparkfleet-vllm.service/start failed with result 'dependency'.\n")
 
 
 @pytest.mark.parametrize("journal, ray_running, enabled, started", [
     (DEPENDENCY, True, "enabled", True),
+    ("Dependency failed for sparkfleet-vllm.service - sparkfleet vLLM API (sparklab/tiny-moe).\n", True, "enabled",
+     True),                                                     # an older systemd's single line
     (DEPENDENCY, False, "enabled", False),                       # Ray still down: nothing to start onto
     (DEPENDENCY, True, "disabled", False),                       # stop.yml disables it
     (DEPENDENCY + "Stopped sparkfleet vLLM API (sparklab/tiny-moe).\n", True, "enabled", False),   # stopped on purpose
