@@ -85,6 +85,16 @@ def _token_rejected(journal):
     return None
 
 
+def _guard_refusal(journal):
+    """The Ray unit's journal -> what its head-identity guard last refused (sparkfleet-ray-guard: port held by X), or
+    None. Such a start is refused at every retry while the holder stays: nothing comes back by itself."""
+    for line in reversed(_text(journal).splitlines()):
+        at = line.find("sparkfleet-ray-guard: ")
+        if at >= 0 and " taken by " in line:
+            return " ".join(line[at + len("sparkfleet-ray-guard: "):].split())[:240]
+    return None
+
+
 def _model_copy(state):
     """`cat DEST/.sparkfleet-model` (model_sync's key=value copy state) -> the reason when the copy is incomplete."""
     props = {}
@@ -251,6 +261,11 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
             # systemd restarts it forever, and it never joins: only writing the head's token again repairs it
             causes.append("%s: %s (%s) is %s: Ray token rejected by the head (%s); it cannot join until site.yml "
                           "writes the head's token on it: run site.yml" % (host, role, ray_unit, _state(ray), rejected))
+        elif ray.get("ActiveState") != "active" and _guard_refusal((journals or {}).get(host)):
+            # systemd retries it, but the guard refuses every start while the holder stays: no recovery is coming
+            causes.append("%s: %s (%s) is %s: every start is refused while the port is held (%s): stop what holds it"
+                          " (run site.yml: its gpu_cleanup stops an older deployment)" % (
+                              host, role, ray_unit, _state(ray), _guard_refusal((journals or {}).get(host))))
         elif ray.get("ActiveState") != "active":
             coming = ray.get("ActiveState") == "activating" or ray.get("SubState") == "auto-restart"
             causes.append("%s: %s (%s) is %s%s" % (
@@ -295,7 +310,12 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
     elif vllm and isinstance(api, dict) and str(api.get("completion_ok")).lower() == "false":
         # active in systemd, yet no token: a hung engine (or one still loading its weights)
         why = str(api.get("completion_msg") or "no token")[:160]
-        if str(api.get("health")) == "200":
+        if why.startswith("HTTP 404"):
+            # the engine answers, but not to the name asked: restarting it changes nothing
+            causes.append("%s: vLLM (%s) answers, but serves no model by the name asked (%s): it serves another"
+                          " name (a model switch not deployed yet, or a list of served names); run site.yml" % (
+                              head, vllm_unit, why))
+        elif str(api.get("health")) == "200":
             causes.append("%s: vLLM (%s) answers /health, generates nothing (%s)%s" % (
                 head, vllm_unit, why, "; its liveness timer restarts it" if guarded(head, vllm_unit)
                 else "; no liveness timer runs: restart it (playbooks/restart.yml)"))

@@ -248,3 +248,35 @@ def test_a_worker_s_scheduler_state_is_not_read():
              "spark-2": {"stdout": show(1000, dict(RUNNING, ExecMainStartTimestamp="@150")) + "\n@@ scheduler\n"
                          + stuck_state(995.0)}}
     assert serving_cause(nodes, "spark-1") == []
+
+
+# sparkfleet-ray-guard's refusal as the head's Ray journal holds it (the guard's own words, roles/ray_cluster/files)
+GUARD = ("sparkfleet-ray-guard: port 6379 on this node is taken by pid 4242 (gcs_server) in container vllm_node: another"
+         " Ray head (or another service) runs here, so our Ray head does not start (our workers would join the wrong"
+         " cluster). site.yml's gpu_cleanup stops an older deployment (gpu_cleanup_stale_units,"
+         " gpu_cleanup_stale_containers); or stop it yourself and disable it.")
+
+
+def test_a_ray_head_refused_at_every_start_is_never_called_coming_back():
+    # seen on a second lab: "systemd is bringing it back, and vLLM restarts once every GPU is back" while the guard
+    # refused every start because another Ray head held 6379
+    nodes = {"spark-1": show(1000, {"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": "12",
+                                    "Result": "exit-code"},
+                             {"ActiveState": "inactive", "SubState": "dead"}),
+             "spark-2": show(1000, dict(RUNNING, ExecMainStartTimestamp="@150"))}
+    causes = serving_cause(nodes, "spark-1", journals={"spark-1": {"stdout": GUARD + "\n"}})
+    assert causes[0].startswith("spark-1: the head's Ray (sparkfleet-ray) is activating/auto-restart, restarted 12"
+                                " time(s) by systemd: every start is refused while the port is held (port 6379 on this"
+                                " node is taken by pid 4242 (gcs_server) in container vllm_node")
+    assert causes[0].endswith("(run site.yml: its gpu_cleanup stops an older deployment)")
+    assert not any("bringing it back" in c for c in causes)
+
+
+def test_a_model_name_the_engine_does_not_serve_is_named_not_restarted():
+    # seen on a second lab after a model switch: HTTP 404 read as "answers /health, generates nothing; its liveness
+    # timer restarts it" (a restart changes nothing)
+    nodes = {"spark-1": HEALTHY_HEAD, "spark-2": show(1000, dict(RUNNING, ExecMainStartTimestamp="@150"))}
+    causes = serving_cause(nodes, "spark-1", ray={"missing": []},
+                           api={"health": 200, "completion_ok": False, "completion_msg": "HTTP 404"})
+    assert causes == ["spark-1: vLLM (sparkfleet-vllm) answers, but serves no model by the name asked (HTTP 404): it"
+                      " serves another name (a model switch not deployed yet, or a list of served names); run site.yml"]
