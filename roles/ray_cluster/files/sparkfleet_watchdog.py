@@ -751,6 +751,10 @@ def check_vllm(a):
         state.update(bad=0, served=True, last_ok=round(now(), 1))
         state.pop("cause", None)
         mark_served(a)
+    elif why.startswith("HTTP 404"):
+        # the engine answers, but knows no model by this name (a model switch not deployed, a list of served names):
+        # a restart changes nothing, so it is never one (status.yml names it; site.yml deploys the name)
+        state.update(bad=0, cause="serves no model named %r (%s): not restarted" % (a.model, why))
     elif not state.get("served") and served(a, start):
         # it answered requests since it started (the probe never saw it): judged from now on, no start grace
         state.update(served=True, bad=1, cause=why)

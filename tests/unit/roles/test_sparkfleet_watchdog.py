@@ -666,3 +666,13 @@ def test_a_full_disk_does_not_stop_the_liveness_timer_from_restarting_a_hung_eng
     for _check in range(3):
         wd.check_vllm(a)                                  # the counters live in /run (tmpfs)
     assert len(node.restarts()) == 1
+
+
+def test_an_engine_that_answers_404_to_the_name_is_never_restarted(wd, monkeypatch):
+    # a restart cannot teach the engine another name (seen after a model switch: restarted for ever)
+    node = Node(wd, monkeypatch, start=0.0, clock=4000.0)
+    monkeypatch.setattr(wd, "probe", lambda *a: (False, "HTTP 404 after 0 s"))
+    a = vllm_args(wd)
+    for _check in range(4):
+        wd.check_vllm(a)
+    assert node.restarts() == []
