@@ -95,6 +95,17 @@ def _guard_refusal(journal):
     return None
 
 
+DISK_FLOOR_MB = 100     # below it the supervision log and the deploy's state files stop being written
+
+
+def _disk_free_mb(text):
+    """`df -P -B1M PATH | tail -n 1` -> (MB available, mount point), or None."""
+    parts = _text(text).split()
+    if len(parts) >= 6 and parts[3].isdigit():
+        return int(parts[3]), parts[5]
+    return None
+
+
 def _model_copy(state):
     """`cat DEST/.sparkfleet-model` (model_sync's key=value copy state) -> the reason when the copy is incomplete."""
     props = {}
@@ -197,7 +208,7 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
         fail(_WHERE, "head must be the head's inventory name, got %r" % (head,))
     ray_id, vllm_id = ray_unit + ".service", vllm_unit + ".service"
     parsed, unreachable = {}, []
-    found = {"journal": {}, "events": {}, "model": {}, "scheduler": {}, "escalated": {}}
+    found = {"journal": {}, "events": {}, "model": {}, "scheduler": {}, "escalated": {}, "disk": {}}
     for host in sorted(nodes):
         value = nodes[host]
         if isinstance(value, dict):
@@ -282,6 +293,15 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
             causes.append("%s: %s (%s) restarted%s, after the engine started%s: the engine's rank(s) there died "
                           "with it (%s)" % (host, role, ray_unit, _ago(now, started), _ago(head_now, vllm_start),
                                             _state(ray)))
+        for watchdog in (ray_unit + "-watchdog.service", vllm_unit + "-watchdog.service"):
+            props = units.get(watchdog) or {}
+            if props.get("ActiveState") == "failed" and props.get("Result") not in (None, "", "success"):
+                causes.append("%s: its watchdog %s failed at its last run (%s): what it supervises is not repaired"
+                              " while it fails; read journalctl -u %s there" % (host, watchdog, props["Result"], watchdog))
+        disk = _disk_free_mb(found["disk"].get(host))
+        if disk and disk[0] < DISK_FLOOR_MB:
+            causes.append("%s: %d MB free on %s, where the supervision log and the deploy's state are written: free"
+                          " space there" % (host, disk[0], disk[1]))
         incomplete = _model_copy((models or {}).get(host))
         if incomplete:
             causes.append("%s: model copy on this node incomplete (%s): run site.yml to finish the sync"

@@ -280,3 +280,19 @@ def test_a_model_name_the_engine_does_not_serve_is_named_not_restarted():
                            api={"health": 200, "completion_ok": False, "completion_msg": "HTTP 404"})
     assert causes == ["spark-1: vLLM (sparkfleet-vllm) answers, but serves no model by the name asked (HTTP 404): it"
                       " serves another name (a model switch not deployed yet, or a list of served names); run site.yml"]
+
+
+def test_a_failing_watchdog_and_a_full_disk_are_named():
+    # seen on a second lab: a full disk killed both watchdogs at every run and status.yml said "still starting"
+    head = show(1000, dict(RUNNING, ExecMainStartTimestamp="@100"), dict(RUNNING, ExecMainStartTimestamp="@200"))
+    watchdog = ["Result=exit-code", "NRestarts=0", "Id=sparkfleet-vllm-watchdog.service", "ActiveState=failed",
+                "SubState=failed", ""]
+    head += "\n" + "\n".join(watchdog)
+    disk = "/dev/vda 257952 257902 50 100% /"
+    nodes = {"spark-1": {"stdout": head + "\n@@ disk\n" + disk + "\n"},
+             "spark-2": show(1000, dict(RUNNING, ExecMainStartTimestamp="@150"))}
+    causes = serving_cause(nodes, "spark-1", api={"health": 200, "completion_ok": True})
+    assert causes == [
+        "spark-1: its watchdog sparkfleet-vllm-watchdog.service failed at its last run (exit-code): what it supervises"
+        " is not repaired while it fails; read journalctl -u sparkfleet-vllm-watchdog.service there",
+        "spark-1: 50 MB free on /, where the supervision log and the deploy's state are written: free space there"]
