@@ -532,10 +532,10 @@ def notify(a, entry):
         return 124
 
 
-def escalate(a, reason, verdicts, memory):
+def escalate(a, reason, verdicts, memory, step=None):
     """Stop restarting the engine: the unit's next start is skipped (ConditionPathExists=! the marker) until site.yml
     or a return of every node's memory; name what is held where and the one human step."""
-    step = MEM.human_step(verdicts) if memory else (
+    step = (step or MEM.human_step(verdicts)) if memory else (
         "read journalctl -u %s on the head for why the engine did not serve, fix it, then run site.yml" % a.unit)
     held = [v["why"] for v in verdicts if v.get("state") != "ok"]
     entry = {"time": round(now(), 1), "unit": a.unit, "reason": reason, "memory": bool(memory), "step": step,
@@ -574,7 +574,7 @@ def gate(a):
         if want and parse_nodes(a.node)[0][0] in [v["name"] for v in want]:
             MEM.drop_caches()
         asked = asked or bool(ops)
-        nodes, reports, _gcs = cluster_memory(a, ops)
+        nodes, reports, gcs = cluster_memory(a, ops)
         verdicts = memory_verdicts(a, nodes, reports, since=max(starts or [0]))
         if all(v["state"] == "ok" for v in verdicts):
             starts.append(round(now(), 1))
@@ -591,12 +591,16 @@ def gate(a):
     # liveness timer starts the engine once that node reports again (a worker away for hours comes back serving)
     refusals = [t for t in runs.get("refusals") or [] if isinstance(t, (int, float)) and 0 <= now() - t < a.window]
     refusals.append(round(now(), 1))
+    # the head's own GCS not answering hides every worker's report: say so, not that the workers are silent
+    gcs_down = "" if gcs.get("ok") else "; the head's GCS does not answer (%s)" % str(gcs.get("error", "?"))[:200]
     if len(refusals) >= a.starts:
-        return escalate(a, "%d start(s) in %d min found a node without a fresh memory report" % (
-            len(refusals), a.window // 60), verdicts, memory=True)
+        return escalate(a, "%d start(s) in %d min found a node without a fresh memory report%s" % (
+            len(refusals), a.window // 60, gcs_down), verdicts, memory=True,
+            step="check the head's Ray (systemctl status %s on the head), or run site.yml" % a.ray_container
+            if gcs_down else None)
     MEM.save_json(starts_path(a.unit), dict(runs, starts=starts, refusals=refusals))
-    sys.stderr.write("sparkfleet-watchdog: memory gate: not starting the engine yet (%s); systemd tries again\n"
-                     % "; ".join(v["why"] for v in verdicts if v["state"] != "ok"))
+    sys.stderr.write("sparkfleet-watchdog: memory gate: not starting the engine yet (%s%s); systemd tries again\n"
+                     % ("; ".join(v["why"] for v in verdicts if v["state"] != "ok"), gcs_down))
     return 3
 
 

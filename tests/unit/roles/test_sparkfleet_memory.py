@@ -468,3 +468,17 @@ def test_a_node_silent_at_every_start_escalates_after_k_and_starts_once_it_repor
     c.reports["10.99.1.12"] = report(t=c.clock)      # the worker is back and reports
     wd.check_vllm(vllm_args(wd))
     assert ["systemctl", "start", "--no-block", "sparkfleet-vllm.service"] in wd.calls and marker(tmp_path) is None
+
+
+def test_a_head_gcs_that_does_not_answer_is_named_not_the_workers(wd, monkeypatch, tmp_path, capsys):
+    c = Cluster(wd, monkeypatch)
+    del c.reports["10.99.1.12"]
+    monkeypatch.setattr(wd, "cluster_memory", lambda a, ops=None: (
+        wd.parse_nodes(a.node), json.loads(json.dumps(c.reports)),
+        {"ok": False, "error": "no answer from the GCS at 10.99.1.11:6379 within 20 s"}))
+    a = gate_args(wd, tmp_path, timeout=0)
+    assert wd.gate(a) == 3
+    assert "the head's GCS does not answer (no answer from the GCS" in capsys.readouterr().err
+    assert wd.gate(a) == 3 and wd.gate(a) == 3
+    m = marker(tmp_path)
+    assert m["step"] == "check the head's Ray (systemctl status sparkfleet-ray on the head), or run site.yml"
