@@ -733,10 +733,18 @@ DEPENDENCY_FAILED = re.compile(r"^Dependency failed for |: Job \S+/start failed 
 
 def check_vllm(a):
     marker = MEM.load_json(escalation_path(a.unit))
+    running, start = unit_run(a.unit)
+    if marker is not None and running:
+        # the unit runs although supervision escalated (started by hand, or the marker outlived the start it refused):
+        # it is supervised again, never left unjudged
+        try:
+            os.remove(escalation_path(a.unit))
+        except OSError:
+            pass
+        marker = None
     if marker is not None:
         return watch_escalated(a, marker) if a.node else 0
     state = load_state(a.unit)
-    running, start = unit_run(a.unit)
     if not running:
         if stranded(a.unit, a.ray_unit):
             # one start per such failure: the next check finds this start in the journal (the gate bounds the rest)
