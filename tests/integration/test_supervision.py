@@ -70,6 +70,7 @@ def wait_for(predicate, limit, step=5):
                             " by itself, logging why; the API answers again with no human step")
 def test_a_paused_engine_is_restarted_by_its_liveness_probe(lab, serving, tmp_path, observe):
     assert lab.serves(), "the lab does not serve before the fault"
+    paused_run = lab.systemctl(HEAD, "show", "-p", "InvocationID", "--value", "sparkfleet-vllm")
     t0 = time.time()
     lab.labctl("break", "engine-pause", HEAD)
     try:
@@ -83,7 +84,14 @@ def test_a_paused_engine_is_restarted_by_its_liveness_probe(lab, serving, tmp_pa
             assert "systemd is bringing it back" not in seen
         else:
             assert ok, seen[-3000:]
-        back = wait_for(lambda: lab.serves(timeout=10), 300)
+        # back = the engine the watchdog started answers: the watchdog unpauses the old container before it restarts
+        # the unit, and that one may answer for a moment before its stop (an answer then is not a healed engine)
+        restarted = wait_for(lambda: any(e["event"] == "restart" and e["unit"] == "sparkfleet-vllm"
+                                         for e in events(lab, HEAD, t0)), 300)
+        assert restarted is not None, "the liveness timer did not restart the paused engine within 300 s"
+        replaced = wait_for(lambda: lab.systemctl(HEAD, "show", "-p", "InvocationID", "--value", "sparkfleet-vllm")
+                            not in (paused_run, "") and lab.serves(timeout=10), 300)
+        back = time.time() - t0 if replaced is not None else None
         assert back is not None, "the API did not answer again within 300 s of the pause, with no human step"
         observe("status.yml while paused: %s; API back %.0f s after the pause"
                 % ("non-zero, names vLLM, no token" if paused_seen else "(already healed, exit 0)", time.time() - t0))
