@@ -32,7 +32,10 @@ def test_too_old_image_stops_the_deployment_in_seconds_before_anything_changes(l
     old = "%s-vllm%s" % (image, OLD)
     # settled first: an engine still starting after the test before (its memory gate, its GPU wait) is no change of
     # this run's (CI on 5c1f3d4: vLLM 'activating start-pre' before, 'active running' after)
-    lab.wait_serving(limit=300, fail=False)     # alone on a lab that serves nothing, there is nothing to settle
+    deadline = time.monotonic() + 300
+    while lab.systemctl(HEAD, "show", "-p", "ActiveState", "--value", "sparkfleet-vllm") in ("activating", "reloading") \
+            and time.monotonic() < deadline:
+        time.sleep(3)
     before = {h: lab.services(h) for h in lab.hosts}
     t0 = time.monotonic()
     r, failures = lab.play(tmp_path, "site.yml", extravars={"sparkfleet_image": old})
