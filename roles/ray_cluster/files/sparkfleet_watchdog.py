@@ -545,7 +545,7 @@ def escalate(a, reason, verdicts, memory, step=None):
         log_event(a.unit, "escalated", reason, by="watchdog", step=step, nodes=held)
     except OSError:
         pass        # the disk is full: the marker in /run and the journal still say it
-    entry["notify_rc"] = notify(a, entry)
+    notify(a, entry)
     sys.stderr.write("sparkfleet-watchdog: supervision of %s ESCALATED, the engine is not started again: %s%s. "
                      "Human step: %s\n" % (a.unit, reason, (" (" + "; ".join(held) + ")") if held else "", step))
     return 3
