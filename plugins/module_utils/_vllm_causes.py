@@ -81,7 +81,7 @@ CAUSES = [
         hint=(
             "Ray's memory monitor killed a worker: on GB10 unified memory it trips during CUDA graph capture. Turn it"
             " off ({ray_memory_monitor}) or raise {ray_memory_usage_threshold}, and lower {gpu_memory_utilization} "
-            "(e.g. 0.85).")),
+            "(the default 0.80 leaves room for graph capture).")),
     Cause(
         "cuda_oom", 20,
         strong=re.compile(

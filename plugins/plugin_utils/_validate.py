@@ -208,7 +208,7 @@ def _number(value, what):
 
 def check_fraction(value):
     """gpu_memory_utilization: a number in (0, 1]."""
-    f, problem = _number(value, "(0, 1], e.g. 0.85")
+    f, problem = _number(value, "(0, 1], e.g. 0.80")
     if problem is None and not 0 < f <= 1:
         return None, "must be in (0, 1] (it is a fraction: 0.85 means 85%)"
     return (None, problem) if problem else (f, None)

@@ -775,7 +775,7 @@ def test_hints_name_the_settings_as_the_caller_says(run_module):
     res = run_module(vllm_wait, {"log_file": fixture("fail_ray_oom_killed_v1_graphs.log"), "timeout": 0,
                                  "setting_names": names})
     assert res["failure"]["class"] == "ray_oom_killed"
-    assert "lower my_gpu_fraction (e.g. 0.85)" in res["hint"] and "my_ray_monitor: off" in res["hint"]
+    assert "lower my_gpu_fraction (the default 0.80" in res["hint"] and "my_ray_monitor: off" in res["hint"]
     assert res["hint"] == res["failure"]["hint"]
     plain = run_module(vllm_wait, {"log_file": fixture("fail_ray_oom_killed_v1_graphs.log"), "timeout": 0})
     assert "--gpu-memory-utilization" in plain["hint"] and "{" not in plain["hint"]
