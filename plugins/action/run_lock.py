@@ -191,7 +191,8 @@ class ActionModule(ActionBase):
                 result.update(acquired=True, reason=why, previous=holder)
                 if why != "ours":  # this run's own lock (taken twice) has its heartbeat already
                     if holder is not None:
-                        result["warnings"] = [takeover_message(host, path, holder, why)]
+                        result["took_over"] = takeover_message(host, path, holder, why)
+                        result["warnings"] = [result["took_over"]]
                     self._heartbeat(path, token, pid, started, beat_interval(args["ttl"]))
                 return result
         raise AnsibleActionFail("%s: could not take %s: another run keeps changing it" % (host, path))

@@ -111,6 +111,12 @@ previous:
   description: The record of the holder this run took over from.
   returned: when a stale lock was taken over
   type: dict
+took_over:
+  description: The warning of a takeover, naming the holder, since when, and why taking its lock over is safe.
+  returned: when a lock of another run was taken over
+  type: str
+  sample: "spark-1: took over the deployment lock /run/sparkfleet/deploy.lock from awx-2 (pid 9, site.yml, since
+    21:10 UTC): no heartbeat from awx-2 for 900 s, longer than the 300 s its run promised ..."
 released:
   description: Whether this task removed the lock (false when another run holds it).
   returned: when O(state=released) and not in check mode
