@@ -28,6 +28,12 @@ description:
     callback prints the chart's path (or why there is none) as the last summary line.
   - An empty run (no host matched, or the inventory check failed) still writes the report with its failure; there
     is then no chart.
+  - A node that went away during the run (a task there ended UNREACHABLE or its ssh dropped under a running module, or
+    Ray said a node was marked dead or a task pinned to a node could not be scheduled any more) is the run's failure,
+    whatever late error it caused elsewhere. After any playbook the callback then prints one line naming the node, what
+    happened and when, and the next step (for example that spark-2 went away during the run, having stopped answering
+    ssh at 21:49, and to run site.yml again once it is back); the report's failure has class C(node_away), the first error kept as its
+    C(detail).
   - C(playbooks/status.yml) prints the latest report's table.
   - After C(qualify.yml) the report also holds its C(qualify) section (what C(sparkfleet.vllm.qualify) published with
     C(set_stats) as C(sparkfleet.qualify)), written as C(qualify.txt), C(qualify.json) and C(qualify.png)
@@ -64,7 +70,7 @@ import time
 
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _qualify, _report
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _node_away, _qualify, _report
 
 # Where this run's report goes, for the first play's set_stats (see the description).
 RUN_DIR_ENV = "SPARKFLEET_REPORT_RUN_DIR"
@@ -83,6 +89,10 @@ class CallbackModule(CallbackBase):
         self._clock = _report.PhaseClock()
         self._captured = {}
         self._failure = None
+        self._away = []
+        self._ips = {}
+        self._inventory_ips = None
+        self._play = None
         self._playbook = None
         self._run_dir = None
         self._play_tags = ()
@@ -101,6 +111,8 @@ class CallbackModule(CallbackBase):
         self._clock = _report.PhaseClock()
         self._captured = {}
         self._failure = None
+        self._away = []
+        self._ips = {}
         os.environ.pop(RUN_DIR_ENV, None)
         if not self._wanted():
             self._run_dir = None
@@ -113,6 +125,7 @@ class CallbackModule(CallbackBase):
         os.environ[RUN_DIR_ENV] = self._run_dir
 
     def v2_playbook_on_play_start(self, play):
+        self._play = play
         self._play_tags = tuple(play.tags or ())
         self._play_name = play.get_name()
 
@@ -126,6 +139,8 @@ class CallbackModule(CallbackBase):
         phase = self._phase(task)
         if phase:
             self._clock.result(result._host.get_name(), phase, status)
+        if isinstance(result._result, dict):
+            self._ips.update(_node_away.ip_hosts(result._result))
         got = _report.capture(task.action, result._result)
         if got:
             self._captured[got[0]] = got[1]
@@ -153,9 +168,14 @@ class CallbackModule(CallbackBase):
         self._result(result, "failed")
 
     def _note_failure(self, result, status):
+        res = result._result if isinstance(result._result, dict) else {}
+        self._ips.update(_node_away.ip_hosts(res))
+        verdict = _node_away.classify(status, result._host.get_name(), res, dict(self._hosts_by_ip(), **self._ips))
+        if verdict:
+            verdict["at"] = time.time()
+            self._away.append(verdict)
         if self._failure is not None:
             return
-        res = result._result
         failure = res.get("failure") if isinstance(res.get("failure"), dict) else {}
         self._failure = {
             "host": result._host.get_name(),
@@ -167,7 +187,39 @@ class CallbackModule(CallbackBase):
             "hint": failure.get("hint") or res.get("hint"),
         }
 
+    def _hosts_by_ip(self):
+        """{address: host} of the inventory (fabric, management and ssh addresses), read once, at the first failure."""
+        if self._inventory_ips is None:
+            self._inventory_ips = {}
+            try:
+                manager = self._play.get_variable_manager()
+                for host in manager._inventory.get_hosts():
+                    hostvars = manager.get_vars(play=self._play, host=host, include_hostvars=False)
+                    for key in ("sparkfleet_fabric_ip", "sparkfleet_mgmt_ip", "ansible_host"):
+                        value = hostvars.get(key)
+                        if isinstance(value, str) and value and "{" not in value:
+                            self._inventory_ips.setdefault(value, host.get_name())
+            except Exception:  # an address map is a help for the message, never a reason to fail the report
+                pass
+        return self._inventory_ips
+
+    def _node_away(self):
+        """The run's failure when a node went away: the cause, not the late error it caused."""
+        verdict = _node_away.merge(self._away)
+        if not verdict:
+            return None
+        msg = _node_away.message(verdict, verdict.get("at"))
+        first = self._failure or {}
+        return dict(first, host=verdict.get("host") or first.get("host"), **{
+            "class": "node_away", "msg": msg, "detail": first.get("msg"),
+            "hint": ("the deployment lock is released by the run's heartbeat when ansible-playbook ends; once the node "
+                     "answers ssh again, run site.yml: it brings Ray and vLLM back on every node")})
+
     def v2_playbook_on_stats(self, stats):
+        away = self._node_away()
+        if away:
+            self._failure = away
+            self._display.display("sparkfleet: %s" % away["msg"], color="red", stderr=True)
         if not self._wanted() or not self._run_dir:
             return
         os.environ.pop(RUN_DIR_ENV, None)

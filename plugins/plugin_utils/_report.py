@@ -335,6 +335,8 @@ def _failure_section(report):
         return []
     what = (failure.get("task"), failure.get("host"), failure.get("class") or "error", failure.get("msg"))
     lines = ["  failed: %s on %s (%s): %s" % what]
+    if failure.get("detail"):  # the late error a node that went away caused (class node_away)
+        lines.append("  first error: %s" % str(failure["detail"])[:300])
     if failure.get("hint"):
         lines.append("  hint: %s" % failure["hint"])
     return lines

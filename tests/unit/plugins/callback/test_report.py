@@ -369,3 +369,50 @@ def test_the_report_says_verified_only_when_model_sync_verified(sync, line):
     assert line in text, text
     if not sync.get("verified"):
         assert "model, verified)" not in text
+
+
+# A worker that goes away under the run: the head's Ray check fails first with Ray's late error, then the worker's
+# next task finds its ssh gone (n2 is an ssh host on a closed port of this machine: refused at once, nothing leaves it).
+NODE_AWAY = """
+- name: Run Ray
+  hosts: nodes
+  gather_facts: false
+  tags: [ray_cluster]
+  tasks:
+    - name: Prove the Ray cluster
+      ansible.builtin.fail:
+        msg: >-
+          Ray cluster check failed: a task pinned to n2 (registered 10.99.1.12) failed: TaskUnschedulableError: The
+          task is not schedulable: The node specified via NodeAffinitySchedulingStrategy doesn't exist any more or is
+          infeasible, and soft=False was specified.
+      when: inventory_hostname == 'n1'
+    - name: Reach the worker
+      ansible.builtin.ping:
+"""
+
+
+def test_a_node_that_went_away_is_the_run_s_one_failure_not_ray_s_late_error(tmp_path):
+    (tmp_path / "site.yml").write_text(NODE_AWAY)
+    (tmp_path / "hosts.yml").write_text(
+        "nodes:\n  hosts:\n    n1: {ansible_connection: local, ansible_python_interpreter: %s}\n"
+        "    n2: {ansible_connection: ssh, ansible_host: 127.0.0.1, ansible_port: 1, ansible_user: nobody}\n"
+        % sys.executable)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update({"ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "SPARKFLEET_REPORT_DIR": str(tmp_path / "reports"),
+                "ANSIBLE_CALLBACKS_ENABLED": "sparkfleet.vllm.report", "ANSIBLE_NOCOLOR": "1",
+                "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp_path / "cp"), "ANSIBLE_TIMEOUT": "5"})
+    p = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), "site.yml"],
+                       cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert p.returncode != 0
+    out = p.stdout + p.stderr
+    line = [ln for ln in out.splitlines() if ln.startswith("sparkfleet: ")]
+    assert len(line) == 1, out[-3000:]
+    assert line[0].startswith("sparkfleet: n2 went away during the run (left the Ray cluster at ")
+    assert line[0].endswith("it also stopped answering ssh): when it is back, run site.yml again")
+    report = json.loads((tmp_path / "reports" / "latest" / "report.json").read_text())
+    failure = report["failure"]
+    assert failure["class"] == "node_away" and failure["host"] == "n2"
+    assert failure["msg"] == line[0][len("sparkfleet: "):]
+    assert "TaskUnschedulableError" in failure["detail"]
+    assert "failed: Prove the Ray cluster on n2 (node_away): n2 went away" in p.stdout
+    assert "first error: Ray cluster check failed" in p.stdout
