@@ -20,6 +20,7 @@ vLLM's memory gate reads), status.yml and the scrub timer run it:
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import json
 import os
@@ -281,13 +282,20 @@ def scrub(root, manifest_path=MANIFEST_PATH, node=None, clock=time.time):
 
 
 def status(root, manifest_path=MANIFEST_PATH, scrub_path=SCRUB_PATH, node=None):
-    """check() plus the last scrub's report (None when none ran)."""
+    """check() plus the last scrub's report (None when none ran, or when a sync recorded the model since: that sync
+    compared every file's hash with the head's and sent again what differed)."""
     out = check(root, manifest_path, node)
     try:
         with open(scrub_path) as fh:
             last = json.load(fh)
         out["scrub"] = last if isinstance(last, dict) else None
     except (OSError, ValueError):
+        out["scrub"] = None
+    try:
+        recorded = calendar.timegm(time.strptime(str(out.get("recorded")), "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        recorded = None
+    if out["scrub"] and recorded is not None and float(out["scrub"].get("time") or 0) < recorded:
         out["scrub"] = None
     return out
 

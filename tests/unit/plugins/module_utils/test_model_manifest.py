@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -156,3 +157,14 @@ def test_a_manifest_is_replaced_whole(model, tmp_path):
     path = record(model, tmp_path)
     assert [n for n in os.listdir(os.path.dirname(path))] == ["model-manifest.json"]
     assert mm.same_record(mm.load(path), mm.build(model, "spark-2", when="later"))
+
+
+def test_a_scrub_older_than_the_last_sync_is_not_reported(model, tmp_path):
+    out = str(tmp_path / "scrub.json")
+    path = record(model, tmp_path, head_hashes={"config.json": "0" * 64})
+    mm.write_atomic(out, mm.scrub(model, path))
+    assert mm.status(model, path, out)["scrub"]["state"] == "bad"
+    data = mm.load(path)
+    data["recorded"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))   # a sync after the scrub
+    mm.write_atomic(path, data)
+    assert mm.status(model, path, out)["scrub"] is None
