@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import fail
 
@@ -118,6 +119,26 @@ def _model_copy(state):
     return None
 
 
+def _model_manifest(text, host):
+    """sparkfleet_model.py status's JSON -> sentences: the model changed since the sync (stat), the last scrub found a
+    file whose content is not the head's; [] when neither (or nothing was recorded yet)."""
+    try:
+        data = json.loads(_text(text).strip() or "{}")
+    except ValueError:
+        return []
+    if not isinstance(data, dict):
+        return []
+    out = []
+    if data.get("state") == "changed" and data.get("msg"):
+        out.append("%s: %s" % (host, data["msg"]))
+    scrub = data.get("scrub")
+    if isinstance(scrub, dict) and scrub.get("state") == "bad" and scrub.get("msg"):
+        when = scrub.get("time")
+        out.append("%s: %s%s" % (host, scrub["msg"], (" (scrub of %s)" % time.strftime(
+            "%Y-%m-%d %H:%M UTC", time.gmtime(when))) if isinstance(when, (int, float)) else ""))
+    return out
+
+
 def _events(text):
     """The supervision log's JSON lines (sparkfleet-watchdog), oldest first; lines that do not parse are skipped."""
     out = []
@@ -208,7 +229,7 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
         fail(_WHERE, "head must be the head's inventory name, got %r" % (head,))
     ray_id, vllm_id = ray_unit + ".service", vllm_unit + ".service"
     parsed, unreachable = {}, []
-    found = {"journal": {}, "events": {}, "model": {}, "scheduler": {}, "escalated": {}, "disk": {}}
+    found = {"journal": {}, "events": {}, "model": {}, "scheduler": {}, "escalated": {}, "disk": {}, "manifest": {}}
     for host in sorted(nodes):
         value = nodes[host]
         if isinstance(value, dict):
@@ -306,6 +327,7 @@ def serving_cause(nodes, head, engine=None, ray_unit="sparkfleet-ray", vllm_unit
         if incomplete:
             causes.append("%s: model copy on this node incomplete (%s): run site.yml to finish the sync"
                           % (host, incomplete))
+        causes.extend(_model_manifest(found["manifest"].get(host), host))
     stuck = _scheduler_stuck(found["scheduler"].get(head), head_now)
     if stuck:
         causes.append("%s: Ray's scheduler: %s; the head's Ray watchdog restarts Ray (%s) once it has been pending %s s"

@@ -1059,6 +1059,20 @@ def check_choice(*choices):
     return check
 
 
+# A systemd OnCalendar= expression (weekly, Sun *-*-* 03:00:00, *-*-01 04:00): what its grammar may hold, no more.
+_CALENDAR_RE = re.compile(r"^[A-Za-z0-9*:,./~ -]{1,120}$")
+
+
+def check_calendar(value):
+    """'' (off) or a systemd calendar expression for a timer's OnCalendar=."""
+    if value is None or value == "":
+        return "", None
+    if not is_string(value) or not _CALENDAR_RE.match(value.strip()) or not value.strip():
+        return None, ("must be '' (off) or a systemd calendar expression such as weekly, daily or 'Sun *-*-* 03:00:00'"
+                      " (letters, digits, spaces and * : , . / ~ - only); `systemd-analyze calendar` checks one")
+    return value.strip(), None
+
+
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$")
 _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -1249,6 +1263,7 @@ ROLE_CHECKS = {
     "model_sync_image": check_image,
     "model_sync_timeout": check_seconds,
     "model_sync_verify_content": check_bool,
+    "model_sync_scrub_interval": check_calendar,
     # roles/runtime_image
     "runtime_image_name": check_image,
     "runtime_image_pull": check_bool,

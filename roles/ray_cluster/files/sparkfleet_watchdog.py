@@ -44,9 +44,26 @@ def _load_memory():
     return module
 
 
+def _load_model():
+    """sparkfleet_model.py (the model's manifest and its stat check), which the model_sync role installs beside this
+    file; None where it is not there yet (a node the sync has not reached): the model is then not checked."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sparkfleet_model.py")
+    if not os.path.exists(path):
+        return None
+    sys.dont_write_bytecode = True
+    spec = importlib.util.spec_from_file_location("sparkfleet_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 MEM = _load_memory()
+MODEL = _load_model()
 STATE_DIR = os.environ.get("SPARKFLEET_WATCHDOG_DIR", "/var/lib/sparkfleet/watchdog")
 RUN_DIR = os.environ.get("SPARKFLEET_WATCHDOG_RUN_DIR", "/run")    # tmpfs: a hold never outlives a reboot
+# What model_sync left on this node (model_manifest writes it; sparkfleet_model.py compares the files with it)
+MODEL_MANIFEST = os.environ.get("SPARKFLEET_MODEL_MANIFEST", "/var/lib/sparkfleet/model-manifest.json")
 HOLD_MAX = 300            # seconds a deploy's hold counts (Ray's restart by the handlers: the head, its port, workers)
 LOG_NAME = "supervision.log"
 LOG_KEEP = 400            # lines kept when the log is trimmed (at twice that)
@@ -430,11 +447,51 @@ def engine_ranks(container):
 
 def memory_report(node_ip, model_dir, ranks):
     """This node's memory, measured on the host after dropping the model's page cache when no engine rank runs here
-    (a crashed engine's eager load leaves the shards cached; vLLM's startup check on GB10 counts that as used)."""
+    (a crashed engine's eager load leaves the shards cached; vLLM's startup check on GB10 counts that as used); and
+    the stat check of its model files against what the sync left (the gate refuses a start on a changed model)."""
     dropped = 0 if ranks or not model_dir else MEM.drop_file_cache(model_dir)
     report = MEM.measure()
     report.update(ip=node_ip, time=round(now(), 1), engine=bool(ranks), dropped=dropped)
+    if model_dir:
+        report["model"] = model_check(model_dir)
     return report
+
+
+def model_check(model_dir):
+    """This node's model against its manifest, by stat only: {state, changes, msg} (state unrecorded when there is no
+    manifest or no check installed: never a refusal)."""
+    if MODEL is None:
+        return {"state": "unrecorded", "changes": [], "msg": "the model check is not installed here"}
+    try:
+        got = MODEL.check(model_dir, MODEL_MANIFEST)
+    except OSError as e:
+        return {"state": "unrecorded", "changes": [], "msg": "the model check failed: %s" % e}
+    return {"state": got["state"], "changes": got["changes"][:20], "msg": got["msg"]}
+
+
+def model_refusals(nodes, reports, since):
+    """Sentences naming each node whose model changed since the sync, from checks made at or after `since` (the
+    gate's own start: a check from before it may predate the repair a deploy just made), and the nodes whose check
+    is not that fresh yet."""
+    changed, waiting = [], []
+    for name, ip in nodes:
+        report = reports.get(ip) or {}
+        check = report.get("model")
+        if not isinstance(report.get("time"), (int, float)) or report["time"] < since:
+            waiting.append(name)
+        elif isinstance(check, dict) and check.get("state") == "changed":
+            # the node's own sentence names it by its hostname: name it as the inventory does
+            text = str(check.get("msg") or "model changed since the sync: run site.yml")
+            changed.append(_renamed(text, name))
+    return changed, waiting
+
+
+def _renamed(text, name):
+    """A node's sentence 'model changed since the sync on HOST: ...' with HOST its inventory name."""
+    head, sep, rest = text.partition(": ")
+    if sep and head.startswith("model changed since the sync on "):
+        return "model changed since the sync on %s: %s" % (name, rest)
+    return "%s: %s" % (name, text)
 
 
 def memory_ops(a, ranks):
@@ -535,8 +592,9 @@ def notify(a, entry):
 def escalate(a, reason, verdicts, memory, step=None):
     """Stop restarting the engine: the unit's next start is skipped (ConditionPathExists=! the marker) until site.yml
     or a return of every node's memory; name what is held where and the one human step."""
-    step = (step or MEM.human_step(verdicts)) if memory else (
-        "read journalctl -u %s on the head for why the engine did not serve, fix it, then run site.yml" % a.unit)
+    step = step or (MEM.human_step(verdicts) if memory else
+                    "read journalctl -u %s on the head for why the engine did not serve, fix it, then run site.yml"
+                    % a.unit)
     held = [v["why"] for v in verdicts if v.get("state") != "ok"]
     entry = {"time": round(now(), 1), "unit": a.unit, "reason": reason, "memory": bool(memory), "step": step,
              "nodes": held}
@@ -568,6 +626,7 @@ def gate(a):
                "%d start(s) in %d min did not serve" % (len(starts), a.window // 60))
         return escalate(a, why, verdicts, memory=any(v["state"] == "short" for v in verdicts))
     deadline, asked, verdicts = time.monotonic() + a.timeout, False, []
+    began = now()
     while True:
         want = [v for v in verdicts if v.get("state") == "drop"]
         ops = {"put": {DROP_KEY: str(round(now(), 1))}} if want and not asked else None
@@ -576,7 +635,16 @@ def gate(a):
         asked = asked or bool(ops)
         nodes, reports, gcs = cluster_memory(a, ops)
         verdicts = memory_verdicts(a, nodes, reports, since=max(starts or [0]))
-        if all(v["state"] == "ok" for v in verdicts):
+        # Each node's model files against what the sync left, checked since this gate began (the head's just now):
+        # a changed shard would be served with wrong numbers on its rank, and no restart can mend it.
+        changed, unchecked = model_refusals(nodes, reports, began) if a.model_dir else ([], [])
+        if changed:
+            return escalate(a, "; ".join(changed), [], memory=False,
+                            step="run site.yml: it sends the changed files again from the head")
+        if all(v["state"] == "ok" for v in verdicts) and (not unchecked or time.monotonic() >= deadline):
+            if unchecked:
+                print("memory gate: the model on %s not checked since this start began (no report within %d s)"
+                      % (", ".join(unchecked), a.timeout))
             starts.append(round(now(), 1))
             MEM.save_json(starts_path(a.unit), {"starts": starts, "returned": bool(runs.get("returned")),
                                                 "pending": {v["ip"]: v["used"] for v in verdicts}})

@@ -19,8 +19,11 @@ TASKS = REPO / "roles" / "model_sync" / "tasks" / "main.yml"
 def _authorized_line():
     """The authorized_keys line the role writes on a worker (an entry of its one config_files run)."""
     for task in yaml.safe_load(TASKS.read_text()):
-        for entry in (task.get("sparkfleet.vllm.config_files") or {}).get("files", []):
-            if entry.get("state") == "line" and entry["path"].endswith("/.ssh/authorized_keys"):
+        files = (task.get("sparkfleet.vllm.config_files") or {}).get("files", [])
+        if isinstance(files, str):      # the workers' files, with the model's check appended: in the task's vars
+            files = (task.get("vars") or {}).get("_model_sync_worker_files", [])
+        for entry in files:
+            if isinstance(entry, dict) and entry.get("state") == "line" and entry["path"].endswith("/.ssh/authorized_keys"):
                 return entry["line"]
     raise AssertionError("no authorized_keys line in %s" % TASKS)
 

@@ -494,3 +494,64 @@ def test_a_marker_beside_a_running_unit_is_stale_and_the_engine_is_judged_again(
     monkeypatch.setattr(wd, "probe", lambda *a: probes.append(a) or (True, ""))
     wd.check_vllm(vllm_args(wd))
     assert marker(tmp_path) is None and probes
+
+
+# --------------------------------------------------------------------------- the model checked where it is served
+CHANGED = {"state": "changed", "changes": [{"file": "model-00002-of-00003.safetensors", "change": "changed"}],
+           "msg": "model changed since the sync on spark-2: model-00002-of-00003.safetensors ctime moved (written, or "
+                  "its metadata set); size and mtime kept: run site.yml"}
+
+
+def test_the_gate_refuses_a_start_on_a_worker_whose_model_changed_and_escalates(wd, monkeypatch, tmp_path, capsys):
+    c = Cluster(wd, monkeypatch)
+    c.reports["10.99.1.12"]["model"] = CHANGED
+    assert wd.gate(gate_args(wd, tmp_path)) == 3
+    m = marker(tmp_path)
+    assert m["memory"] is False and m["reason"] == CHANGED["msg"]
+    assert m["step"].startswith("run site.yml")
+    err = capsys.readouterr().err
+    assert "ESCALATED" in err and "spark-2" in err and "model-00002-of-00003.safetensors" in err and "run site.yml" in err
+    assert not (tmp_path / "run" / "sparkfleet" / "starts-sparkfleet-vllm.json").exists()
+
+
+def test_the_gate_waits_for_a_model_check_made_after_it_began(wd, monkeypatch, tmp_path):
+    """A worker's check from before this start (the deploy's repair came after it) is not taken as its word."""
+    c = Cluster(wd, monkeypatch)
+    c.reports["10.99.1.12"].update(time=c.clock - 10, model=CHANGED)
+    fresh = dict(CHANGED, state="ok", changes=[], msg="model on spark-2 as the sync of ... left it")
+
+    def sleep(s):
+        c.clock += s
+        c.reports["10.99.1.12"].update(time=c.clock, model=fresh)
+    monkeypatch.setattr(wd.time, "sleep", sleep)
+    assert wd.gate(gate_args(wd, tmp_path)) == 0
+    assert marker(tmp_path) is None
+
+
+def test_a_model_unchecked_on_a_node_never_blocks_a_start(wd, monkeypatch, tmp_path):
+    c = Cluster(wd, monkeypatch)
+    c.reports["10.99.1.12"]["model"] = {"state": "unrecorded", "changes": [], "msg": "no model manifest"}
+    assert wd.gate(gate_args(wd, tmp_path)) == 0
+
+
+def test_each_node_reports_its_model_check_with_its_memory(wd, monkeypatch, tmp_path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "sparkfleet_model", str(FILES.parents[2] / "plugins" / "module_utils" / "_model_manifest.py"))
+    lib = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lib)
+    root = tmp_path / "m"
+    root.mkdir()
+    (root / "config.json").write_text("{}")
+    manifest = str(tmp_path / "manifest.json")
+    lib.write_atomic(manifest, lib.build(str(root), "spark-2"))
+    monkeypatch.setattr(wd, "MODEL", lib)
+    monkeypatch.setattr(wd, "MODEL_MANIFEST", manifest)
+    monkeypatch.setattr(wd.MEM, "drop_file_cache", lambda d: 0)
+    monkeypatch.setattr(wd.MEM, "measure", lambda: {"total": 1, "available": 1})
+    assert wd.memory_report("10.99.1.12", str(root), False)["model"]["state"] == "ok"
+    (root / "config.json").write_text('{"x": 1}')
+    got = wd.memory_report("10.99.1.12", str(root), False)["model"]
+    assert got["state"] == "changed" and got["changes"][0]["file"] == "config.json"
+    monkeypatch.setattr(wd, "MODEL", None)
+    assert wd.memory_report("10.99.1.12", str(root), False)["model"]["state"] == "unrecorded"

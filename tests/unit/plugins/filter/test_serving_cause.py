@@ -296,3 +296,29 @@ def test_a_failing_watchdog_and_a_full_disk_are_named():
         "spark-1: its watchdog sparkfleet-vllm-watchdog.service failed at its last run (exit-code): what it supervises"
         " is not repaired while it fails; read journalctl -u sparkfleet-vllm-watchdog.service there",
         "spark-1: 50 MB free on /, where the supervision log and the deploy's state are written: free space there"]
+
+
+def test_a_model_changed_since_the_sync_and_a_bad_scrub_are_named_with_the_next_step():
+    status = {"state": "changed", "changes": [{"file": "model-00002-of-00003.safetensors"}],
+              "msg": "model changed since the sync on spark-2: model-00002-of-00003.safetensors ctime moved (written, "
+                     "or its metadata set); size and mtime kept: run site.yml",
+              "scrub": {"state": "bad", "time": 1796095000,
+                        "msg": "the scrub found 1 file(s) on spark-2 whose content is not the head's: "
+                               "model-00002-of-00003.safetensors content differs from the head's: run site.yml"}}
+    nodes = {"spark-1": show(1000, dict(RUNNING, ExecMainStartTimestamp="@100"),
+                             dict(RUNNING, ExecMainStartTimestamp="@200")),
+             "spark-2": show(1000, dict(RUNNING, ExecMainStartTimestamp="@150")) + "\n@@ model\ncopy=complete\n"
+             + "@@ manifest\n" + __import__("json").dumps(status)}
+    causes = serving_cause(nodes, "spark-1")
+    assert causes[0] == "spark-2: " + status["msg"]
+    assert causes[1].startswith("spark-2: the scrub found 1 file(s) on spark-2 whose content is not the head's")
+    stamp = __import__("time").strftime("%Y-%m-%d %H:%M UTC", __import__("time").gmtime(1796095000))
+    assert causes[1].endswith("content differs from the head's: run site.yml (scrub of %s)" % stamp)
+
+
+def test_a_model_as_the_sync_left_it_is_no_cause():
+    ok = '{"state": "ok", "changes": [], "msg": "model on spark-2 as the sync left it", "scrub": {"state": "ok"}}'
+    nodes = {"spark-1": show(1000, dict(RUNNING, ExecMainStartTimestamp="@100"),
+                             dict(RUNNING, ExecMainStartTimestamp="@200")) + "\n@@ manifest\n" + ok,
+             "spark-2": show(1000, dict(RUNNING, ExecMainStartTimestamp="@150")) + "\n@@ manifest\n"}
+    assert serving_cause(nodes, "spark-1") == []
