@@ -105,8 +105,8 @@ def cached_hashes(cache_path, root, stats):
     out = {}
     for rel, st in stats.items():
         hit = entries.get(rel)
-        if isinstance(hit, list) and len(hit) == 2 and hit[0] == [st.st_size, st.st_mtime_ns, st.st_ino,
-                                                                   st.st_ctime_ns]:
+        key = [st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns]
+        if isinstance(hit, list) and len(hit) == 2 and hit[0] == key:
             out[rel] = str(hit[1])
     return out
 
@@ -216,10 +216,9 @@ def check(root, manifest_path=MANIFEST_PATH, node=None):
         return {"state": "unrecorded", "node": node, "changes": [], "recorded": manifest.get("recorded"),
                 "msg": "the manifest on %s records %s, not %s: run site.yml" % (node, manifest.get("model_dir"), root)}
     changes = compare(manifest, root)
+    same = "model on %s as the sync of %s left it (%d files)" % (node, manifest.get("recorded"), len(manifest["files"]))
     return {"state": "changed" if changes else "ok", "node": node, "changes": changes,
-            "recorded": manifest.get("recorded"), "msg": describe(changes, node) or
-            "model on %s as the sync of %s left it (%d files)" % (node, manifest.get("recorded"),
-                                                                   len(manifest["files"]))}
+            "recorded": manifest.get("recorded"), "msg": describe(changes, node) or same}
 
 
 def _hash_file(path, chunk=8 << 20):
