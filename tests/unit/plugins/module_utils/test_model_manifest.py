@@ -155,7 +155,7 @@ def test_the_command_line_as_the_units_and_status_run_it(model, tmp_path):
 
 def test_a_manifest_is_replaced_whole(model, tmp_path):
     path = record(model, tmp_path)
-    assert [n for n in os.listdir(os.path.dirname(path))] == ["model-manifest.json"]
+    assert os.listdir(os.path.dirname(path)) == ["model-manifest.json"]
     assert mm.same_record(mm.load(path), mm.build(model, "spark-2", when="later"))
 
 
