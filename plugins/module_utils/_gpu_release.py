@@ -18,6 +18,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import childr
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu_plan import (
     action_text,
     build_plan,
+    foreign_holder_text,
     foreign_text,
     gpu_blocking_text,
     unit_starts,
@@ -69,6 +70,7 @@ def plan_lines(plan, names=None):
     """(will_stop, blocking): one line per action, one per holder the cleanup will not stop."""
     will = [action_text(act, plan.ports, names) for act in plan.actions]
     blocking = [gpu_blocking_text(h) for h in plan.refused + plan.unreachable]
+    blocking += [foreign_holder_text(h, names) for h in plan.foreign]
     blocking += [foreign_text(p, names) for p in plan.ports if p['status'] == 'foreign']
     return will, blocking
 
@@ -292,6 +294,7 @@ def release(module, scanner):
         return {}, {'msg': '%s: must be 0 or more' % ', '.join(negative),
                     'hint': 'grace, timeout and settle are seconds, max_used_mib MiB.'}
     scanner.gpu_summary()  # fails early when nvidia_smi=required and it is broken
+    names = params.get('setting_names')
     data = survey(scanner)
     before = data['holders']
     plan = make_plan(scanner, data)
@@ -300,10 +303,16 @@ def release(module, scanner):
             'msg': 'Refusing to stop GPU holders that run this module or init: %s'
                    % ', '.join(describe(h) for h in plan.refused),
             'hint': 'Run the module from a process that does not hold the GPU, or list it in ours.'}
+    if plan.foreign:
+        # Preflight refuses these before anything changes; this one started since (or gpu_release runs alone).
+        return {'holders_before': strip(before)}, {
+            'msg': 'Refusing to stop GPU holders that are not stale: %s'
+                   % '; '.join(foreign_holder_text(h, names) for h in plan.foreign),
+            'hint': 'Nothing was stopped.'}
     actions = plan.actions
     for act in actions:
-        act['text'] = action_text(act)
-        act['why'] = render_text(act['why'])
+        act['text'] = action_text(act, names=names)
+        act['why'] = render_text(act['why'], names)
     keep = [h for h in before if h['status'] != 'foreign']
     diff = {'before': '\n'.join(describe(h) for h in before) + '\n',
             'after': '\n'.join(describe(h) for h in keep) + '\n'}

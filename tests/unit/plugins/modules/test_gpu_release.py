@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 import sys
 import time
@@ -15,8 +16,10 @@ from gpu_fakes import alive, fakebin, fixture, holders, smi_answers, warnings_se
 
 
 def base(tmp_path, **extra):
+    """The options of these tests: the plain python holders they start are foreign, so stop_foreign lets the module stop
+    them (the tests of the default, which refuses them, set it false)."""
     args = {'device_glob': str(tmp_path / 'nvidia[0-9]*'), 'stale_units': [], 'stale_containers': [],
-            'nvidia_smi': 'skip', 'grace': 1, 'timeout': 5, 'settle': 0}
+            'nvidia_smi': 'skip', 'grace': 1, 'timeout': 5, 'settle': 0, 'stop_foreign': True}
     args.update(extra)
     return args
 
@@ -295,3 +298,30 @@ def test_a_unit_that_cannot_be_disabled_does_not_keep_the_others_enabled(run_mod
     assert stops == [['stop', '-t', '1', 'reranker'], ['rm', 'reranker']]
     assert [e['cmd'][1:] for e in result['errors']] == [['disable', 'vllm-gen.service']]
     assert all(a['result'] == 'stopped' for a in result['actions'])
+
+
+def test_a_job_that_is_not_stale_is_refused_and_named_with_nothing_stopped(run_module, holders, tmp_path):
+    # A colleague's job (a plain python holding the GPU) beside a stale vLLM engine (retitled as vLLM V1 does): the
+    # default refuses before anything is stopped, naming the job and the variable; the engine is left running too.
+    engine = holders.start(comm='VLLM::Worker')
+    job = holders.start()
+    args = base(tmp_path, stop_foreign=False, stale_commands=['VLLM::*'],
+                setting_names={'cleanup_foreign': 'gpu_cleanup_stop_foreign: true'})
+    result = run_module(gpu_release, args)
+    assert result['failed'] is True
+    assert result['msg'].startswith('Refusing to stop GPU holders that are not stale: GPU: pid %d python' % job)
+    assert 'user %s' % getpass.getuser() in result['msg'] and 'holder.py' in result['msg']
+    assert 'set gpu_cleanup_stop_foreign: true to let the cleanup stop it' in result['msg']
+    assert 'pid %d' % engine not in result['msg'] and result['hint'] == 'Nothing was stopped.'
+    assert alive(engine) and alive(job)
+    result = run_module(gpu_release, args, check_mode=True)
+    assert result['failed'] is True and alive(job)
+
+
+def test_a_stale_engine_is_stopped_by_default(run_module, holders, tmp_path):
+    engine = holders.start(comm='VLLM::Worker')
+    result = run_module(gpu_release, base(tmp_path, stop_foreign=False, stale_commands=['VLLM::*']))
+    assert not result.get('failed'), result.get('msg')
+    assert not alive(engine)
+    assert [(a['pids'], a['why']) for a in result['actions']] == [
+        ([engine], 'holds the GPU outside any unit or container; a stale engine by its command line (stale_commands)')]
