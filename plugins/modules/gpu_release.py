@@ -81,6 +81,13 @@ options:
       - Also C(docker rm) stopped containers.
     type: bool
     default: false
+  record:
+    description:
+      - A file in which to keep the stale units and containers the plan knows (JSON C({"units": [...], "containers":
+        [...]})), whether stopped now or by an earlier run, so that what starts our units can stop them first when
+        they come back at boot. Written atomically, and only when its content changes (that counts as a change).
+      - Not written in check mode.
+    type: path
 notes:
   - Supports check mode (reports exactly what would be stopped, disabled or signalled) and diff
     mode (holders before and after).
@@ -187,6 +194,11 @@ gpu:
   description: GPU summary after release (see M(sparkfleet.vllm.gpu_holders)).
   returned: always
   type: dict
+stale_record:
+  description: What O(record) holds (C(units), C(containers), each sorted), or null without O(record).
+  returned: always
+  type: dict
+  sample: {units: [vllm-cluster.service, vllm-proxy.service], containers: [vllm_node]}
 elapsed_s:
   description: Seconds from the first stop until the GPU was seen free (the O(settle) time
     spent confirming it is not counted).
@@ -210,6 +222,7 @@ def main():
         max_used_mib=dict(type='int', default=1024),
         mask=dict(type='bool', default=False),
         remove_containers=dict(type='bool', default=False),
+        record=dict(type='path'),
         **setting_names_option()
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)

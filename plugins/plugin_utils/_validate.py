@@ -1233,6 +1233,7 @@ ROLE_CHECKS = {
     "gpu_cleanup_stale_containers": check_globs,
     "gpu_cleanup_stale_commands": check_command_globs,
     "gpu_cleanup_stop_foreign": check_bool,
+    "gpu_cleanup_record": check_written_file,
     "gpu_cleanup_ports": check_port_needs,
     "gpu_cleanup_grace": check_seconds,
     "gpu_cleanup_timeout": check_seconds,

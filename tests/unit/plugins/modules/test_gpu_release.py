@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import sys
 import time
@@ -325,3 +326,37 @@ def test_a_stale_engine_is_stopped_by_default(run_module, holders, tmp_path):
     assert not alive(engine)
     assert [(a['pids'], a['why']) for a in result['actions']] == [
         ([engine], 'holds the GPU outside any unit or container; a stale engine by its command line (stale_commands)')]
+
+
+def test_the_stale_units_and_containers_are_recorded_once_and_atomically(run_module, fakebin, tmp_path):
+    # The old stack as the lab stages it (captured systemctl and docker outputs): every stale unit and container is
+    # kept in the record, stopped now or not, and a second run with the same picture does not write it again.
+    fix = os.path.join(os.path.dirname(__file__), 'fixtures', 'oldstack')
+
+    def read(name):
+        with open(os.path.join(fix, name)) as handle:
+            return handle.read()
+    fakebin.add('systemctl', {'list-unit-files': [0, read('list-unit-files.txt')],
+                              'list-units': [0, read('list-units.txt')], 'show': [0, read('systemctl_show.txt')],
+                              '*': [0, '']})
+    fakebin.add('docker', {'ps': [0, read('docker_ps.txt')], 'inspect': [0, read('docker_inspect.json')], '*': [0, '']})
+    record = tmp_path / 'state' / 'stale-stack.json'
+    args = base(tmp_path, stale_units=_gpu.DEFAULT_STALE, stale_containers=_gpu.DEFAULT_STALE_CONTAINERS,
+                record=str(record))
+    result = run_module(gpu_release, args, check_mode=True)
+    assert result['changed'] is True and not record.exists()
+    result = run_module(gpu_release, args)
+    assert not result.get('failed'), result.get('msg')
+    kept = json.loads(record.read_text())
+    assert kept == result['stale_record']
+    assert kept['containers'] == ['reranker', 'vllm_embeddings', 'vllm_node']
+    assert 'vllm-cluster.service' in kept['units'] and 'vllm-proxy.service' in kept['units']
+    assert [p.name for p in record.parent.iterdir()] == ['stale-stack.json']
+    inode = record.stat().st_ino
+    # the fakes still show the old stack: the same record, so the file is left as it is (an atomic write is a new inode)
+    result = run_module(gpu_release, args)
+    assert result['stale_record'] == kept and record.stat().st_ino == inode
+    # a record that differs is replaced
+    record.write_text('{"units": [], "containers": []}\n')
+    result = run_module(gpu_release, args)
+    assert json.loads(record.read_text()) == kept and record.stat().st_ino != inode
