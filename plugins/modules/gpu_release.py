@@ -83,8 +83,8 @@ options:
     default: false
   record:
     description:
-      - A file in which to keep the stale units and containers the plan knows (JSON C({"units": [...], "containers":
-        [...]})), whether stopped now or by an earlier run, so that what starts our units can stop them first when
+      - A file in which to keep the stale units and containers the plan knows (JSON, keys C(units) and C(containers),
+        each a sorted list), whether stopped now or by an earlier run, so that what starts our units can stop them first when
         they come back at boot. Written atomically, and only when its content changes (that counts as a change).
       - Not written in check mode.
     type: path
