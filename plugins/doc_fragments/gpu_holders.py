@@ -62,4 +62,24 @@ options:
       - Containers that also match O(ours) or O(protect) are left out.
     type: list
     elements: str
-    default: [vllm_node, vllm_embeddings, reranker]"""
+    default: [vllm_node, vllm_embeddings, reranker]
+  stale_commands:
+    description:
+      - Shell patterns of the process names and command lines of GPU holders that are engines of an earlier
+        deployment (vLLM, Ray's workers and daemons, SGLang), stale whatever unit or container runs them, if any.
+        A pattern is matched against the process name (C(comm), for example C(VLLM::EngineCore)) and against the
+        whole command line, its words joined by spaces.
+      - A GPU holder outside O(ours) and O(protect) that is neither in a stale unit or container nor matched here is
+        foreign, see O(stop_foreign).
+    type: list
+    elements: str
+    default: ['VLLM::*', '*vllm serve*', '*vllm.entrypoints*', 'ray::*', raylet, gcs_server,
+              '*/ray/_private/workers/default_worker.py*', 'sglang::*', '*sglang.launch_server*']
+  stop_foreign:
+    description:
+      - Also stop GPU holders that are not stale (neither in a stale unit or container nor matched by
+        O(stale_commands)), for example a colleague's job started after the last deployment.
+      - When false, M(sparkfleet.vllm.gpu_holders) names each in its C(blocking) result (its C(fail_on_foreign)
+        fails on them) and M(sparkfleet.vllm.gpu_release) fails naming them before it changes anything.
+    type: bool
+    default: false"""

@@ -15,7 +15,7 @@ options:
       - 'How hints name the settings they tell to change, keyed by setting, for example
         C({"gpu_memory_utilization": "vllm_serve_gpu_memory_utilization"}) so a hint names the caller''s variable.
         A setting not given is named by its vLLM flag, environment variable, option or action (C(--gpu-memory-utilization)).'
-      - 'The settings: C(allow_tcp_fallback), C(api_key), C(cleanup_containers), C(cleanup_protect),
+      - 'The settings: C(allow_tcp_fallback), C(api_key), C(cleanup_commands), C(cleanup_containers), C(cleanup_foreign), C(cleanup_protect),
         C(cleanup_units), C(container_rdma), C(engine_ready_timeout), C(fabric_interface), C(fabric_ip),
         C(fabric_mtu), C(gpu_cleanup), C(gpu_memory_utilization), C(gpus_per_node), C(image), C(images),
         C(max_model_len), C(max_num_seqs), C(model), C(model_dir), C(model_sync), C(model_sync_checksum),

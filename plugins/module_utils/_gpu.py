@@ -346,6 +346,13 @@ def _matches_holder(holder, patterns):
     return False
 
 
+def command_matches(holder, patterns):
+    """True when the holder's process name (comm) or its whole command line matches one of ``patterns`` (shell
+    patterns: ``VLLM::*`` matches vLLM's retitled engine processes, ``*vllm serve*`` a command line holding it)."""
+    texts = [t for t in (holder.get('name'), (holder.get('cmdline') or '').strip()) if t]
+    return any(fnmatch.fnmatchcase(text, pattern) for text in texts for pattern in patterns or [])
+
+
 def classify(holder, ours, protect):
     """Return 'ours', 'protected' or None for a holder dict (unit/container/process name)."""
     if _matches_holder(holder, ours):
@@ -504,6 +511,12 @@ DEFAULT_STALE = ['vllm-cluster', 'vllm-proxy', 'vllm-embeddings', 'vllm-reranker
 # The containers the operators' older deployment ran (DOMAIN 10); any name a stale unit starts counts too.
 DEFAULT_STALE_CONTAINERS = ['vllm_node', 'vllm_embeddings', 'reranker']
 
+# GPU holders known by their command lines as an engine of an earlier deployment, whatever unit or container (if any)
+# runs them: vLLM (V1 retitles its engine processes VLLM::EngineCore / VLLM::Worker*), Ray's workers (ray::...) and
+# daemons, SGLang. Matched against the process name and the whole command line.
+DEFAULT_STALE_COMMANDS = ['VLLM::*', '*vllm serve*', '*vllm.entrypoints*', 'ray::*', 'raylet', 'gcs_server',
+                          '*/ray/_private/workers/default_worker.py*', 'sglang::*', '*sglang.launch_server*']
+
 COMMON_ARGSPEC = dict(
     nvidia_smi=dict(type='str', default='auto', choices=['auto', 'required', 'skip']),
     device_glob=dict(type='str', default='/dev/nvidia[0-9]*'),
@@ -511,6 +524,8 @@ COMMON_ARGSPEC = dict(
     protect=dict(type='list', elements='str', default=DEFAULT_PROTECT),
     stale_units=dict(type='list', elements='str', default=DEFAULT_STALE),
     stale_containers=dict(type='list', elements='str', default=DEFAULT_STALE_CONTAINERS),
+    stale_commands=dict(type='list', elements='str', default=DEFAULT_STALE_COMMANDS),
+    stop_foreign=dict(type='bool', default=False),
 )
 
 

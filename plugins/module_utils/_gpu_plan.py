@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import classify, describe, name_matches
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import classify, command_matches, describe, name_matches
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text
 
 # docker's global options that take a value (before the subcommand).
@@ -149,20 +149,22 @@ def _container_wanted(cont, remove):
 
 class Plan(object):
     """The cleanup of one node: ``actions`` (ordered, as gpu_release runs them), ``refused`` (holders it must not
-    stop: its own process chain, init), ``unreachable`` (holders it cannot signal: another PID namespace) and
-    ``ports`` (every listener of the ports asked about, classified)."""
+    stop: its own process chain, init), ``unreachable`` (holders it cannot signal: another PID namespace),
+    ``foreign`` (GPU holders that are not stale, left running unless ``stop_foreign``) and ``ports`` (every listener
+    of the ports asked about, classified)."""
 
     def __init__(self):
         self.actions = []
         self.refused = []
         self.unreachable = []
+        self.foreign = []
         self.ports = []
         self.stale_units = {}       # unit -> why it is stale (acted on or not)
         self.stale_containers = {}  # container name -> why
 
     def blocking(self):
         """Holders of the GPU or of a port that the cleanup will not stop (preflight refuses them)."""
-        return self.refused + self.unreachable + [p for p in self.ports if p['status'] == 'foreign']
+        return self.refused + self.unreachable + self.foreign + [p for p in self.ports if p['status'] == 'foreign']
 
 
 def build_plan(holders, units, containers, listeners, params, self_pids=(), children=None):
@@ -210,6 +212,24 @@ def build_plan(holders, units, containers, listeners, params, self_pids=(), chil
     by_pid = dict((h['pid'], h) for h in targets)
     plan.refused = [h for h in targets if h['pid'] in self_pids or h['pid'] == 1]
     keep_pids = set(h['pid'] for h in holders if h['status'] != 'foreign')
+    # Only stale holders are stopped (the old stack's units and containers, vLLM/Ray/SGLang by their command lines);
+    # any other (a colleague's job) is left running and named, unless stop_foreign says to stop it too.
+    why_stale = {}
+    for holder in targets:
+        why = _holder_stale(holder, stale_units, stale_conts, stale_patterns, container_patterns,
+                            params.get('stale_commands') or [])
+        if why is None and params.get('stop_foreign'):
+            why = '{cleanup_foreign}'
+        if why is not None:
+            why_stale[holder['pid']] = why
+    for holder in targets:  # a child of a bare holder shares its parent's fate (a process tree is stopped whole)
+        parent = by_pid.get(holder.get('parent_holder'))
+        if parent is not None and not holder['unit'] and not holder['container'] and not parent['unit'] \
+                and not parent['container'] and parent['pid'] in why_stale and holder['pid'] not in why_stale:
+            why_stale[holder['pid']] = why_stale[parent['pid']]
+    # one in another PID namespace is named as unreachable below (nothing here could stop it, stale or not)
+    plan.foreign = [h for h in targets if h['pid'] not in why_stale and h not in plan.refused and h['visible']]
+    targets = [h for h in targets if h not in plan.foreign]
     holder_units, holder_conts = {}, {}
     for holder in targets:
         if holder in plan.refused:
@@ -242,10 +262,12 @@ def build_plan(holders, units, containers, listeners, params, self_pids=(), chil
         if not holder['visible']:
             plan.unreachable.append(holder)  # another PID namespace: nothing this node can signal
             continue
-        tree = [pid] + [d for d in _descendants(pid, children or {}) if d not in self_pids and d not in keep_pids]
+        foreign_pids = set(h['pid'] for h in plan.foreign)
+        tree = [pid] + [d for d in _descendants(pid, children or {})
+                        if d not in self_pids and d not in keep_pids and d not in foreign_pids]
         plan.actions.append({'action': 'signal', 'target': 'pid %d %s' % (pid, holder['name']),
                              'pids': sorted(p for p in tree if p in by_pid), 'tree': tree, 'reason': 'holder',
-                             'why': 'holds the GPU outside any unit or container'})
+                             'why': 'holds the GPU outside any unit or container; %s' % why_stale[pid]})
 
     # A unit that starts a container we stop would start it again (Restart=always, or at the next boot).
     stopped_conts = set(holder_conts) | set(stale_conts)
@@ -272,6 +294,20 @@ def build_plan(holders, units, containers, listeners, params, self_pids=(), chil
     plan.stale_units, plan.stale_containers = stale_units, stale_conts
     plan.ports = _classify_listeners(listeners, plan, starters, params)
     return plan
+
+
+def _holder_stale(holder, stale_units, stale_conts, unit_patterns, container_patterns, command_patterns):
+    """Why a foreign GPU holder is stale (a template ``render_text`` fills), or None: it is in a stale unit, in a stale
+    container, or its command line is one of ``command_patterns`` (vLLM, Ray, SGLang, whoever started it)."""
+    unit = holder.get('unit')
+    if unit and (unit in stale_units or name_matches(unit, unit_patterns)):
+        return 'in {cleanup_units}'
+    cont = holder.get('container') or {}
+    if cont.get('name') and (cont['name'] in stale_conts or name_matches(cont['name'], container_patterns)):
+        return 'in a stale container'
+    if command_matches(holder, command_patterns):
+        return 'a stale engine by its command line ({cleanup_commands})'
+    return None
 
 
 def _descendants(pid, children):
@@ -393,6 +429,36 @@ def action_text(act, ports=(), names=None):
     if held:
         text += ': ' + '; '.join(held)
     return render_text(text, names)
+
+
+def foreign_holder_text(holder, names=None):
+    """A GPU holder that is not stale, named (pid, command, user, unit or container, memory) with what lets the
+    cleanup stop it."""
+    held = 'pid %s %s' % (holder.get('pid'), holder.get('name') or '?')
+    facts = []
+    if holder.get('user'):
+        facts.append('user %s' % holder['user'])
+    if holder.get('used_memory_mib') is not None:
+        facts.append('%s MiB' % holder['used_memory_mib'])
+    cont = holder.get('container') or {}
+    cont_name = cont.get('name') or (cont.get('id') or '')[:12]
+    if cont_name:
+        facts.append('container %s' % cont_name)
+    elif holder.get('unit'):
+        facts.append('unit %s' % holder['unit'])
+    elif holder.get('user_unit'):
+        facts.append("user's unit %s" % holder['user_unit'])
+    cmd = (holder.get('cmdline') or '').strip()
+    if cmd:
+        facts.append('command: %s' % (cmd if len(cmd) <= 120 else cmd[:117] + '...'))
+    text = 'GPU: %s (%s) is neither the old stack nor a vLLM/Ray process, so the GPU cleanup will not stop it' % (
+        _lit(held), _lit('; '.join(facts)))
+    fix = 'stop it yourself, or set {cleanup_foreign} to let the cleanup stop it'
+    if cont_name:
+        fix += ', or add %s to {cleanup_containers}' % _lit(cont_name)
+    elif holder.get('unit'):
+        fix += ', or add %s to {cleanup_units}' % _lit(holder['unit'])
+    return render_text(text + ': ' + fix, names)
 
 
 def gpu_blocking_text(holder):

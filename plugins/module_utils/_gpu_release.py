@@ -10,14 +10,17 @@ about); ``_gpu_plan.build_plan`` decides; ``Releaser`` carries the plan out and 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import tempfile
 import time
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import children_map, describe, parse_stat, read_script
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu_plan import (
     action_text,
     build_plan,
+    foreign_holder_text,
     foreign_text,
     gpu_blocking_text,
     unit_starts,
@@ -69,6 +72,7 @@ def plan_lines(plan, names=None):
     """(will_stop, blocking): one line per action, one per holder the cleanup will not stop."""
     will = [action_text(act, plan.ports, names) for act in plan.actions]
     blocking = [gpu_blocking_text(h) for h in plan.refused + plan.unreachable]
+    blocking += [foreign_holder_text(h, names) for h in plan.foreign]
     blocking += [foreign_text(p, names) for p in plan.ports if p['status'] == 'foreign']
     return will, blocking
 
@@ -87,6 +91,37 @@ def stale_report(data, plan, names=None):
                         'restart_policy': cont.get('restart_policy'),
                         'why': render_text(plan.stale_containers[cont['name']], names)})
     return out
+
+
+def record_stale(path, plan, check_mode=False):
+    """Keep on the node the stale units and containers this plan knows (JSON ``{units, containers}``, written atomically
+    and only when it differs), for what must stop them before our units start at the next boot. (changed, record)."""
+    record = {'units': sorted(plan.stale_units), 'containers': sorted(plan.stale_containers)}
+    try:
+        with open(path) as handle:
+            if json.load(handle) == record:
+                return False, record
+    except (IOError, OSError, ValueError):
+        pass
+    if check_mode:
+        return True, record
+    folder = os.path.dirname(path) or '.'
+    if not os.path.isdir(folder):
+        os.makedirs(folder, 0o755)
+    fd, tmp = tempfile.mkstemp(prefix='.stale-', dir=folder)
+    try:
+        with os.fdopen(fd, 'w') as handle:
+            json.dump(record, handle, indent=1, sort_keys=True)
+            handle.write('\n')
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return True, record
 
 
 def strip(holders):
@@ -292,6 +327,7 @@ def release(module, scanner):
         return {}, {'msg': '%s: must be 0 or more' % ', '.join(negative),
                     'hint': 'grace, timeout and settle are seconds, max_used_mib MiB.'}
     scanner.gpu_summary()  # fails early when nvidia_smi=required and it is broken
+    names = params.get('setting_names')
     data = survey(scanner)
     before = data['holders']
     plan = make_plan(scanner, data)
@@ -300,29 +336,39 @@ def release(module, scanner):
             'msg': 'Refusing to stop GPU holders that run this module or init: %s'
                    % ', '.join(describe(h) for h in plan.refused),
             'hint': 'Run the module from a process that does not hold the GPU, or list it in ours.'}
+    if plan.foreign:
+        # Preflight refuses these before anything changes; this one started since (or gpu_release runs alone).
+        return {'holders_before': strip(before)}, {
+            'msg': 'Refusing to stop GPU holders that are not stale: %s'
+                   % '; '.join(foreign_holder_text(h, names) for h in plan.foreign),
+            'hint': 'Nothing was stopped.'}
     actions = plan.actions
     for act in actions:
-        act['text'] = action_text(act)
-        act['why'] = render_text(act['why'])
+        act['text'] = action_text(act, names=names)
+        act['why'] = render_text(act['why'], names)
     keep = [h for h in before if h['status'] != 'foreign']
     diff = {'before': '\n'.join(describe(h) for h in before) + '\n',
             'after': '\n'.join(describe(h) for h in keep) + '\n'}
     for warning in scanner.warnings:
         module.warn(warning)
+    recorded, record = False, None
+    if params.get('record'):
+        recorded, record = record_stale(params['record'], plan, module.check_mode)
     if module.check_mode:
         for act in actions:
             act['result'] = 'planned'
             act.pop('tree', None)
-        return dict(changed=bool(actions), actions=actions, holders_before=strip(before), holders_after=before,
-                    gpu=scanner.gpu_summary(), elapsed_s=0.0, diff=diff), None
+        return dict(changed=bool(actions) or recorded, actions=actions, holders_before=strip(before),
+                    holders_after=before, gpu=scanner.gpu_summary(), elapsed_s=0.0, diff=diff, stale_record=record), None
 
     rel = Releaser(module, scanner)
     started = time.time()
     rel.carry_out(actions)
     foreign, gpu, excess, after, free_since = rel.wait_free(params['settle'] if actions else 0)
     diff['after'] = '\n'.join(describe(h) for h in after) + '\n'
-    result = dict(changed=bool(actions), actions=actions, holders_before=strip(before), holders_after=strip(after),
-                  gpu=gpu, elapsed_s=round((free_since or time.time()) - started, 2), diff=diff)
+    result = dict(changed=bool(actions) or recorded, actions=actions, holders_before=strip(before),
+                  holders_after=strip(after), gpu=gpu, elapsed_s=round((free_since or time.time()) - started, 2),
+                  diff=diff, stale_record=record)
     if rel.errors:
         result['errors'] = rel.errors
     if foreign:

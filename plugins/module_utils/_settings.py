@@ -20,7 +20,9 @@ import string
 SETTINGS = {
     "allow_tcp_fallback": "allow_tcp_fallback",
     "api_key": "VLLM_API_KEY",
+    "cleanup_commands": "stale_commands",
     "cleanup_containers": "stale_containers",
+    "cleanup_foreign": "stop_foreign=true",
     "cleanup_protect": "protect",
     "cleanup_units": "stale_units",
     "container_rdma": "--device /dev/infiniband/uverbsN for each device and --ulimit memlock=-1 on the container",

@@ -11,13 +11,17 @@ module: gpu_release
 short_description: Stop whatever holds the NVIDIA GPU of a node, except ours, and verify it is free
 version_added: 0.1.0
 description:
-  - Finds holders exactly as M(sparkfleet.vllm.gpu_holders) does and stops every holder that is
-    neither ours (O(ours)) nor protected (O(protect)).
+  - Finds holders exactly as M(sparkfleet.vllm.gpu_holders) does and stops every stale holder. A holder is stale
+    when it runs in a stale unit or container (O(stale_units), O(stale_containers)) or its process name or command
+    line matches O(stale_commands) (vLLM, Ray, SGLang, whatever started them).
+  - Any other holder that is neither ours (O(ours)) nor protected (O(protect)), for example a colleague's job, is
+    left running and the module fails before it changes anything, naming each (pid, command, user, unit or
+    container, memory). O(stop_foreign=true) stops those too.
   - A holder owned by a system unit is stopped with C(systemctl stop) and disabled with
     C(systemctl disable) (masked too with O(mask)) so that it does not come back after reboot.
   - A holder in a docker container gets C(docker update --restart=no), then
     C(docker stop -t <grace>) (and C(docker rm) with O(remove_containers)).
-  - Any other holder gets SIGTERM, together with its descendants, then SIGKILL for whatever still
+  - A holder outside any unit or container gets SIGTERM, together with its descendants, then SIGKILL for whatever still
     runs after O(grace) seconds. A holder that is a child of another holder is stopped with its
     parent. Processes are identified by PID and start time, so a reused PID is never signalled.
   - Stale units (named like O(stale_units)) are stopped and disabled even when they do not hold the GPU now.
@@ -77,6 +81,13 @@ options:
       - Also C(docker rm) stopped containers.
     type: bool
     default: false
+  record:
+    description:
+      - A file in which to keep the stale units and containers the plan knows (JSON, keys C(units) and C(containers),
+        each a sorted list), whether stopped now or by an earlier run, so that what starts our units can stop them first when
+        they come back at boot. Written atomically, and only when its content changes (that counts as a change).
+      - Not written in check mode.
+    type: path
 notes:
   - Supports check mode (reports exactly what would be stopped, disabled or signalled) and diff
     mode (holders before and after).
@@ -88,6 +99,7 @@ seealso:
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
   - sparkfleet.vllm.gpu_holders
+  - sparkfleet.vllm.setting_names
 attributes:
   check_mode:
     support: full
@@ -182,6 +194,11 @@ gpu:
   description: GPU summary after release (see M(sparkfleet.vllm.gpu_holders)).
   returned: always
   type: dict
+stale_record:
+  description: What O(record) holds (C(units), C(containers), each sorted), or null without O(record).
+  returned: always
+  type: dict
+  sample: {units: [vllm-cluster.service, vllm-proxy.service], containers: [vllm_node]}
 elapsed_s:
   description: Seconds from the first stop until the GPU was seen free (the O(settle) time
     spent confirming it is not counted).
@@ -193,6 +210,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import COMMON_ARGSPEC, GpuScanner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu_release import release
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import check_setting_names, setting_names_option
 
 
 def main():
@@ -204,8 +222,11 @@ def main():
         max_used_mib=dict(type='int', default=1024),
         mask=dict(type='bool', default=False),
         remove_containers=dict(type='bool', default=False),
+        record=dict(type='path'),
+        **setting_names_option()
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    check_setting_names(module)
     result, failure = release(module, GpuScanner(module))
     diff = result.pop('diff', None)
     if failure:

@@ -1125,6 +1125,17 @@ def check_globs(value):
     return value, None
 
 
+def check_command_globs(value):
+    """Process names and command-line patterns (gpu_cleanup_stale_commands): shell patterns matched, never run."""
+    if not isinstance(value, list):
+        return None, "must be a list of process names or command-line patterns, e.g. ['VLLM::*', '*vllm serve*']"
+    for item in value:
+        if not is_string(item) or not item.strip() or not item.isprintable() or item.strip('*?') == '':
+            return None, ("has %r, which is not a process name or command-line pattern (printable text with more than"
+                          " '*' and '?': a pattern of wildcards alone would make every GPU holder stale)" % (item,))
+    return value, None
+
+
 def check_port_needs(value):
     """gpu_cleanup_ports: a list of {port, setting} (preflight builds it; a hand-set one is checked alike)."""
     if not isinstance(value, list):
@@ -1234,6 +1245,9 @@ ROLE_CHECKS = {
     "gpu_cleanup_protect": check_globs,
     "gpu_cleanup_ours": check_globs,
     "gpu_cleanup_stale_containers": check_globs,
+    "gpu_cleanup_stale_commands": check_command_globs,
+    "gpu_cleanup_stop_foreign": check_bool,
+    "gpu_cleanup_record": check_written_file,
     "gpu_cleanup_ports": check_port_needs,
     "gpu_cleanup_grace": check_seconds,
     "gpu_cleanup_timeout": check_seconds,

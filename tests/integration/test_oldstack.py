@@ -155,6 +155,11 @@ def test_a_foreign_port_holder_is_refused_then_planned_and_stopped_once_named_st
     finally:
         lab.sh(HEAD, "systemctl disable --now legacy-api; docker rm -f legacy_api; "
                      "rm -f /etc/systemd/system/legacy-api.service; systemctl daemon-reload")
+        # The cleanup run above kept legacy-api.service and legacy_api in gpu_cleanup_record and in the unit that stops
+        # the stale stack before our Ray starts (issue 45.5): a run with the defaults writes both again without them,
+        # so the next site.yml (test_site's re-run) changes nothing.
+        lab.play(tmp_path / "record", "playbooks/gpu_cleanup.yml")
+        assert "legacy" not in lab.host_exec(HEAD, "cat", "/var/lib/sparkfleet/stale-stack.json").stdout
 
 
 @pytest.mark.fault(name="a Ray head that is not ours answers where a worker joins (an old vllm_node's head)",
@@ -260,13 +265,18 @@ def old_cluster_nodes(lab):
 
 @pytest.mark.long
 @pytest.mark.fault(name="both stacks enabled at boot (the old stack re-enabled by hand), both hosts rebooted",
-                   expected="our worker never joins the old Ray head; our head's journal names what holds 6379; "
+                   expected="our worker never joins the old Ray head; with sparkfleet-stale-stop (issue 45.5) ours wins, "
+                            "the old stack stopped at boot; without it our head's journal names what holds 6379; "
                             "site.yml stops the old stack again and serves")
 def test_with_both_stacks_enabled_at_boot_our_worker_never_joins_the_old_head(lab, serving, tmp_path, observe):
     """Issue 16, measured before: the old vllm_node took 6379 first and OUR worker joined the OLD head."""
     if not staged_old_stack(lab):
         pytest.skip("this lab was staged without the old stack (lab/stage.sh --clean)")
     worker = lab.hosts[-1]
+    # Issue 45.5: where gpu_cleanup installed sparkfleet-stale-stop (its record names vllm-cluster), the race is decided
+    # for us: the old unit and vllm_node are stopped before our Ray starts, on every host.
+    guarded = all("vllm-cluster.service" in lab.host_exec(h, "systemctl", "cat", "sparkfleet-stale-stop").stdout
+                  for h in lab.hosts)
     try:
         for host in lab.hosts:  # what a person re-enabling the old deployment does
             lab.sh(host, "systemctl enable vllm-cluster; docker update --restart unless-stopped vllm_node")
@@ -281,6 +291,7 @@ def test_with_both_stacks_enabled_at_boot_our_worker_never_joins_the_old_head(la
         pid = re.search(r"pid=(\d+)", holder).group(1)
         cid = re.search(r"docker-([0-9a-f]{64})\.scope", lab.host_exec(HEAD, "cat", "/proc/%s/cgroup" % pid).stdout)
         owner = lab.host_exec(HEAD, "docker", "inspect", "-f", "{{.Name}}", cid.group(1)).stdout.strip().lstrip("/")
+        assert not (guarded and owner == "vllm_node"), "the old head won 6379 although sparkfleet-stale-stop guards it"
         if owner == "vllm_node":  # the old head won the port: ours must say so, and our worker must stay out
             ours_seen = []
             for _ in range(20):  # our worker's unit retries meanwhile (RestartSec, backoff)
@@ -299,7 +310,13 @@ def test_with_both_stacks_enabled_at_boot_our_worker_never_joins_the_old_head(la
         else:  # ours won: the old head cannot bind, and our cluster forms as usual
             assert owner == "sparkfleet-ray", owner
             lab.wait_serving(600)
-            observe("our head won 6379; the old vllm_node could not bind it")
+            if guarded:  # stopped at boot, not merely kept off the port
+                for host in lab.hosts:
+                    state = container_state(lab, host, "vllm_node").split()
+                    assert state and state[0] != "running" and state[1] == "no", (host, state)
+                    assert lab.systemctl(host, "is-active", "vllm-cluster") != "active", host
+            observe("our head won 6379; %s" % ("sparkfleet-stale-stop stopped the old stack before our Ray started"
+                                                if guarded else "the old vllm_node could not bind it"))
     finally:
         r = lab.site(tmp_path / "site")  # the old stack stopped and disabled again; ours serves
         assert_old_stack_gone_and_kept(lab)

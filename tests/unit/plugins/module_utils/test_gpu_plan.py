@@ -158,9 +158,10 @@ def test_containers_are_found_by_what_started_them_not_by_their_names():
 
 
 def test_a_unit_that_starts_a_stopped_container_is_disabled_even_when_not_named():
-    """Nothing named stale: the GPU holders' containers are stopped, and the units that start them (a foreground
-    docker run with Restart=always would start it again at once, a oneshot at the next boot) are disabled."""
-    plan = _gpu_plan.build_plan(*old_stack(), params=params(stale_units=[], stale_containers=[]))
+    """Nothing named stale, foreign holders stopped (stop_foreign): the GPU holders' containers are stopped, and the
+    units that start them (a foreground docker run with Restart=always would start it again at once, a oneshot at the
+    next boot) are disabled."""
+    plan = _gpu_plan.build_plan(*old_stack(), params=params(stale_units=[], stale_containers=[], stop_foreign=True))
     units = dict((a['target'], a['why']) for a in plan.actions if a['action'] == 'stop_unit')
     assert units == {'vllm-cluster.service': 'starts container vllm_node',
                      'vllm-embeddings.service': 'starts container vllm_embeddings',
@@ -237,3 +238,110 @@ def test_braces_from_the_node_do_not_break_a_message():
 def test_the_fixture_is_what_the_lab_staged():
     data = json.loads(fixture('docker_inspect.json'))
     assert sorted(c['Name'] for c in data) == ['/reranker', '/vllm_embeddings', '/vllm_node']
+
+
+# ---- bare and unlisted GPU holders (issue 45, item 7): only stale ones are stopped, any other is named ----
+
+NAMES_FOREIGN = dict(NAMES, cleanup_foreign='gpu_cleanup_stop_foreign: true', cleanup_commands='gpu_cleanup_stale_commands')
+
+
+def gb10_holders(cmdlines):
+    """The GB10 capture's two compute apps (nvidia-smi --query-compute-apps: VLLM::EngineCore with 98304 MiB, a python
+    with 19135 MiB) as bare processes of user aurora, each with the command line given for its pid."""
+    apps = _gpu.parse_compute_apps(fixture_smi('gb10', 'stale.apps.txt'))
+    return [{'pid': a['pid'], 'ppid': 1, 'name': os.path.basename(a['process_name']), 'user': 'aurora', 'unit': None,
+             'user_unit': 'session-4.scope', 'container': None, 'visible': True, 'parent_holder': None,
+             'used_memory_mib': a['used_memory_mib'], 'cmdline': cmdlines.get(a['pid'], a['process_name']),
+             'status': 'foreign'} for a in apps]
+
+
+def fixture_smi(gpu, name):
+    with open(os.path.join(FIX, '..', 'nvidia_smi', gpu, name)) as handle:
+        return handle.read()
+
+
+def bare_params(**extra):
+    return params(stale_commands=_gpu.DEFAULT_STALE_COMMANDS, **extra)
+
+
+def test_a_bare_vllm_engine_is_stale_by_its_name_and_a_job_beside_it_is_named_not_stopped():
+    holders = gb10_holders({115020: '/usr/local/bin/python train.py --epochs 3'})
+    plan = _gpu_plan.build_plan(holders, [], [], [], params=bare_params())
+    assert [(a['action'], a['pids']) for a in plan.actions] == [('signal', [114687])]
+    assert [h['pid'] for h in plan.foreign] == [115020] and plan.blocking() == plan.foreign
+    assert _gpu_plan.foreign_holder_text(plan.foreign[0], NAMES_FOREIGN) == (
+        'GPU: pid 115020 python (user aurora; 19135 MiB; user\'s unit session-4.scope; command: /usr/local/bin/python'
+        ' train.py --epochs 3) is neither the old stack nor a vLLM/Ray process, so the GPU cleanup will not stop it:'
+        ' stop it yourself, or set gpu_cleanup_stop_foreign: true to let the cleanup stop it')
+    # the variable makes it stopped with the rest
+    plan = _gpu_plan.build_plan(holders, [], [], [], params=bare_params(stop_foreign=True))
+    assert [a['pids'] for a in plan.actions] == [[114687], [115020]] and plan.foreign == []
+    assert render(plan.actions[1]['why']) == 'holds the GPU outside any unit or container; gpu_cleanup_stop_foreign: true'
+
+
+def render(text):
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text
+    return render_text(text, NAMES_FOREIGN)
+
+
+@pytest.mark.parametrize('cmdline', [
+    '/usr/local/bin/python -m vllm.entrypoints.openai.api_server --model /models/glm --port 8000',
+    '/usr/bin/python3 /usr/local/bin/vllm serve /models/glm --tensor-parallel-size 2',
+    '/usr/bin/python3 /usr/local/lib/python3.12/dist-packages/ray/_private/workers/default_worker.py --node-ip-address'
+    '=10.99.1.11',
+    'ray::RayWorkerWrapper',
+    'python3 -m sglang.launch_server --model-path /models/x',
+])
+def test_vllm_ray_and_sglang_are_known_by_their_command_lines(cmdline):
+    holders = gb10_holders({115020: cmdline, 114687: cmdline})
+    plan = _gpu_plan.build_plan(holders, [], [], [], params=bare_params())
+    assert plan.foreign == [] and sorted(p for a in plan.actions for p in a['pids']) == [114687, 115020]
+    assert all(render(a['why']).endswith('by its command line (gpu_cleanup_stale_commands)')
+               for a in plan.actions if 115020 in a['pids'])
+
+
+def test_h200_capture_two_torch_jobs_are_foreign_with_their_memory():
+    """The real H200 capture (two CUDA processes of /opt/torch/.venv/bin/python3, 4706 and 6754 MiB)."""
+    apps = _gpu.parse_compute_apps(fixture_smi('h200', 'two.apps.txt'))
+    holders = [{'pid': a['pid'], 'name': 'python3', 'user': 'root', 'unit': None, 'container': None, 'visible': True,
+                'parent_holder': None, 'used_memory_mib': a['used_memory_mib'], 'cmdline': a['process_name'],
+                'status': 'foreign'} for a in apps]
+    plan = _gpu_plan.build_plan(holders, [], [], [], params=bare_params())
+    assert plan.actions == []
+    lines = [_gpu_plan.foreign_holder_text(h, NAMES_FOREIGN) for h in plan.foreign]
+    assert [line.split(' (')[0] for line in lines] == ['GPU: pid 527 python3', 'GPU: pid 568 python3']
+    assert '4706 MiB' in lines[0] and '6754 MiB' in lines[1]
+
+
+def test_a_child_of_a_stale_bare_engine_goes_with_it_and_a_child_of_a_foreign_job_stays():
+    holders = gb10_holders({114687: 'VLLM::EngineCore', 115020: 'python -c from multiprocessing.spawn import ...'})
+    holders[1]['parent_holder'] = 114687
+    plan = _gpu_plan.build_plan(holders, [], [], [], params=bare_params(), children={114687: [115020]})
+    assert [(a['target'], a['pids']) for a in plan.actions] == [('pid 114687 VLLM::EngineCore', [114687, 115020])]
+    holders = gb10_holders({114687: 'python train.py', 115020: 'python -c from multiprocessing.spawn import ...'})
+    holders[0]['name'] = 'python'
+    holders[1]['parent_holder'] = 114687
+    plan = _gpu_plan.build_plan(holders, [], [], [], params=bare_params(), children={114687: [115020]})
+    assert plan.actions == [] and [h['pid'] for h in plan.foreign] == [114687, 115020]
+
+
+def test_old_stack_containers_not_listed_are_foreign_named_with_their_variable():
+    """The lab's old stack (captured) with neither its units nor its containers listed: its processes
+    (python3 oldstack.py) are no vLLM by command line, so each GPU-holding container is named, not stopped."""
+    holders, units, containers, listeners = old_stack()
+    for holder in holders:
+        holder.update(cmdline='python3 /opt/oldstack/oldstack.py api 8000 glm', user='root')
+    plan = _gpu_plan.build_plan(holders, units, containers, [], params=bare_params(stale_units=[],
+                                                                                    stale_containers=[]))
+    assert [a for a in plan.actions if a['reason'] == 'holder'] == []
+    lines = [_gpu_plan.foreign_holder_text(h, NAMES_FOREIGN) for h in plan.foreign]
+    assert len(lines) == 3
+    line = next(line for line in lines if 'pid 782' in line)
+    assert line.startswith('GPU: pid 782 python3 (user root; 19 MiB; container reranker; command: python3 ')
+    assert line.endswith('or add reranker to gpu_cleanup_stale_containers')
+    # a unit's holder names the unit variable
+    holder = dict(holders[0], container=None, unit='jupyter.service')
+    plan = _gpu_plan.build_plan([holder], units, containers, [], params=bare_params(stale_units=[],
+                                                                                     stale_containers=[]))
+    assert _gpu_plan.foreign_holder_text(plan.foreign[0], NAMES_FOREIGN).endswith(
+        'or add jupyter.service to gpu_cleanup_stale_units')

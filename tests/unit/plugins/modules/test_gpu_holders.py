@@ -206,3 +206,17 @@ def test_a_listener_of_a_port_we_need_that_nothing_stops_fails_with_what_would_m
 def test_bad_arguments_are_refused(run_module, tmp_path, args, msg):
     result = run_module(gpu_holders, base(tmp_path, nvidia_smi='skip', **args))
     assert result['failed'] and result['msg'] == msg
+
+
+def test_a_gpu_holder_that_is_not_stale_blocks_naming_it(run_module, holders, tmp_path):
+    job = holders.start()
+    engine = holders.start(comm='VLLM::EngineCore')
+    result = run_module(gpu_holders, base(tmp_path, nvidia_smi='skip', fail_on_foreign=True,
+                                          setting_names={'cleanup_foreign': 'gpu_cleanup_stop_foreign: true'}))
+    assert result['failed'] is True and len(result['blocking']) == 1
+    assert result['blocking'][0].startswith('GPU: pid %d python' % job)
+    assert 'gpu_cleanup_stop_foreign: true' in result['msg'] and result['hint'] == 'Nothing was changed.'
+    assert [a['pids'] for a in result['plan']] == [[engine]]
+    result = run_module(gpu_holders, base(tmp_path, nvidia_smi='skip', fail_on_foreign=True, stop_foreign=True))
+    assert not result.get('failed') and result['blocking'] == []
+    assert sorted(p for a in result['plan'] for p in a['pids']) == sorted([job, engine])

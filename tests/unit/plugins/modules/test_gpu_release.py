@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import getpass
+import json
 import os
 import sys
 import time
@@ -15,8 +17,10 @@ from gpu_fakes import alive, fakebin, fixture, holders, smi_answers, warnings_se
 
 
 def base(tmp_path, **extra):
+    """The options of these tests: the plain python holders they start are foreign, so stop_foreign lets the module stop
+    them (the tests of the default, which refuses them, set it false)."""
     args = {'device_glob': str(tmp_path / 'nvidia[0-9]*'), 'stale_units': [], 'stale_containers': [],
-            'nvidia_smi': 'skip', 'grace': 1, 'timeout': 5, 'settle': 0}
+            'nvidia_smi': 'skip', 'grace': 1, 'timeout': 5, 'settle': 0, 'stop_foreign': True}
     args.update(extra)
     return args
 
@@ -295,3 +299,64 @@ def test_a_unit_that_cannot_be_disabled_does_not_keep_the_others_enabled(run_mod
     assert stops == [['stop', '-t', '1', 'reranker'], ['rm', 'reranker']]
     assert [e['cmd'][1:] for e in result['errors']] == [['disable', 'vllm-gen.service']]
     assert all(a['result'] == 'stopped' for a in result['actions'])
+
+
+def test_a_job_that_is_not_stale_is_refused_and_named_with_nothing_stopped(run_module, holders, tmp_path):
+    # A colleague's job (a plain python holding the GPU) beside a stale vLLM engine (retitled as vLLM V1 does): the
+    # default refuses before anything is stopped, naming the job and the variable; the engine is left running too.
+    engine = holders.start(comm='VLLM::Worker')
+    job = holders.start()
+    args = base(tmp_path, stop_foreign=False, stale_commands=['VLLM::*'],
+                setting_names={'cleanup_foreign': 'gpu_cleanup_stop_foreign: true'})
+    result = run_module(gpu_release, args)
+    assert result['failed'] is True
+    assert result['msg'].startswith('Refusing to stop GPU holders that are not stale: GPU: pid %d python' % job)
+    assert 'user %s' % getpass.getuser() in result['msg'] and 'holder.py' in result['msg']
+    assert 'set gpu_cleanup_stop_foreign: true to let the cleanup stop it' in result['msg']
+    assert 'pid %d' % engine not in result['msg'] and result['hint'] == 'Nothing was stopped.'
+    assert alive(engine) and alive(job)
+    result = run_module(gpu_release, args, check_mode=True)
+    assert result['failed'] is True and alive(job)
+
+
+def test_a_stale_engine_is_stopped_by_default(run_module, holders, tmp_path):
+    engine = holders.start(comm='VLLM::Worker')
+    result = run_module(gpu_release, base(tmp_path, stop_foreign=False, stale_commands=['VLLM::*']))
+    assert not result.get('failed'), result.get('msg')
+    assert not alive(engine)
+    assert [(a['pids'], a['why']) for a in result['actions']] == [
+        ([engine], 'holds the GPU outside any unit or container; a stale engine by its command line (stale_commands)')]
+
+
+def test_the_stale_units_and_containers_are_recorded_once_and_atomically(run_module, fakebin, tmp_path):
+    # The old stack as the lab stages it (captured systemctl and docker outputs): every stale unit and container is
+    # kept in the record, stopped now or not, and a second run with the same picture does not write it again.
+    fix = os.path.join(os.path.dirname(__file__), 'fixtures', 'oldstack')
+
+    def read(name):
+        with open(os.path.join(fix, name)) as handle:
+            return handle.read()
+    fakebin.add('systemctl', {'list-unit-files': [0, read('list-unit-files.txt')],
+                              'list-units': [0, read('list-units.txt')], 'show': [0, read('systemctl_show.txt')],
+                              '*': [0, '']})
+    fakebin.add('docker', {'ps': [0, read('docker_ps.txt')], 'inspect': [0, read('docker_inspect.json')], '*': [0, '']})
+    record = tmp_path / 'state' / 'stale-stack.json'
+    args = base(tmp_path, stale_units=_gpu.DEFAULT_STALE, stale_containers=_gpu.DEFAULT_STALE_CONTAINERS,
+                record=str(record))
+    result = run_module(gpu_release, args, check_mode=True)
+    assert result['changed'] is True and not record.exists()
+    result = run_module(gpu_release, args)
+    assert not result.get('failed'), result.get('msg')
+    kept = json.loads(record.read_text())
+    assert kept == result['stale_record']
+    assert kept['containers'] == ['reranker', 'vllm_embeddings', 'vllm_node']
+    assert 'vllm-cluster.service' in kept['units'] and 'vllm-proxy.service' in kept['units']
+    assert [p.name for p in record.parent.iterdir()] == ['stale-stack.json']
+    inode = record.stat().st_ino
+    # the fakes still show the old stack: the same record, so the file is left as it is (an atomic write is a new inode)
+    result = run_module(gpu_release, args)
+    assert result['stale_record'] == kept and record.stat().st_ino == inode
+    # a record that differs is replaced
+    record.write_text('{"units": [], "containers": []}\n')
+    result = run_module(gpu_release, args)
+    assert json.loads(record.read_text()) == kept and record.stat().st_ino != inode

@@ -445,3 +445,36 @@ def test_a_boolean_given_as_a_command_line_string_names_the_json_form():
     value, problem = v.check_bool("false")
     assert value is None and "not the string 'false'" in problem and "\"<name>\": false}" in problem
     assert v.check_bool(False) == (False, None)
+
+
+# --- gpu_cleanup_stale_commands and gpu_cleanup_record (issue 45, items 7 and 5) ---------------------------------
+
+@pytest.mark.parametrize("value", [
+    ["VLLM::*", "*vllm serve*", "*vllm.entrypoints*", "ray::*", "raylet", "gcs_server",
+     "*/ray/_private/workers/default_worker.py*", "sglang::*", "*sglang.launch_server*"],
+    [], ["python3 -m my.engine"], ["?x"],
+])
+def test_stale_command_patterns_pass(value):
+    assert v.check_command_globs(value) == (value, None)
+
+
+@pytest.mark.parametrize("value, words", [
+    ("VLLM::*", "must be a list of process names or command-line patterns"),
+    ({"a": 1}, "must be a list"),
+    (["*"], "a pattern of wildcards alone would make every GPU holder stale"),
+    (["*?*"], "wildcards alone"), (["  "], "not a process name"), ([""], "not a process name"),
+    (["ray::*", 3], "has 3"), (["a\nb"], "printable"), ([None], "has None"),
+])
+def test_stale_command_patterns_that_would_match_anything_or_are_no_text_are_refused(value, words):
+    normal, problem = v.check_command_globs(value)
+    assert normal is None and words in problem, problem
+
+
+def test_the_role_checks_name_the_stale_commands_and_the_record_with_the_host():
+    errors = v.settings_errors({"gpu_cleanup_stale_commands": ["*"], "gpu_cleanup_record": "/etc/stale.json",
+                                "sparkfleet_fabric_subnet": "10.10.10.0/24"}, "spark-2", head=True)
+    assert [e.split(" ", 2)[1] for e in errors] == ["gpu_cleanup_record", "gpu_cleanup_stale_commands"], errors
+    assert all(e.startswith("spark-2: ") for e in errors)
+    assert v.settings_errors({"gpu_cleanup_stale_commands": ["ray::*"],
+                              "gpu_cleanup_record": "/var/lib/sparkfleet/stale-stack.json",
+                              "sparkfleet_fabric_subnet": "10.10.10.0/24"}, "spark-2", head=True) == []
