@@ -719,9 +719,15 @@ def watch_escalated(a, marker):
     nodes, reports, _gcs = cluster_memory(a)
     verdicts = memory_verdicts(a, nodes, reports)
     if not all(v["state"] == "ok" for v in verdicts):
-        marker.update(checked=round(now(), 1), nodes=[v["why"] for v in verdicts if v["state"] != "ok"])
-        MEM.save_json(escalation_path(a.unit), marker)
+        # The memory was read over seconds: site.yml (or restart.yml) may have lifted the escalation meanwhile. Write
+        # the update only onto the marker as it was read, never re-create a lifted one (its restart would be skipped).
+        now_marker = MEM.load_json(escalation_path(a.unit))
+        if isinstance(now_marker, dict) and now_marker.get("time") == marker.get("time"):
+            marker.update(checked=round(now(), 1), nodes=[v["why"] for v in verdicts if v["state"] != "ok"])
+            MEM.save_json(escalation_path(a.unit), marker)
         return 0
+    if MEM.load_json(escalation_path(a.unit)) is None:
+        return 0        # lifted while the memory was read: the deploy starts the engine, not this timer
     MEM.save_json(starts_path(a.unit), {"starts": [], "returned": True})
     try:
         os.remove(escalation_path(a.unit))

@@ -318,6 +318,29 @@ def test_escalated_for_memory_starts_once_when_memory_is_back_and_never_loops(wd
     assert not any(c[:2] == ["systemctl", "start"] for c in wd.calls) and marker(tmp_path)
 
 
+def test_an_escalation_lifted_while_the_timer_reads_memory_is_not_written_back(wd, monkeypatch, tmp_path):
+    # site.yml removes the marker and restarts the engine; the liveness timer, reading every node's memory over the
+    # GCS at that moment, must not write the marker it loaded back (the deploy's restart was skipped on the lab).
+    c = Cluster(wd, monkeypatch)
+    c.reports["10.99.1.12"] = report(free=0.5 * GiB, available=0.6 * GiB, t=c.clock)
+    assert wd.gate(gate_args(wd, tmp_path)) == 3 and marker(tmp_path)
+    path = tmp_path / "run" / "sparkfleet" / "escalated-sparkfleet-vllm"
+    read = c.cluster_memory
+
+    def lifted_meanwhile(a, ops=None):
+        path.unlink(missing_ok=True)                  # site.yml's "Lift an escalation" while the memory is read
+        return read(a, ops)
+    monkeypatch.setattr(wd, "cluster_memory", lifted_meanwhile)
+    wd.check_vllm(vllm_args(wd))
+    assert marker(tmp_path) is None
+    # the memory back, and lifted while it was read: the deploy starts the engine, not this timer
+    c.reports["10.99.1.12"] = report(t=c.clock)
+    path.write_text(json.dumps({"time": 1.0, "memory": True, "reason": "r", "step": "s", "nodes": []}))
+    wd.calls.clear()
+    wd.check_vllm(vllm_args(wd))
+    assert marker(tmp_path) is None and not any(argv[:2] == ["systemctl", "start"] for argv in wd.calls)
+
+
 def test_a_start_that_served_forgets_the_failed_ones_and_keeps_the_baseline(wd, monkeypatch, tmp_path):
     c = Cluster(wd, monkeypatch)
     a = gate_args(wd, tmp_path)
