@@ -8,6 +8,7 @@ what cannot heal safely escalates with the one human step, every node still reac
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -198,3 +199,101 @@ def test_a_vllm_stranded_by_a_failed_ray_start_comes_back_once_ray_runs(lab, ser
     started = [e for e in events(lab, t0 - 5) if e["event"] == "restart" and "dependency" in e["cause"]]
     assert started, events(lab, t0 - 5)
     observe("the API answered %.0f s after the port came free; logged: %s" % (back, started[0]["cause"][:140]))
+
+
+def ray_used(lab, host):
+    """The share of a host's memory Ray's memory monitor counts as used there: the lab's containers see the host's
+    memory cgroup as their own (lab/host/docker-wrapper.sh), so Ray reads it as it reads a Spark's /proc/meminfo:
+    rss + cache - inactive_file over the cgroup's limit (Ray's memory_monitor, cgroup v1)."""
+    stat = dict(line.split() for line in lab.sh(host, "cat /sys/fs/cgroup/memory/memory.stat").stdout.splitlines()
+                if len(line.split()) == 2)
+    limit, _usage = host_memory(lab, host)
+    used = int(stat["total_rss"]) + int(stat["total_cache"]) - int(stat["total_inactive_file"])
+    return used / float(limit)
+
+
+@pytest.mark.long
+@pytest.mark.fault(name="Ray's memory monitor (real Ray, reading the host's memory as on a Spark, where the engine's"
+                        " GPU memory is host memory) on, with a threshold between what a node holds idle and loaded",
+                   expected="Ray kills a rank while the engine allocates, the play fails with ray_oom_killed naming"
+                            " ray_cluster_memory_monitor, Ray's own words naming the host's limit; with the deploy's"
+                            " setting (monitor off) the same threshold serves")
+def test_rays_memory_monitor_kills_a_loading_rank_unless_the_deploy_turns_it_off(lab, serving, tmp_path, observe):
+    assert lab.serves()
+    unit = lab.sh(HEAD, "systemctl cat %s" % UNIT).stdout
+    util = float(re.search(r"--gpu-memory-utilization[= ]([0-9.]+)", unit).group(1))
+    try:
+        # what every node holds with no engine (and no page cache, as the memory gate leaves it before a start)
+        lab.systemctl(HEAD, "stop", UNIT)
+        # (the bracket keeps pgrep from finding the shell that runs it)
+        idle_ranks = wait_for(lambda: not any(lab.sh(h, "pgrep -f 'ray::RayWorke[r]' || true").stdout.strip()
+                                              for h in lab.hosts), 120)
+        assert idle_ranks is not None, "the engine's ranks outlived its unit by 120 s"
+        for host in lab.hosts:
+            lab.sh(host, "sync; echo 3 >/proc/sys/vm/drop_caches")
+        idle = {h: ray_used(lab, h) for h in lab.hosts}
+        # half the engine's share above what the busiest node holds idle: a load crosses it there, nothing idle does
+        threshold = round(max(idle.values()) + util / 2, 2)
+        observe("Ray's view with no engine: %s; utilization %.2f; threshold %.2f"
+                % (", ".join("%s %.2f" % kv for kv in sorted(idle.items())), util, threshold))
+        r, failures = lab.play(tmp_path / "on", "site.yml", cmdline="--tags ray_cluster,vllm_serve",
+                               extravars={"ray_cluster_memory_monitor": True,
+                                          "ray_cluster_memory_usage_threshold": threshold})
+        assert r["status"] == "failed" and failures, "served with the monitor on at %.2f (now %s)" % (
+            threshold, {h: round(ray_used(lab, h), 2) for h in lab.hosts})
+        final = lab.messages(failures)
+        assert "ray_oom_killed" in final and "ray_cluster_memory_monitor" in final, final[-3000:]
+        journal = lab.sh(HEAD, "journalctl -u %s -n 400 -o cat --no-pager" % UNIT).stdout
+        # Ray's own account names the host's memory (the lab host's limit), not this machine's
+        limit, _usage = host_memory(lab, HEAD)
+        reason = [ln for ln in journal.splitlines() if "OOM kill reason: Memory usage" in ln]
+        assert reason and ("of %dB limit" % limit) in reason[-1], journal[-3000:]
+        observe(reason[-1][reason[-1].index("OOM kill reason"):][:160])
+
+        # the deploy's setting: the monitor off, the same threshold: the same load serves
+        r, failures = lab.play(tmp_path / "off", "site.yml", cmdline="--tags ray_cluster,vllm_serve",
+                               extravars={"ray_cluster_memory_usage_threshold": threshold})
+        assert r["status"] == "successful" and not failures, lab.messages(failures)[-3000:]
+        assert lab.completion("off")[0] == 200
+        peak = {h: ray_used(lab, h) for h in lab.hosts}
+        assert max(peak.values()) > threshold, (peak, threshold)   # above the threshold, and not killed
+        raylet = lab.sh(HEAD, "docker exec sparkfleet-ray grep -h MemoryMonitor /tmp/ray/session_latest/logs/raylet.out"
+                              " | tail -1").stdout
+        assert "disabled" in raylet, raylet
+        observe("monitor off (RAY_memory_monitor_refresh_ms=0): serving at %s of the host's memory"
+                % ", ".join("%s %.2f" % kv for kv in sorted(peak.items())))
+    finally:
+        r, failures = lab.play(tmp_path / "back", "site.yml", cmdline="--tags ray_cluster,vllm_serve")
+    assert r["status"] == "successful" and not failures, lab.messages(failures)[-2000:]
+
+
+@pytest.mark.fault(name="an engine start that would take more unified memory than the nodes have (utilization 0.95),"
+                        " every node set to freeze past its memory (wedge) and Ray's memory monitor off (the deploy's"
+                        " setting)",
+                   expected="the memory gate refuses the start before the engine allocates, naming the node and GiB"
+                            " short; supervision escalates; every node still answers ssh and no node froze")
+def test_an_over_use_stops_at_the_gate_not_in_a_wedge(lab, serving, tmp_path, observe, clean_memory):
+    assert lab.serves()
+    for host in lab.hosts:
+        lab.labctl("break", "wedge", host)
+    t0 = time.time()
+    try:
+        r, failures = lab.play(tmp_path / "over", "site.yml", cmdline="--tags vllm_serve",
+                               extravars={"vllm_serve_gpu_memory_utilization": 0.95})
+        final = lab.messages(failures)
+        assert r["status"] == "failed" and failures, final[-3000:]
+        m = escalation(lab)
+        assert m and m["memory"] is True, (m, final[-3000:])
+        assert "supervision_escalated" in final or "ESCALATED" in final, final[-3000:]
+        assert all("GiB short for the engine" in n for n in m["nodes"]), m
+        observe("refused %.0f s after the start: %s; %s" % (time.time() - t0, m["reason"], "; ".join(m["nodes"])[:240]))
+        assert all(reachable(lab).values()), reachable(lab)
+        for host in lab.hosts:
+            assert "FROZEN" not in lab.labctl("mem", host).stdout, host
+        journal = lab.sh(HEAD, "journalctl -u %s --since @%d -o cat --no-pager" % (UNIT, t0 - 1)).stdout
+        assert "Loading weights took" not in journal, journal[-3000:]   # the engine never allocated
+    finally:
+        for host in lab.hosts:
+            lab.labctl("fix", "wedge", host, check=False)
+        r, failures = lab.play(tmp_path / "back", "site.yml", cmdline="--tags vllm_serve")
+    assert r["status"] == "successful" and not failures, lab.messages(failures)[-2000:]
