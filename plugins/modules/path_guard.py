@@ -22,6 +22,10 @@ description:
     file, not a symbolic link. The model state file must hold a model state. A model directory that holds entries
     must hold a model.
   - Fails with one sentence per refused path, naming the variable, the path and why; reads only, changes nothing.
+  - Also measures the free space of every filesystem those paths lie on (the nearest existing directory of each) and
+    warns, naming the variables and the filesystem, when one has less than O(min_free_mb) left. The watchdogs,
+    journald and docker write there while the cluster serves, and a full disk on the head once switched self-healing
+    off. A model directory is left out (model_sync checks its own room against the model's size).
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
 options:
@@ -51,6 +55,12 @@ options:
       user:
         description: The user whose home a C(~/) path is in; the connecting user when not set.
         type: str
+  min_free_mb:
+    description:
+      - The floor of free space (MiB) on each filesystem a path lies on below which the module warns (RV(low_space));
+        V(0) measures without warning. Never a failure.
+    type: int
+    default: 1024
 notes:
   - The P(sparkfleet.vllm.node_paths#filter) filter builds O(paths) from the roles' variables.
 extends_documentation_fragment:
@@ -84,6 +94,23 @@ paths:
   returned: always
   type: list
   elements: dict
+low_space:
+  description: Each filesystem below O(min_free_mb), with the variables whose paths lie on it.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    path:
+      description: The nearest existing directory of the first such path, where the free space was measured.
+      type: str
+    free_mb:
+      description: MiB free for writers that are not root (statvfs C(f_bavail)).
+      type: int
+    names:
+      description: The variables whose paths lie on that filesystem.
+      type: list
+      elements: str
+  sample: [{path: /var/lib/sparkfleet, free_mb: 48, names: [sparkfleet_state_dir, sparkfleet_config_dir]}]
 """
 
 import os
@@ -221,6 +248,33 @@ def judge(name, path, kind, homes, user=None):
     return problems, record
 
 
+def _existing(path):
+    """The nearest existing directory of path (itself when it is one)."""
+    path = os.path.abspath(path)
+    while not os.path.isdir(path) and path != os.path.dirname(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def low_space(entries, floor_mb):
+    """[{path, free_mb, names}] of every filesystem (by device) the entries' paths lie on that has less than floor_mb
+    MiB free; entries: (name, path, kind) with ~ already expanded. Model directories are left out."""
+    seen = {}
+    for name, path, kind in entries:
+        if kind == "model directory" or not path.startswith("/"):
+            continue
+        where = _existing(path)
+        try:
+            st = os.statvfs(where)
+            dev = os.stat(where).st_dev
+        except OSError:
+            continue
+        fs = seen.setdefault(dev, {"path": where, "free_mb": st.f_bavail * st.f_frsize // (1 << 20), "names": []})
+        if name not in fs["names"]:
+            fs["names"].append(name)
+    return [fs for fs in seen.values() if fs["free_mb"] < floor_mb]
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -230,19 +284,29 @@ def main():
                 kind=dict(type="str", default="directory", choices=list(KINDS)),
                 user=dict(type="str"),
             )),
+            min_free_mb=dict(type="int", default=1024),
         ),
         supports_check_mode=True,
     )
+    if module.params["min_free_mb"] < 0:
+        module.fail_json(msg="min_free_mb must be 0 or more (MiB), got %d" % module.params["min_free_mb"])
     homes = node_homes()
     problems, records = [], []
     for entry in module.params["paths"]:
         found, record = judge(entry["name"], entry["path"], entry["kind"], homes, entry["user"])
         problems += [p if "does not exist on this node" in p else "%s; %s" % (p, FIX[entry["kind"]]) for p in found]
         records.append(record)
+    low = low_space([(e["name"], r.get("resolved") or r.get("path") or e["path"], e["kind"])
+                     for e, r in zip(module.params["paths"], records)], module.params["min_free_mb"])
+    for fs in low:
+        module.warn("%d MiB free on the filesystem of %s (%s), under the %d MiB floor: the watchdogs, journald and docker"
+                    " write there while the cluster serves; free space there (journalctl --vacuum-size, docker system"
+                    " prune, old models)" % (fs["free_mb"], fs["path"], ", ".join(fs["names"]),
+                                             module.params["min_free_mb"]))
     if problems:
         module.fail_json(msg="%d path(s) the roles would write are refused: %s" % (len(problems), "; ".join(problems)),
-                         problems=problems, paths=records)
-    module.exit_json(changed=False, problems=[], paths=records)
+                         problems=problems, paths=records, low_space=low)
+    module.exit_json(changed=False, problems=[], paths=records, low_space=low)
 
 
 if __name__ == "__main__":

@@ -160,3 +160,45 @@ def test_no_input_gives_a_traceback(run_module, path, kind, user):
     assert isinstance(res.get("problems", []), list)
     for problem in res.get("problems", []):
         assert problem.startswith("v ") or problem.startswith("v:")
+
+
+def _statvfs_with(free_bytes):
+    real = os.statvfs
+
+    def fake(path):
+        got = real(path)
+        return os.statvfs_result((got.f_bsize, got.f_frsize, got.f_blocks, got.f_bfree, free_bytes // got.f_frsize,
+                                  got.f_files, got.f_ffree, got.f_favail, got.f_flag, got.f_namemax))
+    return fake
+
+
+def test_a_filesystem_under_the_floor_is_named_with_its_variables_and_warned(run_module, tree, monkeypatch):
+    # 50 MiB left where the watchdogs write (a full head's disk switched self-healing off): warned, never refused
+    monkeypatch.setattr(path_guard.os, "statvfs", _statvfs_with(50 << 20))
+    said = []
+    monkeypatch.setattr(path_guard.AnsibleModule, "warn", lambda self, text: said.append(text))
+    (tree / "state").mkdir()
+    res = run_module(path_guard, {"paths": [
+        {"name": "sparkfleet_state_dir", "path": str(tree / "state" / "watchdog")},     # not there yet: its parent
+        {"name": "sparkfleet_config_dir", "path": str(tree / "etc-sparkfleet")},
+        {"name": "model_sync_dest", "path": str(tree / "models" / "m"), "kind": "model directory"}]})
+    assert not res.get("failed") and res["problems"] == []
+    assert len(res["low_space"]) == 1
+    fs = res["low_space"][0]
+    assert fs["free_mb"] == 50 and fs["names"] == ["sparkfleet_state_dir", "sparkfleet_config_dir"]
+    assert fs["path"] == str(tree / "state")
+    warned = " ".join(said)
+    assert "50 MiB free" in warned and "sparkfleet_state_dir, sparkfleet_config_dir" in warned
+    assert "1024 MiB floor" in warned
+
+
+def test_room_enough_or_a_floor_of_zero_warns_nothing(run_module, tree, monkeypatch):
+    entry = {"name": "sparkfleet_state_dir", "path": str(tree / "state")}
+    said = []
+    monkeypatch.setattr(path_guard.AnsibleModule, "warn", lambda self, text: said.append(text))
+    monkeypatch.setattr(path_guard.os, "statvfs", _statvfs_with(5 << 30))
+    res = run_module(path_guard, {"paths": [entry]})
+    assert res["low_space"] == [] and not said
+    monkeypatch.setattr(path_guard.os, "statvfs", _statvfs_with(1 << 20))
+    res = run_module(path_guard, {"paths": [entry], "min_free_mb": 0})
+    assert res["low_space"] == [] and not said
