@@ -20,6 +20,20 @@ import shlex
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import classify, command_matches, describe, name_matches
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text
 
+# Units the cleanup never stops, whatever the stale patterns say, and never suggests making stale: the node's access
+# (a process started over ssh runs in ssh.service where logind does not give it a session), its login and user
+# managers, systemd itself, and the container runtime our units run on.
+NEVER_STALE = ('ssh.service', 'sshd.service', 'ssh.socket', 'sshd.socket', 'ssh@*.service', 'sshd@*.service',
+               'systemd-*', 'dbus.service', 'dbus-broker.service', 'user@*.service', 'user-runtime-dir@*.service',
+               'getty@*.service', 'serial-getty@*.service', 'init.scope', 'session-*.scope', '*.slice',
+               'docker.service', 'docker.socket', 'containerd.service', 'cron.service', 'polkit.service',
+               'NetworkManager.service', 'networking.service', 'nvidia-persistenced.service')
+
+
+def never_stale(unit):
+    """Whether unit is one the cleanup never stops (NEVER_STALE)."""
+    return bool(unit) and name_matches(unit, NEVER_STALE)
+
 # docker's global options that take a value (before the subcommand).
 _GLOBAL_VALUE_OPTS = frozenset(['-H', '--host', '-c', '--context', '--config', '-l', '--log-level', '--tlscacert',
                                 '--tlscert', '--tlskey'])
@@ -183,7 +197,7 @@ def build_plan(holders, units, containers, listeners, params, self_pids=(), chil
     plan = Plan()
 
     def kept(name):
-        return name_matches(name, ours) or name_matches(name, protect)
+        return name_matches(name, ours) or name_matches(name, protect) or never_stale(name)
 
     unit_by_name = dict((u['name'], u) for u in units)
     starters = {}
@@ -234,7 +248,7 @@ def build_plan(holders, units, containers, listeners, params, self_pids=(), chil
     for holder in targets:
         if holder in plan.refused:
             continue
-        if holder['unit']:
+        if holder['unit'] and not never_stale(holder['unit']):
             holder_units.setdefault(holder['unit'], []).append(holder['pid'])
         elif holder['container']:
             cont = holder['container']
@@ -257,7 +271,7 @@ def build_plan(holders, units, containers, listeners, params, self_pids=(), chil
             continue
         parent = by_pid.get(holder.get('parent_holder'))
         if parent is not None and parent['pid'] not in covered and parent not in plan.refused \
-                and not parent['unit'] and not parent['container']:
+                and not (parent['unit'] and not never_stale(parent['unit'])) and not parent['container']:
             continue  # stopped with its parent's tree
         if not holder['visible']:
             plan.unreachable.append(holder)  # another PID namespace: nothing this node can signal
@@ -300,7 +314,7 @@ def _holder_stale(holder, stale_units, stale_conts, unit_patterns, container_pat
     """Why a foreign GPU holder is stale (a template ``render_text`` fills), or None: it is in a stale unit, in a stale
     container, or its command line is one of ``command_patterns`` (vLLM, Ray, SGLang, whoever started it)."""
     unit = holder.get('unit')
-    if unit and (unit in stale_units or name_matches(unit, unit_patterns)):
+    if unit and not never_stale(unit) and (unit in stale_units or name_matches(unit, unit_patterns)):
         return 'in {cleanup_units}'
     cont = holder.get('container') or {}
     if cont.get('name') and (cont['name'] in stale_conts or name_matches(cont['name'], container_patterns)):
@@ -394,8 +408,11 @@ def foreign_text(sock, names=None):
         fix = 'add %s to {cleanup_containers}' % cont
         if sock.get('starters'):
             fix += ' (or %s, which starts it, to {cleanup_units})' % _lit(', '.join(sock['starters']))
-    elif sock.get('unit'):
+    elif sock.get('unit') and not never_stale(sock['unit']):
         fix = 'add %s to {cleanup_units}' % _lit(sock['unit'])
+    elif sock.get('unit'):
+        fix = 'it runs in %s, which the cleanup never stops (the node\'s access or its runtime): stop it yourself' \
+            % _lit(sock['unit'])
     elif sock.get('user_unit'):
         fix = "it runs in a user's unit (%s), which the cleanup never stops: stop it yourself" % _lit(sock['user_unit'])
     else:
@@ -456,7 +473,7 @@ def foreign_holder_text(holder, names=None):
     fix = 'stop it yourself, or set {cleanup_foreign} to let the cleanup stop it'
     if cont_name:
         fix += ', or add %s to {cleanup_containers}' % _lit(cont_name)
-    elif holder.get('unit'):
+    elif holder.get('unit') and not never_stale(holder['unit']):
         fix += ', or add %s to {cleanup_units}' % _lit(holder['unit'])
     return render_text(text + ': ' + fix, names)
 

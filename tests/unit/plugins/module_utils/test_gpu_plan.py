@@ -345,3 +345,20 @@ def test_old_stack_containers_not_listed_are_foreign_named_with_their_variable()
                                                                                      stale_containers=[]))
     assert _gpu_plan.foreign_holder_text(plan.foreign[0], NAMES_FOREIGN).endswith(
         'or add jupyter.service to gpu_cleanup_stale_units')
+
+
+@pytest.mark.parametrize('unit', ['ssh.service', 'session-4.scope', 'user@1000.service', 'docker.service'])
+def test_a_holder_in_the_nodes_access_or_runtime_is_signalled_never_its_unit_stopped(unit):
+    # A process started over ssh runs in ssh.service where logind gives it no session (the lab's hosts): stopping and
+    # disabling "its unit" would cut the node off. It is signalled as a bare process, and never suggested as stale.
+    holders = gb10_holders({115020: '/usr/local/bin/python train.py', 114687: 'VLLM::EngineCore'})
+    for h in holders:
+        h.update(unit=unit, user_unit=None)
+    plan = _gpu_plan.build_plan(holders, [{'name': unit, 'enabled': True, 'active': True}], [], [],
+                                params=bare_params(stale_units=['*']))
+    assert [(a['action'], a['pids']) for a in plan.actions] == [('signal', [114687])]
+    assert not any(a['target'] == unit for a in plan.actions if a['action'] == 'stop_unit')
+    text = _gpu_plan.foreign_holder_text(plan.foreign[0], NAMES_FOREIGN)
+    assert 'unit %s' % unit in text and 'gpu_cleanup_stale_units' not in text, text
+    plan = _gpu_plan.build_plan(holders, [], [], [], params=bare_params(stop_foreign=True))
+    assert [a['action'] for a in plan.actions] == ['signal', 'signal'] and plan.foreign == []
