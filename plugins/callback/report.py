@@ -91,6 +91,7 @@ class CallbackModule(CallbackBase):
         self._failure = None
         self._away = []
         self._ips = {}
+        self._answered = set()      # nodes that ran a task in this run
         self._inventory_ips = None
         self._play = None
         self._playbook = None
@@ -113,6 +114,7 @@ class CallbackModule(CallbackBase):
         self._failure = None
         self._away = []
         self._ips = {}
+        self._answered = set()
         os.environ.pop(RUN_DIR_ENV, None)
         if not self._wanted():
             self._run_dir = None
@@ -151,6 +153,7 @@ class CallbackModule(CallbackBase):
         return task
 
     def v2_runner_on_ok(self, result):
+        self._answered.add(result._host.get_name())
         self._result(result, "ok")
 
     def v2_runner_on_skipped(self, result):
@@ -170,7 +173,8 @@ class CallbackModule(CallbackBase):
     def _note_failure(self, result, status):
         res = result._result if isinstance(result._result, dict) else {}
         self._ips.update(_node_away.ip_hosts(res))
-        verdict = _node_away.classify(status, result._host.get_name(), res, dict(self._hosts_by_ip(), **self._ips))
+        verdict = _node_away.classify(status, result._host.get_name(), res, dict(self._hosts_by_ip(), **self._ips),
+                                      self._answered)
         if verdict:
             verdict["at"] = time.time()
             self._away.append(verdict)

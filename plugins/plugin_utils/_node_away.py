@@ -35,6 +35,12 @@ RAY_NODE_GONE = re.compile(
 # ray_cluster_check's sentence for a pinned probe that failed (plugins/module_utils/_ray.py, probe_error_text).
 PINNED = re.compile(r"a task pinned to (?P<host>\S+) \(registered (?P<ip>[0-9a-fA-F.:]+)\) failed")
 
+# The head's fabric check (plugins/module_utils/_reach.py) naming a worker whose sshd no longer answers. Before anything
+# ran on that worker in this run it is a worker that never came up (preflight's words say so); after, it went away.
+FABRIC_LOST = re.compile(
+    r"(?P<me>\S+) cannot reach (?P<peer>\S+) \((?P<ip>[0-9a-fA-F.:]+)\) over the fabric: .{0,200}?"
+    r"(?:nothing listens on port \d+ \(sshd\)|does not answer on port \d+)")
+
 NEXT_STEP = "when it is back, run site.yml again"
 
 
@@ -82,11 +88,12 @@ def ip_hosts(result):
     return found
 
 
-def classify(status, host, result, hosts_by_ip=None):
+def classify(status, host, result, hosts_by_ip=None, answered=()):
     """A verdict when a failed (``status`` failed) or unreachable result shows a node went away, else None.
 
     The verdict is ``{host, how, evidence}``: ``host`` the node that went away (None when Ray names no node this
     run knows), ``how`` "stopped answering ssh" or "left the Ray cluster", ``evidence`` the line that shows it.
+    ``answered``: the nodes that ran a task of this run (a fabric check that no longer reaches one names it gone).
     """
     result = result if isinstance(result, dict) else {}
     text = result_text(result)
@@ -99,6 +106,10 @@ def classify(status, host, result, hosts_by_ip=None):
         # the node's sshd went down under the running module (a reboot): the task never finished there
         return {"host": host, "how": "stopped answering ssh", "evidence": ssh}
     hosts_by_ip = hosts_by_ip or {}
+    lost = FABRIC_LOST.search(text)
+    if lost and lost.group("peer") in answered and lost.group("peer") != host:
+        return {"host": lost.group("peer"), "how": "stopped answering ssh", "ip": lost.group("ip"),
+                "evidence": _first_line(text, FABRIC_LOST) or lost.group(0)}
     peer = SSH_PEER_GONE.search(text)
     if peer:
         ip = peer.group("ip") or peer.group("ip2") or peer.group("ip3")

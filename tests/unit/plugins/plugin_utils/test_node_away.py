@@ -83,6 +83,18 @@ def test_the_head_s_transfer_to_a_worker_that_went_away_names_the_worker():
     assert verdict["host"] == "spark-2" and verdict["ip"] == "10.99.1.12"
 
 
+def test_the_head_s_fabric_check_losing_a_worker_that_ran_tasks_in_this_run_names_it_gone():
+    # the lab's power cut of the worker during site.yml: ray_cluster's re-check found its sshd gone (the netns answers)
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._reach import verdict as reach_verdict
+    msg = reach_verdict("spark-1", "spark-2", "10.99.1.12", 22, {"kind": "local", "dev": "enp1s0f1np1"},
+                        {"operstate": "up", "carrier": "1"}, "refused", 5, ["enp1s0f1np1"])
+    assert "nothing listens on port 22 (sshd)" in msg
+    verdict = _node_away.classify("failed", "spark-1", {"msg": msg}, IPS, answered={"spark-1", "spark-2"})
+    assert verdict["host"] == "spark-2" and verdict["how"] == "stopped answering ssh", verdict
+    # a worker that ran nothing in this run did not go away: it never came up (preflight names it so)
+    assert _node_away.classify("failed", "spark-1", {"msg": msg}, IPS, answered={"spark-1"}) is None
+
+
 @pytest.mark.parametrize("result", [
     {"msg": "worker disk full"},
     {"msg": "spark-1 registered with Ray as 10.99.0.11, expected its fabric IP 10.99.1.11"},
