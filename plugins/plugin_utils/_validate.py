@@ -1240,6 +1240,7 @@ ROLE_CHECKS = {
     "preflight_min_ansible_version": check_ansible_version,
     "preflight_ping_timeout": check_seconds,
     "preflight_fabric_timeout": check_seconds,
+    "preflight_min_free_mb": lambda v: check_int(v, 0, None, "a whole number of MiB"),
     # roles/gpu_cleanup
     "gpu_cleanup_stale_units": check_globs,
     "gpu_cleanup_protect": check_globs,
