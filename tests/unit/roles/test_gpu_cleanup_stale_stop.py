@@ -93,19 +93,24 @@ def test_our_ray_wants_it_and_starts_after_it():
 
 def test_the_tasks_install_both_where_systemd_reads_them_and_remove_both_when_nothing_is_known():
     tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
-    by_src = {t["ansible.builtin.template"]["src"]: t for t in tasks if "ansible.builtin.template" in t}
-    unit_dest = by_src["sparkfleet-stale-stop.service.j2"]["ansible.builtin.template"]["dest"]
-    dropin_dest = by_src["stale-stop.conf.j2"]["ansible.builtin.template"]["dest"]
+    written = next(t for t in tasks if "sparkfleet.vllm.config_files" in t)
+    files = written["sparkfleet.vllm.config_files"]["files"]
+    by_template = {f["content"].split("'ansible.builtin.template', '")[1].split("'")[0]: f["path"]
+                   for f in files if "content" in f}
+    unit_dest = by_template["sparkfleet-stale-stop.service.j2"]
+    dropin_dest = by_template["stale-stop.conf.j2"]
     # the drop-in names the unit by the file name the unit is installed under, in our Ray unit's drop-in directory
     assert unit_dest == "/etc/systemd/system/" + render("stale-stop.conf.j2", RECORD).split("Wants=")[1].split()[0]
     assert dropin_dest == "/etc/systemd/system/{{ sparkfleet_ray_unit }}.service.d/10-stale-stop.conf"
-    removed = next(t for t in tasks if t.get("ansible.builtin.file", {}).get("state") == "absent")
-    assert sorted(removed["loop"]) == sorted([dropin_dest, unit_dest])
-    for task in list(by_src.values()) + [removed]:
+    assert {"path": "/etc/systemd/system/{{ sparkfleet_ray_unit }}.service.d", "state": "directory", "owner": "root",
+            "group": "root", "mode": "0755"} in files
+    removed = next(t for t in tasks if "ansible.builtin.command" in t)
+    assert sorted(removed["ansible.builtin.command"]["argv"][3:]) == sorted([dropin_dest, unit_dest])
+    for task in (written, removed):
         assert task.get("notify") == "gpu_cleanup daemon-reload"
     handlers = yaml.safe_load((ROLE / "handlers" / "main.yml").read_text())
     assert [h.get("listen") for h in handlers] == ["gpu_cleanup daemon-reload"]
     # the guard is in place (and systemd reloaded) before the serving roles start our units in the same run
     names = [t.get("ansible.builtin.meta") for t in tasks]
-    assert names.index("flush_handlers") > max(tasks.index(t) for t in list(by_src.values()) + [removed])
+    assert names.index("flush_handlers") > max(tasks.index(t) for t in (written, removed))
 
