@@ -34,6 +34,7 @@ def never_stale(unit):
     """Whether unit is one the cleanup never stops (NEVER_STALE)."""
     return bool(unit) and name_matches(unit, NEVER_STALE)
 
+
 # docker's global options that take a value (before the subcommand).
 _GLOBAL_VALUE_OPTS = frozenset(['-H', '--host', '-c', '--context', '--config', '-l', '--log-level', '--tlscacert',
                                 '--tlscert', '--tlskey'])

@@ -113,4 +113,3 @@ def test_the_tasks_install_both_where_systemd_reads_them_and_remove_both_when_no
     # the guard is in place (and systemd reloaded) before the serving roles start our units in the same run
     names = [t.get("ansible.builtin.meta") for t in tasks]
     assert names.index("flush_handlers") > max(tasks.index(t) for t in (written, removed))
-

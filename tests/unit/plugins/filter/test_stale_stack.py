@@ -102,8 +102,8 @@ def test_a_running_container_that_holds_nothing_is_still_named(old_stack):
         " next start may not get the memory it needs. It will stop at the next site.yml (gpu_cleanup) and before"
         " ray-x's next start (sparkfleet-stale-stop): run site.yml to stop it now" % (
             (', restart policy ' + only['stale'][0]['restart_policy']) if only['stale'][0].get('restart_policy') else '',
-            '; %d of %d MiB of unified memory free on the node' % (old_stack['gpu']['mem_available_mib'],
-                                                                  old_stack['gpu']['mem_total_mib']))]
+            '; %d of %d MiB of unified memory free on the node' % (
+                old_stack['gpu']['mem_available_mib'], old_stack['gpu']['mem_total_mib']))]
 
 
 @pytest.mark.parametrize('kwargs, message', [
@@ -114,4 +114,3 @@ def test_a_running_container_that_holds_nothing_is_still_named(old_stack):
 def test_bad_arguments_are_refused(kwargs, message):
     with pytest.raises(AnsibleFilterError, match=message):
         stale_stack(RECORD, **kwargs)
-

@@ -331,8 +331,8 @@ def test_old_stack_containers_not_listed_are_foreign_named_with_their_variable()
     holders, units, containers, listeners = old_stack()
     for holder in holders:
         holder.update(cmdline='python3 /opt/oldstack/oldstack.py api 8000 glm', user='root')
-    plan = _gpu_plan.build_plan(holders, units, containers, [], params=bare_params(stale_units=[],
-                                                                                    stale_containers=[]))
+    plan = _gpu_plan.build_plan(holders, units, containers, [],
+                                params=bare_params(stale_units=[], stale_containers=[]))
     assert [a for a in plan.actions if a['reason'] == 'holder'] == []
     lines = [_gpu_plan.foreign_holder_text(h, NAMES_FOREIGN) for h in plan.foreign]
     assert len(lines) == 3
@@ -341,8 +341,8 @@ def test_old_stack_containers_not_listed_are_foreign_named_with_their_variable()
     assert line.endswith('or add reranker to gpu_cleanup_stale_containers')
     # a unit's holder names the unit variable
     holder = dict(holders[0], container=None, unit='jupyter.service')
-    plan = _gpu_plan.build_plan([holder], units, containers, [], params=bare_params(stale_units=[],
-                                                                                     stale_containers=[]))
+    plan = _gpu_plan.build_plan([holder], units, containers, [],
+                                params=bare_params(stale_units=[], stale_containers=[]))
     assert _gpu_plan.foreign_holder_text(plan.foreign[0], NAMES_FOREIGN).endswith(
         'or add jupyter.service to gpu_cleanup_stale_units')
 
