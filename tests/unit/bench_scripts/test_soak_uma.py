@@ -80,3 +80,44 @@ def test_plan_draws_the_memory_kinds_like_the_others():
     faults = soak.plan(kinds, len(kinds) + 1, random.Random(18))
     assert sorted(faults[:len(kinds)]) == sorted(kinds)
     assert set(soak.UMA_KINDS) <= set(faults)
+
+
+def test_the_engines_starts_in_a_captured_journal():
+    """A smoke soak on a named lab: the deploy's start, a page-cache fault (one start), then a leak fault (two kills,
+    a third start refused at the gate and escalated, a start skipped by the marker, the return's one start)."""
+    seen = soak.engine_starts(fixture("journal-sparkfleet-vllm.txt"))
+    assert [k for _t, k in seen].count("start") == 5
+    assert [k for _t, k in seen].count("gate") == 4
+    assert seen == sorted(seen)
+    # the start the gate refused (escalated) has no gate line; the skipped one is no start
+    escalated_at = 1796421430.9
+    before = [k for t, k in seen if 1796421384 <= t < escalated_at]
+    assert before == ["start"]
+    # per fault window: the deploy, the page-cache fault, the leak fault
+    windows = [(0, 1796421240), (1796421240, 1796421360), (1796421360, 1796421500)]
+    assert soak.per_window([t for t, k in seen if k == "start"], windows) == [1, 1, 3]
+    assert soak.per_window([t for t, k in seen if k == "gate"], windows) == [1, 1, 2]
+
+
+def test_the_supervision_log_names_the_step_the_soak_does():
+    events = soak.supervision_events(fixture("supervision-spark-1.log"))
+    assert [e["event"] for e in events].count("escalated") == 1
+    esc = next(e for e in events if e["event"] == "escalated")
+    assert soak.reboot_targets(esc["step"], ["spark-1", "spark-2"]) == ["spark-2"]
+    assert any("more than at its last healthy start" in n for n in esc["nodes"])
+    # one start when the memory came back, after the escalation, never a loop
+    returns = [e for e in events if e["event"] == "return"]
+    assert len(returns) == 1 and returns[0]["time"] > esc["time"]
+    assert soak.supervision_events(fixture("supervision-spark-1.log"), unit="sparkfleet-ray") == []
+    assert soak.supervision_events("not json\n{}\n[1]\n") == []
+
+
+def test_wedge_states_as_labctl_prints_them():
+    assert soak.parse_mem(fixture("mem-spark-2-wedge-on.txt"))["wedge"] == "on"
+    # no frozen host was captured: the FROZEN line as lab/labctl's mem_report writes it
+    with open(os.path.join(ROOT, "lab", "labctl")) as fh:
+        frozen = [ln for ln in fh if "FROZEN" in ln and "echo" in ln]
+    assert frozen, "lab/labctl's mem_report no longer prints FROZEN"
+    line = frozen[0].split('echo "', 1)[1].split('"', 1)[0]
+    text = fixture("mem-spark-2-wedge-on.txt").replace("  wedge:      on", line)
+    assert soak.parse_mem(text)["wedge"] == "frozen"
