@@ -808,6 +808,15 @@ def main():
             lab.labctl(*current.undo)
         if args.uma:
             meta["frozen_at_end"] = lab.frozen()
+            last = ([f for f in faults if f.t_start is not None] or [None])[-1]
+            if last is not None and not stopped["signal"]:
+                # the load ended while the last fault was still under way: its escalation (or a frozen node) gets the
+                # human step all the same (bounded), so the lab is left serving
+                last.escalation = last.escalation or lab.escalation(last.t_start)
+                if meta["frozen_at_end"]:
+                    power_cycle(lab, last, meta["frozen_at_end"], out, args)
+                elif last.escalation and not last.human:
+                    named_step(lab, last, out, args)
             uma_off(lab)
         for t in threads:
             t.join(timeout=60)
