@@ -633,8 +633,9 @@ def report(args, lab, meta, faults, rows, samples, models, out):
                                   outcome=outcome(s["fault"].row())) for s in stats]}
     json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1, default=str)
     chart(os.path.join(out, "availability.png"), meta["t_start"], rows, faults, samples,
-          "soak, lab %s, commit %s, %s: %.2f %% answered, %d faults, %d human steps" % (
-              lab.name, meta["commit"], meta["date"], answered, len(stats), len(humans)))
+          "soak, lab %s, commit %s, %s: %.2f %% answered, %d faults, %d human steps%s" % (
+              lab.name, meta["commit"], meta["date"], answered, len(stats), len(humans),
+              ", %d escalated with the step named, %d nodes frozen" % (len(escalated), len(wedged)) if uma else ""))
     return text, summary
 
 
