@@ -8,4 +8,6 @@ cd "$root"
 scripts/bootstrap.sh
 lab/prepare.sh
 lab/stage.sh
-exec lab/labctl ctl -- .venv/bin/ansible-playbook site.yml -i inventories/lab "$@"
+# A named lab (SPARKLAB_NAME) has its inventory in its state dir (lab/README.md); the shared one in inventories/lab.
+case ${SPARKLAB_NAME:-sfl} in sfl) inventory=inventories/lab ;; *) inventory=/var/tmp/sparklab/lab-$SPARKLAB_NAME/inventory ;; esac
+exec lab/labctl ctl -- .venv/bin/ansible-playbook site.yml -i "$inventory" "$@"
