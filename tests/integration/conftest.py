@@ -222,6 +222,16 @@ class Lab:
         seen = json.dumps([e.get("res") for e in r["events"] if e["host"] == self.hosts[0]])
         return r["status"] == "successful" and not failures, seen
 
+    @staticmethod
+    def wait_for(predicate, limit, step=3):
+        """Seconds until predicate() holds, polled every step seconds; None past limit (a bounded wait)."""
+        t0 = time.time()
+        while time.time() - t0 < limit:
+            if predicate():
+                return time.time() - t0
+            time.sleep(step)
+        return None
+
     def wait_serving(self, limit=300, fail=True):
         """Seconds until the API completes a request again (bounded); past the limit, fails the test (fail=True) or
         returns None."""

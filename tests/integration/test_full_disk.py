@@ -29,15 +29,6 @@ FILL = ("set -e; d=$(mktemp -d /run/sparklab-fulldisk.XXXXXX); cp -a %(s)s/. $d/
         % {"s": STATE})
 
 
-def wait_for(predicate, limit, step=3):
-    t0 = time.time()
-    while time.time() - t0 < limit:
-        if predicate():
-            return time.time() - t0
-        time.sleep(step)
-    return None
-
-
 @pytest.mark.long
 @pytest.mark.fault(name="the head's disk full where we write (/var/lib/sparkfleet: 0 bytes left), then the engine"
                         " paused",
@@ -56,8 +47,8 @@ def test_a_full_disk_on_the_head_keeps_self_healing_on_and_is_named(lab, serving
         assert "MB free on /var/lib/sparkfleet" in seen or "0 MB free" in seen, seen[-3000:]
         # the watchdog acts with no space to write: it restarts the hung engine (whether the new engine can start on
         # a full disk is the engine's affair: Ray's driver writes its session logs there too)
-        acted = wait_for(lambda: lab.systemctl(HEAD, "show", "-p", "InvocationID", "--value", UNIT)
-                         not in (paused_run, ""), 300)
+        acted = lab.wait_for(lambda: lab.systemctl(HEAD, "show", "-p", "InvocationID", "--value", UNIT)
+                             not in (paused_run, ""), 300)
         assert acted is not None, "the hung engine was not restarted within 300 s with the head's disk full"
         observe("disk full (0 bytes left on %s): the paused engine restarted %.0f s after the pause"
                 % (STATE, time.time() - t0))
@@ -75,7 +66,7 @@ def test_a_full_disk_on_the_head_keeps_self_healing_on_and_is_named(lab, serving
         lab.sh(HEAD, "umount %s || umount -l %s" % (STATE, STATE))
     assert lab.sh(HEAD, "findmnt -n %s || true" % STATE).stdout.strip() == ""
     t1 = time.time()
-    back = wait_for(lambda: lab.serves(timeout=10), 300)
+    back = lab.wait_for(lambda: lab.serves(timeout=10), 300)
     assert back is not None, "the API did not answer within 300 s of the space coming back, with no human step"
     observe("space back: serving %.0f s later, no human step" % (time.time() - t1))
     ok, seen = lab.status(tmp_path / "after")

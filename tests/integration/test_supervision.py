@@ -53,16 +53,7 @@ def ray_replaced(lab, host, act, limit=300, step=5):
     before = main_pid(lab, host, "sparkfleet-ray")
     t0 = time.time()
     act()
-    return t0, wait_for(lambda: main_pid(lab, host, "sparkfleet-ray") not in (before, "0", ""), limit, step)
-
-
-def wait_for(predicate, limit, step=5):
-    t0 = time.time()
-    while time.time() - t0 < limit:
-        if predicate():
-            return time.time() - t0
-        time.sleep(step)
-    return None
+    return t0, lab.wait_for(lambda: main_pid(lab, host, "sparkfleet-ray") not in (before, "0", ""), limit, step)
 
 
 @pytest.mark.fault(name="engine paused while serving (docker pause: the unit runs, no token comes back)",
@@ -86,11 +77,11 @@ def test_a_paused_engine_is_restarted_by_its_liveness_probe(lab, serving, tmp_pa
             assert ok, seen[-3000:]
         # back = the engine the watchdog started answers: the watchdog unpauses the old container before it restarts
         # the unit, and that one may answer for a moment before its stop (an answer then is not a healed engine)
-        restarted = wait_for(lambda: any(e["event"] == "restart" and e["unit"] == "sparkfleet-vllm"
-                                         for e in events(lab, HEAD, t0)), 300)
+        restarted = lab.wait_for(lambda: any(e["event"] == "restart" and e["unit"] == "sparkfleet-vllm"
+                                             for e in events(lab, HEAD, t0)), 300)
         assert restarted is not None, "the liveness timer did not restart the paused engine within 300 s"
-        replaced = wait_for(lambda: lab.systemctl(HEAD, "show", "-p", "InvocationID", "--value", "sparkfleet-vllm")
-                            not in (paused_run, "") and lab.serves(timeout=10), 300)
+        replaced = lab.wait_for(lambda: lab.systemctl(HEAD, "show", "-p", "InvocationID", "--value", "sparkfleet-vllm")
+                                not in (paused_run, "") and lab.serves(timeout=10), 300)
         back = time.time() - t0 if replaced is not None else None
         assert back is not None, "the API did not answer again within 300 s of the pause, with no human step"
         observe("status.yml while paused: %s; API back %.0f s after the pause"
@@ -120,7 +111,7 @@ def test_a_node_dead_in_ray_but_alive_in_systemd_is_restarted(lab, serving, tmp_
         logged = [e for e in events(lab, worker, t0) if e["event"] == "restart"]
         assert logged and "dead in Ray" in logged[0]["cause"], events(lab, worker, t0)
         observe("%s: Ray restarted %.0f s after the freeze: %s" % (worker, restarted, logged[0]["cause"][:140]))
-        back = wait_for(lambda: lab.serves(timeout=10), 400)
+        back = lab.wait_for(lambda: lab.serves(timeout=10), 400)
         assert back is not None, "the API did not answer again within 400 s of the Ray restart"
         observe("API back %.0f s after the freeze" % (time.time() - t0))
     finally:
@@ -140,7 +131,7 @@ def test_vllm_restarts_forever(lab, serving, observe):
     times = []
     for i in range(4):
         lab.labctl("break", "engine", HEAD)
-        back = wait_for(lambda: lab.serves(timeout=10), 300, step=3)
+        back = lab.wait_for(lambda: lab.serves(timeout=10), 300, step=3)
         state = lab.systemctl(HEAD, "show", "-p", "ActiveState", "-p", "Result", "sparkfleet-vllm")
         assert back is not None, "kill %d: the API did not come back within 300 s (%s)" % (i + 1, state)
         times.append(back)
@@ -204,7 +195,7 @@ def test_workers_follow_a_restarted_head(lab, serving, tmp_path, observe):
         assert "belongs to the old cluster" in e["cause"] and e["checks"] == 1, entries
     observe("%s: Ray replaced %.0f s after the head's restart began, %s" % (
         worker, restarted, ("by its watchdog: " + by_watchdog[0]["cause"]) if by_watchdog else "its raylet exited by itself"))
-    back = wait_for(lambda: lab.serves(timeout=10), 400)
+    back = lab.wait_for(lambda: lab.serves(timeout=10), 400)
     assert back is not None, "the API did not answer again within 400 s of the head's Ray restart"
     observe("API back %.0f s after the head's Ray restart began" % (time.time() - t0))
     ok, seen = status(lab, tmp_path, "healed")
@@ -308,7 +299,7 @@ def test_a_rejected_ray_token_is_named_and_the_next_site_run_repairs_it(lab, ser
             named["seen"], named["ok"] = seen, ok
             return "Ray token rejected" in seen
 
-        assert wait_for(says_token, 300, step=10) is not None, named.get("seen", "")[-3000:]
+        assert lab.wait_for(says_token, 300, step=10) is not None, named.get("seen", "")[-3000:]
         seen = named["seen"]
         assert not named["ok"]
         assert "%s: Ray (sparkfleet-ray)" % worker in seen and "run site.yml" in seen, seen[-3000:]

@@ -24,16 +24,6 @@ ENV_FILE = "/etc/sparkfleet/vllm.env"
 MiB = 1 << 20
 
 
-def wait_for(predicate, limit, step=3):
-    """Seconds until predicate() holds; None past limit."""
-    t0 = time.time()
-    while time.time() - t0 < limit:
-        if predicate():
-            return time.time() - t0
-        time.sleep(step)
-    return None
-
-
 def host_memory(lab, host):
     """(limit, usage) of a lab host's memory, from the machine's side (`labctl mem`)."""
     out = lab.labctl("mem", host).stdout
@@ -101,7 +91,7 @@ def test_a_leaking_worker_escalates_instead_of_looping(lab, serving, tmp_path, o
     worker = lab.hosts[-1]
     assert lab.serves(), "the lab does not serve before the fault"
     # the liveness timer saw it serve: every node's memory of that start is the baseline
-    has_baseline = wait_for(lambda: lab.sh(HEAD, "test -s %s && echo yes" % BASELINE).stdout.strip() == "yes", 90)
+    has_baseline = lab.wait_for(lambda: lab.sh(HEAD, "test -s %s && echo yes" % BASELINE).stdout.strip() == "yes", 90)
     assert has_baseline is not None, "no memory baseline on the head 90 s after the engine served"
     limit, _usage = host_memory(lab, worker)
     assert limit > 0, "the lab's hosts have no memory limit (SPARKLAB_HOST_MEM)"
@@ -116,8 +106,8 @@ def test_a_leaking_worker_escalates_instead_of_looping(lab, serving, tmp_path, o
         before = rank_files(lab, worker)
         lab.labctl("break", "engine", HEAD)
         kills += 1
-        wait_for(lambda: escalation(lab) is not None or rank_files(lab, worker) > before, 240)
-    esc = wait_for(lambda: escalation(lab) is not None, 240)
+        lab.wait_for(lambda: escalation(lab) is not None or rank_files(lab, worker) > before, 240)
+    esc = lab.wait_for(lambda: escalation(lab) is not None, 240)
     assert esc is not None, "supervision did not escalate after %d engine kills with a leaking worker" % kills
     m = escalation(lab)
     observe("escalated %.0f s after the leak began (%d kills): %s; step: %s"
@@ -137,7 +127,7 @@ def test_a_leaking_worker_escalates_instead_of_looping(lab, serving, tmp_path, o
     lab.labctl("fix", "leak", worker)
     t1 = time.time()
     lab.sh(worker, "rm -f /run/sparklab/uvm/rank-*")
-    back = wait_for(lambda: lab.serves(timeout=10), 240)
+    back = lab.wait_for(lambda: lab.serves(timeout=10), 240)
     assert back is not None, "the engine did not serve within 240 s of the worker's memory coming back"
     assert escalation(lab) is None
     returns = [e for e in events(lab, t1) if e["event"] == "return"]
@@ -164,7 +154,7 @@ def test_a_full_page_cache_is_dropped_before_the_engine_starts(lab, serving, tmp
         observe("%s: %.0f %% of its memory in use, the ballast cached" % (worker, 100.0 * usage / limit))
         t0 = time.time()
         lab.systemctl(HEAD, "start", "--no-block", UNIT)
-        back = wait_for(lambda: lab.serves(timeout=10), 300)
+        back = lab.wait_for(lambda: lab.serves(timeout=10), 300)
         journal = lab.sh(HEAD, "journalctl -u %s --since @%d -o cat --no-pager" % (UNIT, t0 - 1)).stdout
         assert back is not None, "the engine did not serve within 300 s with the worker's page cache full:\n" \
             + journal[-3000:]
@@ -194,7 +184,7 @@ def test_a_vllm_stranded_by_a_failed_ray_start_comes_back_once_ray_runs(lab, ser
     finally:
         lab.labctl("fix", "foreign-listener", HEAD)
     t0 = time.time()
-    back = wait_for(lambda: lab.serves(timeout=10), 360)
+    back = lab.wait_for(lambda: lab.serves(timeout=10), 360)
     assert back is not None, "the API did not answer within 360 s of the port coming free, with no human step"
     started = [e for e in events(lab, t0 - 5) if e["event"] == "restart" and "dependency" in e["cause"]]
     assert started, events(lab, t0 - 5)
@@ -226,8 +216,8 @@ def test_rays_memory_monitor_kills_a_loading_rank_unless_the_deploy_turns_it_off
         # what every node holds with no engine (and no page cache, as the memory gate leaves it before a start)
         lab.systemctl(HEAD, "stop", UNIT)
         # (the bracket keeps pgrep from finding the shell that runs it)
-        idle_ranks = wait_for(lambda: not any(lab.sh(h, "pgrep -f 'ray::RayWorke[r]' || true").stdout.strip()
-                                              for h in lab.hosts), 120)
+        idle_ranks = lab.wait_for(lambda: not any(lab.sh(h, "pgrep -f 'ray::RayWorke[r]' || true").stdout.strip()
+                                                  for h in lab.hosts), 120)
         assert idle_ranks is not None, "the engine's ranks outlived its unit by 120 s"
         for host in lab.hosts:
             lab.sh(host, "sync; echo 3 >/proc/sys/vm/drop_caches")
