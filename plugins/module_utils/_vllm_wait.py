@@ -58,6 +58,13 @@ MAX_LINES = 100000
 _MIN_COMMAND_S = 5.0
 # The bytes before the read offset kept to notice a file rewritten under the same inode.
 _MARK_BYTES = 64
+# A unit that ended cleanly (exit 0, or the stop signal it counts as success) and that systemd is about to start
+# again (Restart=always) is followed into its next start, this many times at most (systemd's NRestarts since the
+# deploy's own start): that start says what happened (it serves, a known failure, or the memory gate's escalation).
+# Seen in CI: an engine ended cleanly during the deploy's wait, and the next start's gate escalated.
+CLEAN_RESTARTS_FOLLOWED = 3
+# How long journald may take to make a line that a unit's process wrote readable (its stream is read asynchronously).
+_JOURNAL_LAG_S = 1.0
 # Bounds that keep every number a number the clock and the memory can hold.
 MAX_TIMEOUT_S = 7 * 86400
 MAX_POLL_S = 3600.0
@@ -364,7 +371,7 @@ class JournalSource(object):
         if not self.systemctl:
             return None, None
         cmd = [self.systemctl, "show", self.unit, "-p", "ActiveState", "-p", "SubState", "-p", "Result",
-               "-p", "ExecMainStatus"]
+               "-p", "ExecMainStatus", "-p", "NRestarts"]
         res = self.runner.run(cmd, timeout=int(self.limit()), kill_after=2)
         if not res.ok:
             return None, None
@@ -374,6 +381,12 @@ class JournalSource(object):
         gone = active in ("failed", "inactive") or sub in ("auto-restart", "failed", "dead")
         ev = "systemd: %s ActiveState=%s SubState=%s Result=%s ExecMainStatus=%s" % (
             self.unit, active, sub, props.get("Result", ""), props.get("ExecMainStatus", ""))
+        if sub == "auto-restart" and props.get("Result") == "success":
+            restarts = props.get("NRestarts", "")
+            restarts = int(restarts) if restarts.isdigit() else CLEAN_RESTARTS_FOLLOWED
+            if restarts < CLEAN_RESTARTS_FOLLOWED:
+                return True, ev     # ended cleanly, and systemd starts it again: its next start tells
+            ev += " NRestarts=%d (each run ended cleanly, without a known failure)" % restarts
         return (not gone), ev
 
     def last_write(self):
@@ -753,11 +766,19 @@ class StartupWaiter(object):
         """Read the unit's journal of this run (docker run's output), so the cause comes from the log. Returns the
         journal's parser when it settles the answer, else None."""
         jp = new_parser(self.p)
-        text = self.journal.read()
-        if text:
-            jp.feed(tail_lines(text, _line_budget(self.p["max_bytes"]))[0])
-        jp.finish()
+        # The unit's state first, then its journal: a line written before the unit ended (the memory gate's
+        # escalation, printed just before it exits) is then in the read. journald takes a stream's lines a moment
+        # after they are written: an end with no cause in the read is read once more, a little later.
         alive, evidence = self.journal.alive()
+        for late in (False, True):
+            if late:
+                time.sleep(_JOURNAL_LAG_S)
+            text = self.journal.read()
+            if text:
+                jp.feed(tail_lines(text, _line_budget(self.p["max_bytes"]))[0])
+            if alive is not False or jp.failed:
+                break
+        jp.finish()
         if alive is False:
             jp.settle(final=True)
             if not jp.failed:
@@ -773,6 +794,10 @@ class StartupWaiter(object):
         alive, evidence = self.source.alive()
         if alive is False and not missing:
             self.pull()
+            self.parser.settle(final=False)
+            if not self.parser.failed and self.source.kind == "journal":
+                time.sleep(_JOURNAL_LAG_S)      # its last lines may reach journald just after the unit ended
+                self.pull()
             self.parser.finish()
             self.parser.settle(final=True)
             if not self.parser.failed and self.source.kind == "docker" and self.journal is not None:
@@ -783,6 +808,8 @@ class StartupWaiter(object):
                     self.parser = jp
                     self.from_journal = True
                     return True
+                if jp is None and self.journal.alive()[0] is True:
+                    return False    # its unit runs on, or restarts after a clean end: wait for the next container
             if not self.parser.failed:
                 self.parser.mark_exited(evidence)
             return True

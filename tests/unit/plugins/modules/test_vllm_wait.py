@@ -898,3 +898,58 @@ def test_millions_of_two_byte_lines_are_bounded_by_lines_not_read_whole(run_modu
     assert res["failure"]["class"] == "cuda_oom"
     assert res["lines"] <= _vllm_wait.MAX_LINES + 1000  # not the 4 million lines of the file
     assert res["skipped_bytes"] > 7 * 1024 * 1024
+
+
+def _restarting_cleanly_then(later_body, later_state, after=3):
+    """systemctl and journalctl of a unit that ended cleanly (Result=success) and is about to be started again by
+    Restart=always; from the ``after``-th look on, the next start has happened: its journal and its state."""
+    seen = {"n": 0}
+    first = _text("progress_v1_midload.log")
+
+    def systemctl(args):
+        if "InvocationID" in args:
+            return 0, _INVOCATION + "\n", ""
+        seen["n"] += 1
+        if seen["n"] < after:
+            return 0, "ActiveState=activating\nSubState=auto-restart\nResult=success\nExecMainStatus=0\nNRestarts=0\n", ""
+        return 0, later_state, ""
+
+    def journalctl(args):
+        body = first + (later_body if seen["n"] >= after else "")
+        if "short-unix" in args:
+            return 0, "%.6f spark-1 vllm[2211]: last line\n" % time.time(), ""
+        return 0, body + "-- cursor: s=1\n", ""
+    return systemctl, journalctl
+
+
+def test_a_clean_end_that_systemd_restarts_is_followed_to_the_next_start(run_module, fake_bins):
+    # Seen in CI: the engine ended cleanly during the deploy's wait (auto-restart, Result=success); the next start's
+    # memory gate escalated. The answer is the escalation, not engine_exited from the first look.
+    systemctl, journalctl = _restarting_cleanly_then(
+        _text("fail_supervision_escalated_memory_journal.log"),
+        "ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=3\nNRestarts=1\n")
+    fake_bins({"journalctl": journalctl, "systemctl": systemctl, "docker": _no_such_container})
+    res = run_module(vllm_wait, {"container": "vllm", "unit": "sparkfleet-vllm", "timeout": 10, "poll_interval": 0.1})
+    assert res["failure"]["class"] == "supervision_escalated", res["failure"]
+
+
+def test_a_clean_end_is_followed_a_bounded_number_of_times(run_module, fake_bins):
+    fake_bins({
+        "journalctl": _journal(_text("progress_v1_midload.log"), time.time()),
+        "systemctl": _systemctl("ActiveState=activating\nSubState=auto-restart\nResult=success\nExecMainStatus=0\n"
+                                "NRestarts=%d\n" % _vllm_wait.CLEAN_RESTARTS_FOLLOWED),
+    })
+    res = run_module(vllm_wait, {"unit": "sparkfleet-vllm", "timeout": 10, "poll_interval": 0.1})
+    assert res["failure"]["class"] == "engine_exited"
+    assert any("NRestarts=%d" % _vllm_wait.CLEAN_RESTARTS_FOLLOWED in ln for ln in res["failure"]["evidence"])
+
+
+def test_a_crash_that_systemd_restarts_is_still_engine_exited_at_once(run_module, fake_bins):
+    fake_bins({
+        "journalctl": _journal(_text("progress_v1_midload.log"), time.time()),
+        "systemctl": _systemctl("ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=1\n"
+                                "NRestarts=0\n"),
+    })
+    res = run_module(vllm_wait, {"unit": "sparkfleet-vllm", "timeout": 10, "poll_interval": 0.1})
+    assert res["failure"]["class"] == "engine_exited"
+    assert any("Result=exit-code" in ln for ln in res["failure"]["evidence"])
