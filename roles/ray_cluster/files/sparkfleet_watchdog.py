@@ -66,6 +66,7 @@ RUN_DIR = os.environ.get("SPARKFLEET_WATCHDOG_RUN_DIR", "/run")    # tmpfs: a ho
 MODEL_MANIFEST = os.environ.get("SPARKFLEET_MODEL_MANIFEST", "/var/lib/sparkfleet/model-manifest.json")
 HOLD_MAX = 300            # seconds a deploy's hold counts (Ray's restart by the handlers: the head, its port, workers)
 LOG_NAME = "supervision.log"
+WAIT_BIN = "/usr/local/sbin/sparkfleet-wait"    # bounded waits (installed beside this script)
 LOG_KEEP = 400            # lines kept when the log is trimmed (at twice that)
 
 # Sent to the Ray container's Python: this node's state as the GCS has it, without joining the cluster as a driver.
@@ -625,6 +626,18 @@ def gate(a):
         why = ("the start after every node's memory came back did not serve" if runs.get("returned") else
                "%d start(s) in %d min did not serve" % (len(starts), a.window // 60))
         return escalate(a, why, verdicts, memory=any(v["state"] == "short" for v in verdicts))
+    if getattr(a, "gpu_wait", None):
+        # Ray's cluster has every GPU the engine places (a node away or still booting is waited for, bounded); a wait
+        # that ends short is a refusal, counted like one: a worker away for good escalates after K instead of the
+        # unit retrying for ever, and the liveness timer starts the engine once every node reports again.
+        print("memory gate: waiting up to %s s for %s to run and Ray's cluster to have %s GPU(s)"
+              % (a.gpu_wait[2], a.gpu_wait[0], a.gpu_wait[1]), flush=True)
+        rc, _out, err = run([WAIT_BIN, "gpus"] + list(a.gpu_wait), timeout=int(a.gpu_wait[2]) + 90)
+        if rc != 0:
+            nodes, reports, gcs = cluster_memory(a)
+            short = (err.strip().splitlines() or ["the GPU wait ended with %d" % rc])[-1]
+            return refuse(a, runs, starts, memory_verdicts(a, nodes, reports), gcs,
+                          "the cluster did not have the engine's GPUs (%s)" % short[:300])
     deadline, asked, verdicts = time.monotonic() + a.timeout, False, []
     began = now()
     while True:
@@ -655,20 +668,27 @@ def gate(a):
         time.sleep(a.poll)
     if any(v["state"] == "short" for v in verdicts):
         return escalate(a, "the memory did not come back within %d s" % a.timeout, verdicts, memory=True)
-    # a node silent (or its old rank lingering): never started into; bounded like the starts, and the escalated
-    # liveness timer starts the engine once that node reports again (a worker away for hours comes back serving)
+    return refuse(a, runs, starts, verdicts, gcs, "")
+
+
+def refuse(a, runs, starts, verdicts, gcs, why):
+    """Not this start: a node silent (or its old rank lingering), or the cluster short of the engine's GPUs. Never
+    started into; bounded like the starts, and the escalated liveness timer starts the engine once every node reports
+    again (a worker away for hours comes back serving)."""
     refusals = [t for t in runs.get("refusals") or [] if isinstance(t, (int, float)) and 0 <= now() - t < a.window]
     refusals.append(round(now(), 1))
     # the head's own GCS not answering hides every worker's report: say so, not that the workers are silent
     gcs_down = "" if gcs.get("ok") else "; the head's GCS does not answer (%s)" % str(gcs.get("error", "?"))[:200]
+    found = why or "a node without a fresh memory report"
     if len(refusals) >= a.starts:
-        return escalate(a, "%d start(s) in %d min found a node without a fresh memory report%s" % (
-            len(refusals), a.window // 60, gcs_down), verdicts, memory=True,
-            step="check the head's Ray (systemctl status %s on the head), or run site.yml" % a.ray_container
-            if gcs_down else None)
+        return escalate(a, "%d start(s) in %d min found %s%s" % (len(refusals), a.window // 60, found, gcs_down),
+                        verdicts, memory=True,
+                        step="check the head's Ray (systemctl status %s on the head), or run site.yml" % a.ray_container
+                        if gcs_down or not any(v["state"] != "ok" for v in verdicts) else None)
     MEM.save_json(starts_path(a.unit), dict(runs, starts=starts, refusals=refusals))
-    sys.stderr.write("sparkfleet-watchdog: memory gate: not starting the engine yet (%s%s); systemd tries again\n"
-                     % ("; ".join(v["why"] for v in verdicts if v["state"] != "ok"), gcs_down))
+    held = "; ".join(([why] if why else []) + [v["why"] for v in verdicts if v["state"] != "ok"])
+    sys.stderr.write("sparkfleet-watchdog: memory gate: not starting the engine yet (%s%s); systemd tries again"
+                     " (refusal %d of %d before escalating)\n" % (held, gcs_down, len(refusals), a.starts))
     return 3
 
 
@@ -941,6 +961,9 @@ def main(argv=None):
             p.add_argument("--starts", type=int, default=3, help="starts that did not serve before escalating")
             p.add_argument("--window", type=int, default=3600, help="the window those starts are counted in")
             p.add_argument("--notify-file", default="", help="file holding the command run once per escalation")
+            p.add_argument("--gpu-wait", nargs=3, default=None, metavar=("CONTAINER", "COUNT", "TIMEOUT"),
+                           help="first wait (sparkfleet-wait gpus) until Ray's cluster has the engine's GPUs; a wait"
+                                " that ends short counts as a refusal")
     r.add_argument("--model-dir", default="", help="publish this node's memory; drop this model's page cache")
     c = sub.add_parser("record")
     c.add_argument("--unit", required=True)

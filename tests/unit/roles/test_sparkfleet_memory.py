@@ -578,3 +578,55 @@ def test_each_node_reports_its_model_check_with_its_memory(wd, monkeypatch, tmp_
     assert got["state"] == "changed" and got["changes"][0]["file"] == "config.json"
     monkeypatch.setattr(wd, "MODEL", None)
     assert wd.memory_report("10.99.1.12", str(root), False)["model"]["state"] == "unrecorded"
+
+
+class GpuWait(Cluster):
+    """The cluster as above, and sparkfleet-wait gpus answering rc (3: short of GPUs when the wait timed out)."""
+
+    def __init__(self, wd, monkeypatch, rc=0):
+        super().__init__(wd, monkeypatch)
+        self.rc = rc
+
+    def run(self, argv, timeout=60, stdin=None):
+        self.wd.calls.append(argv)
+        if argv[:2] == [self.wd.WAIT_BIN, "gpus"]:
+            if self.rc:
+                return self.rc, "", ("sparkfleet-wait: sparkfleet-ray not running or its Ray cluster short of 2 GPUs"
+                                     " after 600 s\n")
+            return 0, "cluster GPUs: 2.0 of 2\n", ""
+        return 0, "", ""
+
+
+def test_the_gate_waits_for_the_clusters_gpus_before_the_memory(wd, monkeypatch, tmp_path):
+    GpuWait(wd, monkeypatch)
+    assert wd.gate(gate_args(wd, tmp_path, gpu_wait=["sparkfleet-ray", "2", "600"])) == 0
+    assert [wd.WAIT_BIN, "gpus", "sparkfleet-ray", "2", "600"] in wd.calls
+
+
+def test_a_gpu_wait_that_ends_short_is_a_bounded_refusal_not_a_start_for_ever(wd, monkeypatch, tmp_path, capsys):
+    # A worker away for good: before, the unit's own GPU wait failed and systemd started it again every 600 s, for
+    # ever. Now each short wait is a refusal; after K the escalation names the node, and the liveness timer starts
+    # the engine once every node reports again.
+    c = GpuWait(wd, monkeypatch, rc=3)
+    del c.reports["10.99.1.12"]
+    a = gate_args(wd, tmp_path, timeout=0, gpu_wait=["sparkfleet-ray", "2", "600"])
+    assert wd.gate(a) == 3 and wd.gate(a) == 3 and marker(tmp_path) is None
+    assert "short of 2 GPUs after 600 s" in capsys.readouterr().err
+    assert wd.gate(a) == 3
+    m = marker(tmp_path)
+    assert m["reason"].startswith("3 start(s) in 60 min found the cluster did not have the engine's GPUs") and m["memory"]
+    assert m["step"].startswith("bring spark-2 back")
+    assert json.loads((tmp_path / "run" / "sparkfleet" / "starts-sparkfleet-vllm.json").read_text())["starts"] == []
+    c.reports["10.99.1.12"] = report(t=c.clock)
+    c.rc = 0
+    wd.check_vllm(vllm_args(wd))
+    assert ["systemctl", "start", "--no-block", "sparkfleet-vllm.service"] in wd.calls and marker(tmp_path) is None
+
+
+def test_a_gpu_wait_short_with_every_node_reporting_names_the_heads_ray(wd, monkeypatch, tmp_path):
+    GpuWait(wd, monkeypatch, rc=3)
+    a = gate_args(wd, tmp_path, timeout=0, gpu_wait=["sparkfleet-ray", "2", "600"])
+    for _ in range(3):
+        assert wd.gate(a) == 3
+    assert marker(tmp_path)["step"] == ("check the head's Ray (systemctl status sparkfleet-ray on the head), or run"
+                                        " site.yml")
