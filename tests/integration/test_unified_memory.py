@@ -191,6 +191,56 @@ def test_a_vllm_stranded_by_a_failed_ray_start_comes_back_once_ray_runs(lab, ser
     observe("the API answered %.0f s after the port came free; logged: %s" % (back, started[0]["cause"][:140]))
 
 
+@pytest.mark.long   # a deploy with short waits, a worker's power cut and boot, the deploy again (~8 min)
+@pytest.mark.fault(name="a worker powered off while serving and kept off (the cluster short of the engine's GPUs at"
+                        " every start)",
+                   expected="each start's wait for the GPUs ends short and counts as a refused start; after"
+                            " vllm_serve_escalate_after of them supervision escalates naming the worker (before: the unit"
+                            " waited and started again for ever); once the worker is back the liveness timer starts the"
+                            " engine and the API answers with no human step")
+def test_a_worker_away_escalates_after_k_gpu_waits_and_serves_once_it_is_back(lab, serving, tmp_path, observe,
+                                                                              clean_memory):
+    worker = lab.hosts[-1]
+    short = {"vllm_serve_cluster_wait_timeout": 20, "vllm_serve_escalate_after": 2,
+             "vllm_serve_memory_gate_timeout": 15}
+    r, failures = lab.play(tmp_path / "short", "site.yml", cmdline="--tags vllm_serve", extravars=short)
+    assert r["status"] == "successful" and not failures, lab.messages(failures)[-2000:]
+    powered_off = False
+    try:
+        t0 = time.time()
+        lab.labctl("poweroff", worker, timeout=120)
+        powered_off = True
+        # the engine loses its rank, the liveness timer restarts it; each start's GPU wait ends short (20 s)
+        took = lab.wait_for(lambda: escalation(lab) is not None, 420, step=5)
+        assert took is not None, "no escalation within 420 s of the worker's power cut: %s" % events(lab, t0)[-6:]
+        m = escalation(lab)
+        assert "did not have the engine's GPUs" in m["reason"] and m["memory"] is True, m
+        assert m["step"].startswith("bring %s back" % worker), m
+        refused = [e for e in events(lab, t0) if e["event"] == "escalated"]
+        assert refused, events(lab, t0)
+        def waits():
+            return int(lab.sh(HEAD, "journalctl -u %s --since @%d -o cat --no-pager | grep -c 'waiting up to 20 s'"
+                                    " || true" % (UNIT, t0)).stdout.strip() or 0)
+        before = waits()
+        time.sleep(40)      # escalated: systemd skips its starts (no new wait, no new start)
+        state = lab.systemctl(HEAD, "show", "-p", "ActiveState", "-p", "SubState", UNIT).stdout.split()
+        observe("escalated %.0f s after the power cut, after %d GPU wait(s): %s; step: %s; unit %s"
+                % (m["time"] - t0, before, m["reason"][:160], m["step"][:120], " ".join(state)))
+        assert before >= 2 and waits() == before, (before, waits())
+        assert "ActiveState=inactive" in state, state
+        lab.labctl("poweron", worker, timeout=600)
+        powered_off = False
+        t1 = time.time()
+        back = lab.wait_for(lambda: lab.serves(timeout=10), 480, step=5)
+        assert back is not None, "the API did not answer within 480 s of the worker's boot: %s" % events(lab, t1)[-6:]
+        observe("serving %.0f s after the worker was powered on, no human step" % back)
+    finally:
+        if powered_off:
+            lab.labctl("poweron", worker, timeout=600, check=False)
+        r, failures = lab.play(tmp_path / "back", "site.yml", cmdline="--tags vllm_serve")
+    assert r["status"] == "successful" and not failures, lab.messages(failures)[-2000:]
+
+
 def ray_used(lab, host):
     """The share of a host's memory Ray's memory monitor counts as used there: the lab's containers see the host's
     memory cgroup as their own (lab/host/docker-wrapper.sh), so Ray reads it as it reads a Spark's /proc/meminfo:
