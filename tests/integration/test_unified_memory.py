@@ -223,7 +223,7 @@ def test_a_worker_away_escalates_after_k_gpu_waits_and_serves_once_it_is_back(la
                                     " || true" % (UNIT, t0)).stdout.strip() or 0)
         before = waits()
         time.sleep(40)      # escalated: systemd skips its starts (no new wait, no new start)
-        state = lab.systemctl(HEAD, "show", "-p", "ActiveState", "-p", "SubState", UNIT).stdout.split()
+        state = lab.systemctl(HEAD, "show", "-p", "ActiveState", "-p", "SubState", UNIT).split()
         observe("escalated %.0f s after the power cut, after %d GPU wait(s): %s; step: %s; unit %s"
                 % (m["time"] - t0, before, m["reason"][:160], m["step"][:120], " ".join(state)))
         assert before >= 2 and waits() == before, (before, waits())
