@@ -35,10 +35,18 @@ def _bool(value):
     return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
 
 
+def _flatten(values):
+    out = []
+    for value in values:
+        out.extend(_flatten(value) if isinstance(value, list) else [value])
+    return out
+
+
 def render(role, name, **variables):
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
     env.filters["bool"] = _bool
     env.filters["quote"] = shlex.quote
+    env.filters["flatten"] = _flatten
     return env.from_string((REPO / "roles" / role / "templates" / name).read_text()).render(
         ansible_managed="Ansible managed", **variables)
 
