@@ -19,7 +19,7 @@ from ansible.module_utils.common.collections import is_string
 
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate import check_int
 
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def fail(where, problem):

@@ -14,17 +14,17 @@ from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate import c
 # and roles use no others). A play's hosts pattern is fixed when the playbook is parsed, before any inventory
 # variable exists, so the names are not variables: name the inventory's groups like this.
 ALL_GROUP = "spark"
-_IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$")
+_IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}\Z")
 HEAD_GROUP = "spark_head"
 WORKER_GROUP = "spark_workers"
 # A node's inventory name reaches systemd units (the Ray guard's identity, the scrub's --node), shell words, paths on
 # the controller (reports, failure logs) and ssh: one conservative rule for all of them. Labels of letters, digits,
 # '-' and '_', joined by single dots, each starting and ending with a letter or digit; 63 characters at most.
-_NODE_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?)*$")
+_NODE_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?)*\Z")
 NODE_NAME_MAX = 63
 # Ansible's own rule for group names (a group of ours holds only such names: the group of a node reaches group_vars
 # paths and patterns).
-_GROUP_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_GROUP_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _why_not_a_name(name):

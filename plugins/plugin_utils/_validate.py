@@ -136,11 +136,11 @@ def pinned_flags(keys=()):
     return pinned
 
 
-_HUMAN_INT_RE = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT])$")
+_HUMAN_INT_RE = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT])\Z")
 _DECIMAL = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "t": 10 ** 12}
 _BINARY = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
-_NEGATIVE_NUMBER_RE = re.compile(r"^-\d+$|^-\d*\.\d+$")
-_KEY_RE = re.compile(r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_NEGATIVE_NUMBER_RE = re.compile(r"^-\d+\Z|^-\d*\.\d+\Z")
+_KEY_RE = re.compile(r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
 # systemd rewrites these inside ExecStart even when quoted ($VAR, %specifier, C escapes); newline/NUL break any line.
 UNSAFE = (("\n", "a newline"), ("\r", "a carriage return"), ("\0", "a NUL byte"),
           ("$", "'$'"), ("%", "'%'"), ("\\", "a backslash"))
@@ -292,7 +292,7 @@ def parse_human_int(value):
         if "." in number:
             raise ValueError("decimals with a binary suffix")
         return int(number) * _BINARY[suffix]
-    if not re.match(r"^\d+$", s):
+    if not re.match(r"^\d+\Z", s):
         raise ValueError(s)
     return int(s)
 
@@ -379,8 +379,8 @@ def check_model_dir(value):
     return normal_path(value), None
 
 
-_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-                          r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$")
+_HOSTNAME_RE = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                          r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?\Z")
 
 
 def is_host_name(value):
@@ -491,7 +491,7 @@ def env_problems(value, allow_unsafe=()):
     allowed = set(n for n in allow_unsafe if is_string(n)) if isinstance(allow_unsafe, (list, tuple, set)) else set()
     problems = []
     for name in sorted(value, key=str):
-        if not is_string(name) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+        if not is_string(name) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", name):
             problems.append("has %r, which is not an environment variable name" % (name,))
             continue
         fix = OWNED_ENV.get(name) or next((f for p, f in OWNED_ENV_PREFIXES if name.startswith(p)), None)
@@ -528,8 +528,8 @@ def check_env(value, allow_unsafe=()):
     return ({} if value is None else value), None
 
 
-_UNIT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]*$")
-_CONTAINER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]+$")
+_UNIT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]*\Z")
+_CONTAINER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]+\Z")
 # NCCL_DEBUG's levels (NCCL reads them without regard to case); empty turns NCCL's log off.
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
@@ -608,7 +608,7 @@ def check_known_hosts(value):
     """An ssh known-hosts file: under the sync user's ~/.ssh (ssh expands ~ on each hop) or a written file."""
     if is_string(value) and value.startswith("~/"):
         rest = value[2:]
-        if not re.match(r"^\.ssh/[A-Za-z0-9._+@-]+$", rest) or rest in SSH_OWN_FILES:
+        if not re.match(r"^\.ssh/[A-Za-z0-9._+@-]+\Z", rest) or rest in SSH_OWN_FILES:
             return None, ("must be ~/.ssh/<file of its own> (e.g. ~/.ssh/sparkfleet_known_hosts) or an absolute path;"
                           " never ssh's own files (%s)" % ", ".join(sorted(SSH_OWN_FILES)))
         name = rest.split("/", 1)[1]
@@ -1119,26 +1119,29 @@ def check_choice(*choices):
 
 
 # A systemd OnCalendar= expression (weekly, Sun *-*-* 03:00:00, *-*-01 04:00): what its grammar may hold, no more.
-_CALENDAR_RE = re.compile(r"^[A-Za-z0-9*:,./~ -]{1,120}$")
+_CALENDAR_RE = re.compile(r"^[A-Za-z0-9*:,./~ -]{1,120}\Z")
 
 
 def check_calendar(value):
     """'' (off) or a systemd calendar expression for a timer's OnCalendar=."""
     if value is None or value == "":
         return "", None
+    if is_string(value) and value.strip() and value != value.strip():
+        # the timer's unit is written with the value as given: a newline there ends OnCalendar= early
+        return None, "must not begin or end with a blank or a newline (%r)" % value.strip()
     if not is_string(value) or not _CALENDAR_RE.match(value.strip()) or not value.strip():
         return None, ("must be '' (off) or a systemd calendar expression such as weekly, daily or 'Sun *-*-* 03:00:00'"
                       " (letters, digits, spaces and * : , . / ~ - only); `systemd-analyze calendar` checks one")
     return value.strip(), None
 
 
-_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$")
-_USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
-_MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
-_GLOB_RE = re.compile(r"^[A-Za-z0-9_.@:*?\[\]-]+$")
-_TABLE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
-_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-_LOAD_COMMAND_RE = re.compile(r"^[A-Za-z0-9/][A-Za-z0-9 ._/=-]*$")   # a program by name or by its path
+_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}\Z")
+_USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
+_MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?\Z")
+_GLOB_RE = re.compile(r"^[A-Za-z0-9_.@:*?\[\]-]+\Z")
+_TABLE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}\Z")
+_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+_LOAD_COMMAND_RE = re.compile(r"^[A-Za-z0-9/][A-Za-z0-9 ._/=-]*\Z")   # a program by name or by its path
 
 
 def check_image(value):
@@ -1219,7 +1222,7 @@ def check_text(value):
 
 def check_url(value):
     """An http(s) URL whose host is an IP address ([v6] bracketed) or a host name."""
-    m = re.match(r"^https?://(\[[0-9A-Fa-f:.]+\]|[^/:?#\[\]]+)(:\d{1,5})?(/[^\s]*)?$", value) if is_string(value) else None
+    m = re.match(r"^https?://(\[[0-9A-Fa-f:.]+\]|[^/:?#\[\]]+)(:\d{1,5})?(/[^\s]*)?\Z", value) if is_string(value) else None
     host = m.group(1).strip("[]") if m else None
     if not m or not is_host_name(host) or (m.group(2) and not 1 <= int(m.group(2)[1:]) <= 65535):
         return None, "must be an http:// or https:// URL such as http://10.1.230.180:30000"

@@ -119,14 +119,14 @@ def test_gpu_memory_utilization_domain(value):
 def test_max_model_len_domain(value):
     ok = v.check_max_model_len(value)[1] is None
     if _is_int(value):
-        assert ok == (value >= 1)
+        assert ok == (1 <= value <= v.INT_CARRIED_MAX)   # issue 40.2: bounded
         return
     m = re.fullmatch(r"(\d+)(\.\d+)?([kmgtKMGT]?)", value.strip())
     if not m or (m.group(2) and not m.group(3)) or (m.group(2) and m.group(3).isupper()):
         assert not ok
         return
     mult = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
-    assert ok == (int(float(m.group(1) + (m.group(2) or "")) * mult[m.group(3)]) >= 1)
+    assert ok == (1 <= int(float(m.group(1) + (m.group(2) or "")) * mult[m.group(3)]) <= v.INT_CARRIED_MAX)
 
 
 @pytest.mark.parametrize("value, ok", [
