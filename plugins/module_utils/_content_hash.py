@@ -17,7 +17,6 @@ releases the GIL on large buffers). The cache is written atomically and only for
 from __future__ import annotations
 
 import hashlib
-import json
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 

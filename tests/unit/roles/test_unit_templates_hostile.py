@@ -101,8 +101,8 @@ def _judge(name, value):
 @pytest.mark.parametrize("name", sorted(GUARDED))
 def test_every_hostile_value_is_refused_or_renders_the_same_unit(name, observe):
     outcome = {repr(value)[:20]: _judge(name, value) for value in HOSTILE}
-    assert "rendered" in {_judge(name, value) for value in ("spark-1", "192.168.200.12", 30, "/etc/sparkfleet", "qwen",
-                                                             "/usr/sbin/nft", "sparkfleet-ray", 6379, 2)}, name
+    plain = ("spark-1", "192.168.200.12", 30, "/etc/sparkfleet", "qwen", "/usr/sbin/nft", "sparkfleet-ray", 6379, 2)
+    assert "rendered" in {_judge(name, value) for value in plain}, name
     observe("%s: %d hostile values refused, %d rendered intact" % (
         name, list(outcome.values()).count("refused"), list(outcome.values()).count("rendered")))
 

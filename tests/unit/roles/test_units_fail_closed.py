@@ -41,7 +41,7 @@ def service(text):
         if line.startswith("["):
             section = line.strip("[]")
             continue
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         if section == "Service":
             pairs.append((key, value))
     return pairs

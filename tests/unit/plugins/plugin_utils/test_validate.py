@@ -8,7 +8,6 @@ refused as pinned.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 
 import pytest
