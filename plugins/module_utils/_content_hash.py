@@ -17,13 +17,15 @@ releases the GIL on large buffers). The cache is written atomically and only for
 from __future__ import annotations
 
 import hashlib
-import json
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 
 HASH_ALGORITHM = "sha256"
 
 HASH_SCRIPT = r'''
 import hashlib, json, os, sys, tempfile
 from concurrent.futures import ThreadPoolExecutor
+
 root, cache_path = sys.argv[1], sys.argv[2]
 names = [n for n in sys.stdin.buffer.read().decode("utf-8", "surrogateescape").split("\0") if n]
 try:
@@ -93,7 +95,7 @@ def cache_file(root, home="~"):
 
 def parse_hashes(text):
     """{relpath: digest or None} from HASH_SCRIPT's output; ValueError when it is not that."""
-    data = json.loads(text or "")
+    data = _json.loads(text or "", "the hash output")
     if not isinstance(data, dict):
         raise ValueError("hash output is not an object")
     return dict((str(k), (str(v) if v is not None else None)) for k, v in data.items())

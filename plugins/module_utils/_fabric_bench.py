@@ -20,6 +20,8 @@ import socket
 import threading
 import time
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
+
 HEADER_LIMIT = 4096
 CHUNK = 1 << 20
 
@@ -299,19 +301,30 @@ def parse_iperf3(text):
     """iperf3 -J output -> {gbps, bytes, seconds, retransmits, streams}. iperf3 exits 0 with {"error": ...} when it
     could not connect: that raises BenchError with iperf3's words."""
     try:
-        data = json.loads(text)
+        data = _json.loads(text, "iperf3's output")
     except ValueError:
         raise BenchError("iperf3 printed no JSON: %s" % (text or "").strip()[-300:])
+    if not isinstance(data, dict):
+        raise BenchError("iperf3 printed JSON that is not its report: %s" % (text or "").strip()[-300:])
     if data.get("error"):
         raise BenchError("iperf3: %s" % data["error"])
-    end = data.get("end") or {}
-    got = end.get("sum_received") or {}
-    sent = end.get("sum_sent") or {}
-    if not got.get("bits_per_second"):
+    end = _mapping(data.get("end"))
+    got = _mapping(end.get("sum_received"))
+    sent = _mapping(end.get("sum_sent"))
+    start = _mapping(data.get("start"))
+    rate = got.get("bits_per_second")
+    if not rate or isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < 1e15:
         raise BenchError("iperf3 reported no received bandwidth")
-    return {"gbps": round(got["bits_per_second"] / 1e9, 3), "bytes": got.get("bytes"),
-            "seconds": round(got.get("seconds") or 0.0, 3), "retransmits": sent.get("retransmits"),
-            "streams": len((data.get("start") or {}).get("connected") or []) or None}
+    seconds = got.get("seconds")
+    seconds = seconds if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds < 1e9 else 0.0
+    connected = start.get("connected")
+    return {"gbps": round(rate / 1e9, 3), "bytes": got.get("bytes"), "seconds": round(seconds, 3),
+            "retransmits": sent.get("retransmits"),
+            "streams": len(connected) if isinstance(connected, list) and connected else None}
+
+
+def _mapping(value):
+    return value if isinstance(value, dict) else {}
 
 
 def iperf3_refused(error):

@@ -324,6 +324,7 @@ def receive(dest):
     lock = threading.Lock()
     all_ended = threading.Condition(lock)
     pending = {}  # source address -> handshakes under way
+    waiting = {}  # connection -> source address, oldest first: the handshakes under way, the first to make room
     per_source, total_pending = max(8, streams), 64 + streams
     handshake_s = min(10, timeout)
 
@@ -493,6 +494,9 @@ def receive(dest):
     def handshake(conn, peer):
         ok = False
         try:
+            with lock:
+                if conn not in waiting:
+                    raise ValueError("made room for a newer peer before its handshake began")
             conn.settimeout(handshake_s)
             nonce = secrets.token_bytes(32)
             conn.sendall(nonce)
@@ -514,6 +518,7 @@ def receive(dest):
         finally:
             with lock:
                 pending[peer] -= 1
+                waiting.pop(conn, None)
                 if not ok:
                     state["refused"] += 1
         if not ok:
@@ -532,7 +537,8 @@ def receive(dest):
     lsock.settimeout(0.5)
     # Handshakes run in threads of their own, bounded per source address and in all, each with its own deadline: a
     # peer that connects and says nothing, or a flood of wrong answers, never holds up the real sender's streams,
-    # and never ends the receiver (its watchdog does, when no stream of this run comes in time).
+    # and never ends the receiver (its watchdog does, when no stream of this run comes in time). When every slot is
+    # held (idle peers from many addresses), the oldest peer still in its handshake makes room for the newest.
     while True:
         with lock:
             if state["streams"] >= streams:
@@ -545,12 +551,24 @@ def receive(dest):
             time.sleep(0.1)
             continue
         peer = addr[0]
+        evict = None
         with lock:
-            busy = pending.get(peer, 0) >= per_source or sum(pending.values()) >= total_pending
+            busy = pending.get(peer, 0) >= per_source
+            if not busy and len(waiting) >= total_pending:
+                # Every slot is held by peers that have not answered (idle connections from many addresses): the
+                # oldest makes room, so the real sender, which answers within a round trip, always gets in.
+                evict = next(iter(waiting))
+                del waiting[evict]
             if not busy:
                 pending[peer] = pending.get(peer, 0) + 1
+                waiting[conn] = peer
             else:
                 state["refused"] += 1
+        if evict is not None:
+            try:
+                evict.shutdown(socket.SHUT_RDWR)   # its handshake thread ends on it and counts it refused
+            except OSError:
+                pass
         if busy:
             conn.close()
             continue

@@ -13,13 +13,13 @@ from __future__ import annotations
 import csv
 import fnmatch
 import glob
-import json
 import os
 import pwd
 import re
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._files import read_file
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 
 # Values nvidia-smi prints where a field has no value on this GPU (GB10 memory.*, MIG ids ...).
 _NA_VALUES = frozenset(['', 'n/a', '[n/a]', 'not supported', '[not supported]',
@@ -57,7 +57,10 @@ def parse_mib(value):
     number = float(match.group(1))
     unit = (match.group(2) or 'MiB').lower()
     factor = {'mib': 1.0, 'gib': 1024.0, 'kib': 1.0 / 1024, 'b': 1.0 / (1024 * 1024)}[unit]
-    return int(round(number * factor))
+    mib = number * factor
+    if not abs(mib) < 2 ** 53:   # an enormous (or infinite) figure is no reading of a GPU's memory
+        return None
+    return int(round(mib))
 
 
 def _header_key(cell):
@@ -77,8 +80,9 @@ def parse_query_csv(text, fields):
     present, is recognised and skipped; a message such as 'No devices were found' yields [].
     """
     rows = []
-    lines = [line for line in text.splitlines() if line.strip()]
-    for index, row in enumerate(csv.reader(lines, skipinitialspace=True)):
+    # A line csv refuses (a field past its limit, a NUL) is no row of nvidia-smi's: it is skipped, never raised.
+    lines = [line for line in text.splitlines() if line.strip() and len(line) <= 65536 and "\0" not in line]
+    for index, row in enumerate(_csv_rows(lines)):
         if index == 0 and row and _header_key(row[0]) == _header_key(fields[0]) \
                 and not re.match(r'^\d', row[0].strip()):
             continue
@@ -88,6 +92,14 @@ def parse_query_csv(text, fields):
         rows.append(dict((field, None if is_na(value) else value.strip())
                          for field, value in zip(fields, row)))
     return rows
+
+
+def _csv_rows(lines):
+    for line in lines:
+        try:
+            yield next(csv.reader([line], skipinitialspace=True), [])
+        except csv.Error:
+            continue
 
 
 def parse_gpus(text):
@@ -239,13 +251,13 @@ def parse_cgroup(text):
 def parse_docker_inspect(text):
     """``docker inspect`` JSON -> list of {id, name, image, running, pid, restart_policy}."""
     try:
-        data = json.loads(text)
+        data = _json.loads(text, "docker inspect's output")
     except ValueError:
         return []
     if isinstance(data, dict):
         data = [data]
     containers = []
-    for item in data or []:
+    for item in data if isinstance(data, list) else []:
         if not isinstance(item, dict):
             continue
         state = item.get('State') or {}

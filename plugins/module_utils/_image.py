@@ -15,6 +15,8 @@ import hashlib
 import json
 import re
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
+
 PROBE_MARK = "SPARKFLEET-IMAGE-PROBE "
 PROBE_FORMAT = 2
 
@@ -338,7 +340,7 @@ def same_image(a, b):
 
 def parse_inspect(stdout):
     """The list `docker image inspect` prints (JSON); raises ValueError on anything else."""
-    data = json.loads(stdout or "")
+    data = _json.loads(stdout or "", "docker image inspect's output")
     if not isinstance(data, list) or not all(isinstance(x, dict) for x in data):
         raise ValueError("docker image inspect did not print a list of images")
     return data

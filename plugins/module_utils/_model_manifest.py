@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 
+
 MANIFEST_PATH = "/var/lib/sparkfleet/model-manifest.json"
 SCRUB_PATH = "/var/lib/sparkfleet/model-scrub.json"
 VERSION = 1
@@ -138,7 +139,7 @@ def load(path):
     try:
         with open(path) as fh:
             data = json.load(fh)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):   # standard library only (it runs on the nodes): nested JSON too
         return None
     if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("files"), dict):
         return None

@@ -13,6 +13,7 @@ import json
 import math
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 
 # The probe program prints exactly one line starting with this marker, followed by JSON.
 # A marker (rather than "the whole stdout is JSON") survives Ray's own chatter on stdout.
@@ -265,7 +266,7 @@ def parse_probe_output(stdout):
     if doc is None:
         return None
     try:
-        return json.loads(doc)
+        return _json.loads(doc, "the probe's document")
     except ValueError:
         return None
 

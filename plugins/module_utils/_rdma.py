@@ -11,12 +11,12 @@ against fixture trees and captured command output.
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import re
 import stat
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._files import read_file
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 
 ACTIVE = "ACTIVE"
 ROCE_V2 = "RoCE v2"
@@ -88,7 +88,7 @@ def is_link_local(address):
 def parse_ip_addr_json(text):
     """Parse `ip -j addr show` into {ifname: {mtu, operstate, flags, ipv4: [{address, prefix}]}}."""
     try:
-        data = json.loads(text)
+        data = _json.loads(text)
     except ValueError as exc:
         raise ValueError("cannot parse `ip -j addr show` output as JSON: %s" % exc)
     if not isinstance(data, list):

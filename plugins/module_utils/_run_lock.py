@@ -8,9 +8,10 @@ Pure functions; the run_lock action plugin reads and writes the lock file on the
 
 from __future__ import annotations
 
-import json
 import shlex
 import time
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 
 # How often the holder refreshes the lock, as a share of the TTL it states: a few missed beats (a slow ssh, a busy
 # head) never make a live run look dead.
@@ -62,7 +63,7 @@ def holder_text(holder):
 def parse_lock(text):
     """The holder's record, or None when the text is not one (an empty or torn file counts as free)."""
     try:
-        data = json.loads(text or "")
+        data = _json.loads(text or "", "the lock file")
     except ValueError:
         return None
     if not isinstance(data, dict) or not data.get("token"):

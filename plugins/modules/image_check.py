@@ -158,6 +158,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import check_setting_names, render_text, setting_names_option
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import (
     LAUNCHER, LOADER_ADVICE, PROBE, PROBE_FORMAT, ProbeError, image_id_key, judge, parse_probe, summary)
 
@@ -201,12 +202,16 @@ def _model_architectures(module, path, required):
         module.warn("%s does not exist yet: the model's architectures are checked once it is there" % path)
         return []
     try:
-        with open(path) as handle:
-            archs = json.load(handle).get("architectures") or []
+        # bounded, and a FIFO or a device in the model directory is refused instead of blocking the step
+        archs = _json.load_file(path, limit=CONFIG_MAX_BYTES).get("architectures") or []
+        archs = archs if isinstance(archs, list) else [archs]
     except (OSError, ValueError, AttributeError) as exc:
         module.fail_json(msg="cannot read the architectures of %s: %s" % (path, exc), problems=[])
     return [str(a) for a in archs]
 
+
+# A model's config.json is a few KiB; one of more is not a model's config.
+CONFIG_MAX_BYTES = 16 * 1024 * 1024
 
 IMAGE_FIX = ("Set {image} to an image whose vLLM knows the model and every flag passed (Qwen3.5 needs vLLM >= 0.17.1 "
              "with Ray >= 2.52, e.g. hellohal2064/vllm-qwen3.5-gb10 or nvcr.io/nvidia/vllm:26.03-py3 and newer), or "

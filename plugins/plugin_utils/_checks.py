@@ -19,7 +19,7 @@ from ansible.module_utils.common.collections import is_string
 
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate import check_int
 
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def fail(where, problem):
@@ -29,7 +29,7 @@ def fail(where, problem):
 
 def whole_number(where, name, value, low=None, high=None):
     """``value`` as an int (``6``, ``"6"``, ``6.0``) within [low, high], or fail naming ``name``."""
-    number, problem = check_int(value, low, high)
+    number, problem = check_int(value, low, high, strict=False)
     if problem:
         fail(where, "%s %s, got %r" % (name, problem, value))
     return number
@@ -37,7 +37,7 @@ def whole_number(where, name, value, low=None, high=None):
 
 def port_number(where, name, value):
     """A TCP/UDP port number, 1-65535, read like ``whole_number``."""
-    number, problem = check_int(value)
+    number, problem = check_int(value, strict=False)
     if problem:
         fail(where, "%s must be a whole number from 1 to 65535; %r is not a port number" % (name, value))
     if not 1 <= number <= 65535:

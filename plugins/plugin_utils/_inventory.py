@@ -14,9 +14,71 @@ from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate import c
 # and roles use no others). A play's hosts pattern is fixed when the playbook is parsed, before any inventory
 # variable exists, so the names are not variables: name the inventory's groups like this.
 ALL_GROUP = "spark"
-_IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$")
+_IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}\Z")
 HEAD_GROUP = "spark_head"
 WORKER_GROUP = "spark_workers"
+# A node's inventory name reaches systemd units (the Ray guard's identity, the scrub's --node), shell words, paths on
+# the controller (reports, failure logs) and ssh: one conservative rule for all of them. Labels of letters, digits,
+# '-' and '_', joined by single dots, each starting and ending with a letter or digit; 63 characters at most.
+_NODE_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?)*\Z")
+NODE_NAME_MAX = 63
+# Ansible's own rule for group names (a group of ours holds only such names: the group of a node reaches group_vars
+# paths and patterns).
+_GROUP_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _why_not_a_name(name):
+    """Why a host name would change meaning in a unit, a shell word or a path, in words; None when it is fine."""
+    if not isinstance(name, str):
+        return "is not a string"
+    if not name:
+        return "is empty"
+    for bad, what in (("\n", "a newline (it would start a new directive in a systemd unit)"),
+                      ("\r", "a carriage return"), ("\0", "a NUL byte"),
+                      ("%", "'%' (systemd expands it as a specifier in a unit)"),
+                      ("$", "'$' (systemd and the shell expand it)"),
+                      ("/", "'/' (it would make a path on the controller leave its directory)")):
+        if bad in name:
+            return "holds %s" % what
+    if any(c.isspace() for c in name):
+        return "holds a blank (a unit's command line would split it into two words)"
+    if name.startswith("-"):
+        return "starts with '-' (ssh and the scripts would read it as an option)"
+    if len(name) > NODE_NAME_MAX:
+        return "is %d characters long, more than %d (a Linux host name's limit)" % (len(name), NODE_NAME_MAX)
+    if not _NODE_NAME_RE.match(name):
+        return ("holds a character other than ASCII letters, digits, '-', '_' and single dots between them"
+                " (quotes, ';', '@', ':' and the like mean something to a shell, ssh or a unit)")
+    return None
+
+
+def name_errors(groups, head_group=HEAD_GROUP, worker_group=WORKER_GROUP, all_group=ALL_GROUP):
+    """The problems with the names of the nodes (the hosts of our groups) and of the groups that hold them.
+
+    Checked before anything else: every other message, and every unit and path, carries these names.
+    Messages start with "inventory: " (the inventory check play selects them). Never raises on odd input.
+    """
+    errors = []
+    groups = groups if isinstance(groups, dict) else {}
+    nodes = []
+    for group in (all_group, head_group, worker_group):
+        members = groups.get(group)
+        for host in members if isinstance(members, (list, tuple)) else []:
+            if host not in nodes:
+                nodes.append(host)
+    for host in nodes:
+        why = _why_not_a_name(host)
+        if why:
+            errors.append("inventory: the host name %r %s; rename the host in the inventory to a plain host name such"
+                          " as spark-1 (letters, digits, '-', '_', '.') and set ansible_host to its address"
+                          % (host, why))
+    holding = [g for g, members in groups.items()
+               if isinstance(members, (list, tuple)) and any(host in nodes for host in members)]
+    for group in sorted(holding, key=str):
+        if not (isinstance(group, str) and _GROUP_NAME_RE.match(group)):
+            errors.append("inventory: the group name %r, which holds a node, is not a group name Ansible keeps as"
+                          " written (a letter or '_', then letters, digits and '_'); rename the group" % (group,))
+    return errors
 
 
 def _get(hostvars, host, name, default=None):
@@ -31,9 +93,13 @@ def inventory_errors(hostvars, groups, head_group=HEAD_GROUP, worker_group=WORKE
     """Return a list of human-readable problems with the inventory (empty when it is usable).
 
     Every message names the host and the variable, and says how to fix it. Never raises on odd input.
+    A node or group name that a unit, a shell or a path would read otherwise is refused first, and alone: every
+    other message (and every unit) would carry it.
     """
-    errors = []
     groups = groups if isinstance(groups, dict) else {}
+    errors = name_errors(groups, head_group, worker_group, all_group)
+    if errors:
+        return errors
     hostvars = hostvars if hostvars is not None else {}
     heads = list(groups.get(head_group) or [])
     workers = list(groups.get(worker_group) or [])

@@ -136,11 +136,11 @@ def pinned_flags(keys=()):
     return pinned
 
 
-_HUMAN_INT_RE = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT])$")
+_HUMAN_INT_RE = re.compile(r"^(\d+(?:\.\d+)?)([kmgtKMGT])\Z")
 _DECIMAL = {"k": 10 ** 3, "m": 10 ** 6, "g": 10 ** 9, "t": 10 ** 12}
 _BINARY = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
-_NEGATIVE_NUMBER_RE = re.compile(r"^-\d+$|^-\d*\.\d+$")
-_KEY_RE = re.compile(r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_NEGATIVE_NUMBER_RE = re.compile(r"^-\d+\Z|^-\d*\.\d+\Z")
+_KEY_RE = re.compile(r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
 # systemd rewrites these inside ExecStart even when quoted ($VAR, %specifier, C escapes); newline/NUL break any line.
 UNSAFE = (("\n", "a newline"), ("\r", "a carriage return"), ("\0", "a NUL byte"),
           ("$", "'$'"), ("%", "'%'"), ("\\", "a backslash"))
@@ -159,20 +159,77 @@ def unsafe_problem(text):
     return None
 
 
-def check_int(value, low=None, high=None, what="a whole number"):
-    """An integer (or a decimal string of one, ASCII digits and blanks only) within [low, high]."""
+# The largest number a consumer of ours carries whatever it is (a C int in ssh and systemd's parsers, bash's arithmetic
+# after a x1000, Python): 2^31 - 1. Time settings stop at a year (systemd time spans, `date +%s` + it in bash, a Python
+# deadline), counts at a million.
+INT_CARRIED_MAX = 2 ** 31 - 1
+SECONDS_MAX = 365 * 86400
+COUNT_MAX = 10 ** 6
+# The one spelling of a whole number that bash ($((...)): a leading 0 is octal), systemd, argparse and int() all read
+# alike: digits without blanks, sign or leading zeros (a minus for the checks that take negatives).
+_CAPS = {INT_CARRIED_MAX: "2^31 - 1, the largest number every consumer carries",
+         SECONDS_MAX: "a year: systemd's time spans, bash's arithmetic and the scripts' deadlines carry it",
+         COUNT_MAX: "a million"}
+_CANONICAL_INT_RE = re.compile(r"0|-?[1-9][0-9]*", re.ASCII)
+
+
+def check_int(value, low=None, high=None, what="a whole number", strict=True):
+    """An integer (or its plain decimal string: digits only, no blanks, sign or leading zeros) within [low, high].
+
+    The value returned is an int: the normalised value every consumer must read. A float, even 30.0, is refused: a
+    template would write it as "30.0", which bash's arithmetic and argparse's int refuse. Without a high bound the
+    number stops at INT_CARRIED_MAX.
+
+    strict=False is the filters' reading of values Jinja computed (6.0, " 6 "): every value the strict check accepts
+    it reads alike, and it sets no upper bound of its own.
+    """
     if isinstance(value, bool):
         return None, "must be %s, not a boolean" % what
-    # ASCII: Unicode's \s takes characters int() refuses (U+001F), its \d digits no one means here.
-    if is_string(value) and re.fullmatch(r"\s*[+-]?\d+\s*", value, re.ASCII):
-        value = int(value)
-    elif isinstance(value, float) and value.is_integer():
+    if not strict:
+        return _loose_int(value, low, high, what)
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e18:
+            return None, ("must be %s written without a decimal point (%d, not %r): the scripts that read it take"
+                          " whole numbers only" % (what, int(value), value))
+        return None, "must be %s, not %r" % (what, value)
+    if is_string(value):
+        if not _CANONICAL_INT_RE.fullmatch(value):
+            if re.fullmatch(r"\s*[+-]?\d+\s*", value, re.ASCII):
+                return None, ("must be %s written as plain digits (%s, not %r): blanks, a '+' or leading zeros are"
+                              " read differently by systemd, bash (a leading 0 is octal) and the scripts"
+                              % (what, int(value), value))
+            if len(value) > 40:
+                return None, "must be %s (got a string of %d characters)" % (what, len(value))
+            return None, "must be %s, not %r" % (what, value)
+        if len(value) > 20:
+            return None, "must be %s of at most 20 digits" % what
         value = int(value)
     if not isinstance(value, int):
+        return None, "must be %s" % what
+    cap = _CAPS.get(INT_CARRIED_MAX if high is None else high)
+    high = INT_CARRIED_MAX if high is None else high
+    if low is not None and value < low or value > high:
+        if cap is None and low is not None:
+            return None, "must be between %d and %d" % (low, high)
+        if value > high:
+            return None, "must be at most %d (%s)" % (high, cap or "its upper bound")
+        return None, "must be at least %d" % low
+    return value, None
+
+
+def _loose_int(value, low, high, what):
+    # ASCII: Unicode's \s takes characters int() refuses (U+001F), its \d digits no one means here.
+    if is_string(value) and re.fullmatch(r"\s*[+-]?\d+\s*", value, re.ASCII) and len(value.strip()) <= 40:
+        value = int(value)
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
         return None, "must be %s" % what
     if low is not None and value < low or high is not None and value > high:
         if high is None:
             return None, "must be at least %d" % low
+        if low is None:
+            return None, "must be at most %d" % high
         return None, "must be between %d and %d" % (low, high)
     return value, None
 
@@ -189,11 +246,11 @@ def check_port(value):
 
 
 def check_seconds(value):
-    return check_int(value, 1, None, "a whole number of seconds")
+    return check_int(value, 1, SECONDS_MAX, "a whole number of seconds")
 
 
 def check_count(value):
-    return check_int(value, 1, None, "a whole number")
+    return check_int(value, 1, COUNT_MAX, "a whole number")
 
 
 def _number(value, what):
@@ -235,7 +292,7 @@ def parse_human_int(value):
         if "." in number:
             raise ValueError("decimals with a binary suffix")
         return int(number) * _BINARY[suffix]
-    if not re.match(r"^\d+$", s):
+    if not re.match(r"^\d+\Z", s):
         raise ValueError(s)
     return int(s)
 
@@ -256,6 +313,8 @@ def check_max_model_len(value):
         return None, "must be a positive integer or a size like '32k'"
     if n < 1:
         return None, "must be positive"
+    if n > INT_CARRIED_MAX:
+        return None, "must be at most %d tokens (2^31 - 1, the largest number every consumer carries)" % INT_CARRIED_MAX
     return value, None
 
 
@@ -320,8 +379,8 @@ def check_model_dir(value):
     return normal_path(value), None
 
 
-_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-                          r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$")
+_HOSTNAME_RE = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                          r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?\Z")
 
 
 def is_host_name(value):
@@ -432,7 +491,7 @@ def env_problems(value, allow_unsafe=()):
     allowed = set(n for n in allow_unsafe if is_string(n)) if isinstance(allow_unsafe, (list, tuple, set)) else set()
     problems = []
     for name in sorted(value, key=str):
-        if not is_string(name) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+        if not is_string(name) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", name):
             problems.append("has %r, which is not an environment variable name" % (name,))
             continue
         fix = OWNED_ENV.get(name) or next((f for p, f in OWNED_ENV_PREFIXES if name.startswith(p)), None)
@@ -469,8 +528,8 @@ def check_env(value, allow_unsafe=()):
     return ({} if value is None else value), None
 
 
-_UNIT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]*$")
-_CONTAINER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]+$")
+_UNIT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]*\Z")
+_CONTAINER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]+\Z")
 # NCCL_DEBUG's levels (NCCL reads them without regard to case); empty turns NCCL's log off.
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
@@ -549,7 +608,7 @@ def check_known_hosts(value):
     """An ssh known-hosts file: under the sync user's ~/.ssh (ssh expands ~ on each hop) or a written file."""
     if is_string(value) and value.startswith("~/"):
         rest = value[2:]
-        if not re.match(r"^\.ssh/[A-Za-z0-9._+@-]+$", rest) or rest in SSH_OWN_FILES:
+        if not re.match(r"^\.ssh/[A-Za-z0-9._+@-]+\Z", rest) or rest in SSH_OWN_FILES:
             return None, ("must be ~/.ssh/<file of its own> (e.g. ~/.ssh/sparkfleet_known_hosts) or an absolute path;"
                           " never ssh's own files (%s)" % ", ".join(sorted(SSH_OWN_FILES)))
         name = rest.split("/", 1)[1]
@@ -950,7 +1009,7 @@ SERVING_CHECKS = {
     "vllm_serve_ready_timeout": check_seconds,
     "vllm_serve_stall_timeout": check_seconds,
     "vllm_serve_poll_interval": check_seconds,
-    "vllm_serve_restart_sec": lambda v: check_int(v, 0, None, "a whole number of seconds"),
+    "vllm_serve_restart_sec": lambda v: check_int(v, 0, SECONDS_MAX, "a whole number of seconds"),
     "vllm_serve_restart_max_delay": check_seconds,
     "vllm_serve_liveness": check_bool,
     "vllm_serve_liveness_interval": check_seconds,
@@ -1047,8 +1106,8 @@ def serving_errors(settings, host="head", template_errors=None, gpus=None):
 
 # ---------------------------------------------------------------- every role's variables (preflight)
 
-def check_whole(low, what="a whole number"):
-    return lambda v: check_int(v, low, None, what)
+def check_whole(low, what="a whole number", high=None):
+    return lambda v: check_int(v, low, high, what)
 
 
 def check_choice(*choices):
@@ -1060,26 +1119,29 @@ def check_choice(*choices):
 
 
 # A systemd OnCalendar= expression (weekly, Sun *-*-* 03:00:00, *-*-01 04:00): what its grammar may hold, no more.
-_CALENDAR_RE = re.compile(r"^[A-Za-z0-9*:,./~ -]{1,120}$")
+_CALENDAR_RE = re.compile(r"^[A-Za-z0-9*:,./~ -]{1,120}\Z")
 
 
 def check_calendar(value):
     """'' (off) or a systemd calendar expression for a timer's OnCalendar=."""
     if value is None or value == "":
         return "", None
+    if is_string(value) and value.strip() and value != value.strip():
+        # the timer's unit is written with the value as given: a newline there ends OnCalendar= early
+        return None, "must not begin or end with a blank or a newline (%r)" % value.strip()
     if not is_string(value) or not _CALENDAR_RE.match(value.strip()) or not value.strip():
         return None, ("must be '' (off) or a systemd calendar expression such as weekly, daily or 'Sun *-*-* 03:00:00'"
                       " (letters, digits, spaces and * : , . / ~ - only); `systemd-analyze calendar` checks one")
     return value.strip(), None
 
 
-_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}$")
-_USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
-_MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
-_GLOB_RE = re.compile(r"^[A-Za-z0-9_.@:*?\[\]-]+$")
-_TABLE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
-_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-_LOAD_COMMAND_RE = re.compile(r"^[A-Za-z0-9/][A-Za-z0-9 ._/=-]*$")   # a program by name or by its path
+_IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,511}\Z")
+_USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
+_MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?\Z")
+_GLOB_RE = re.compile(r"^[A-Za-z0-9_.@:*?\[\]-]+\Z")
+_TABLE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}\Z")
+_VAR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+_LOAD_COMMAND_RE = re.compile(r"^[A-Za-z0-9/][A-Za-z0-9 ._/=-]*\Z")   # a program by name or by its path
 
 
 def check_image(value):
@@ -1160,7 +1222,7 @@ def check_text(value):
 
 def check_url(value):
     """An http(s) URL whose host is an IP address ([v6] bracketed) or a host name."""
-    m = re.match(r"^https?://(\[[0-9A-Fa-f:.]+\]|[^/:?#\[\]]+)(:\d{1,5})?(/[^\s]*)?$", value) if is_string(value) else None
+    m = re.match(r"^https?://(\[[0-9A-Fa-f:.]+\]|[^/:?#\[\]]+)(:\d{1,5})?(/[^\s]*)?\Z", value) if is_string(value) else None
     host = m.group(1).strip("[]") if m else None
     if not m or not is_host_name(host) or (m.group(2) and not 1 <= int(m.group(2)[1:]) <= 65535):
         return None, "must be an http:// or https:// URL such as http://10.1.230.180:30000"
@@ -1220,7 +1282,7 @@ def check_ansible_version(value):
 
 
 def check_optional_count(value):
-    return (None, None) if value is None or value == "" else check_int(value, 1, None, "a whole number")
+    return (None, None) if value is None or value == "" else check_int(value, 1, COUNT_MAX, "a whole number")
 
 
 ROLE_CHECKS = {
@@ -1311,15 +1373,15 @@ ROLE_CHECKS = {
     "ray_cluster_join_timeout": check_seconds,
     "ray_cluster_probe_object_mb": check_count,
     "ray_cluster_probe_timeout": check_seconds,
-    "ray_cluster_restart_sec": check_whole(0, "a whole number of seconds"),
+    "ray_cluster_restart_sec": check_whole(0, "a whole number of seconds", SECONDS_MAX),
     "ray_cluster_restart_max_delay": check_seconds,
     "ray_cluster_gcs_wait_timeout": check_seconds,
     "ray_cluster_watchdog": check_bool,
     "ray_cluster_watchdog_interval": check_seconds,
-    "ray_cluster_watchdog_grace": check_whole(0, "a whole number of seconds"),
+    "ray_cluster_watchdog_grace": check_whole(0, "a whole number of seconds", SECONDS_MAX),
     "ray_cluster_watchdog_checks": check_count,
-    "ray_cluster_watchdog_pg_stuck": check_whole(0, "a whole number of seconds (0: off)"),
-    "ray_cluster_watchdog_pg_stuck_leak": check_whole(0, "a whole number of seconds (0: off)"),
+    "ray_cluster_watchdog_pg_stuck": check_whole(0, "a whole number of seconds (0: off)", SECONDS_MAX),
+    "ray_cluster_watchdog_pg_stuck_leak": check_whole(0, "a whole number of seconds (0: off)", SECONDS_MAX),
     "ray_cluster_firewall": check_bool,
     "ray_cluster_firewall_allow": None,
     "ray_cluster_firewall_table": check_nft_table,
@@ -1335,7 +1397,7 @@ ROLE_CHECKS = {
     "healthcheck_max_tokens": check_count,
     "healthcheck_timeout": check_seconds,
     "healthcheck_status_timeout": check_seconds,
-    "healthcheck_throughput_tokens": check_whole(0, "a number of tokens (0 turns the probe off)"),
+    "healthcheck_throughput_tokens": check_whole(0, "a number of tokens (0 turns the probe off)", COUNT_MAX),
     "healthcheck_ray_object_mb": check_count,
     "healthcheck_allow_tcp_fallback": check_bool,
     "healthcheck_tool_call": check_bool,

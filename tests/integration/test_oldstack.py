@@ -26,6 +26,7 @@ OLD_IMAGE = "sparklab/vllm-node:glm47-flash-2025.11"
 OLD_UNITS = {"spark-1": ["vllm-cluster", "vllm-embeddings", "vllm-reranker", "vllm-proxy"]}
 OLD_CONTAINERS = {"spark-1": ["vllm_node", "vllm_embeddings", "reranker"]}
 GUARD = "/usr/local/sbin/sparkfleet-ray-guard"
+MUST = "/usr/local/sbin/sparkfleet-must"   # the units run every check through it (issue 40.4)
 IDENTITY = "sparkfleet:spark-1@10.99.1.11:6379"
 
 
@@ -199,9 +200,9 @@ def test_a_worker_joins_only_a_ray_head_that_carries_our_identity(lab, serving, 
         assert lab.host_exec(HEAD, GUARD, "port", "6391").returncode == 0
         # the units carry the checks: the worker's before it joins, the head's before it starts
         unit = lab.host_exec(worker, "systemctl", "cat", "sparkfleet-ray").stdout
-        assert "ExecStartPre=%s check " % GUARD in unit and "ExecStartPost=%s joined " % GUARD in unit
+        assert "ExecStartPre=%s %s check " % (MUST, GUARD) in unit and "ExecStartPost=%s %s joined " % (MUST, GUARD) in unit
         unit = lab.host_exec(HEAD, "systemctl", "cat", "sparkfleet-ray").stdout
-        assert "ExecStartPre=%s port 6379" % GUARD in unit and "ExecStartPost=%s mark " % GUARD in unit
+        assert "ExecStartPre=%s %s port 6379" % (MUST, GUARD) in unit and "ExecStartPost=%s %s mark " % (MUST, GUARD) in unit
     finally:
         lab.host_exec(HEAD, "docker", "rm", "-f", "foreign_ray", timeout=120)
 

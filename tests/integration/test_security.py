@@ -127,7 +127,7 @@ def test_the_firewall_is_our_own_table_and_leaves_the_others_alone(lab, deployed
         # the lab's own egress guard stands in for the user's rules: still there, next to ours
         assert "table %s" % TABLE in tables and "table inet sfl_egress" in tables, (host, tables)
         unit = lab.host_exec(host, "cat", "/etc/systemd/system/sparkfleet-ray.service").stdout
-        assert "ExecStartPre=/usr/sbin/nft -f /etc/sparkfleet/ray-firewall.nft" in unit
+        assert "ExecStartPre=/usr/local/sbin/sparkfleet-must /usr/sbin/nft -f /etc/sparkfleet/ray-firewall.nft" in unit
         assert "--node-manager-port 6380" in unit and "--min-worker-port 10002" in unit
 
 

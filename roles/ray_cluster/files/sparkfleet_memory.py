@@ -240,7 +240,7 @@ def load_json(path, default=None):
         with open(path) as fh:
             value = json.load(fh)
         return value if isinstance(value, dict) else default
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return default
 
 

@@ -159,9 +159,10 @@ def state_path(unit):
 def load_state(unit):
     try:
         with open(state_path(unit)) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
+            state = json.load(fh)
+    except (OSError, ValueError, RecursionError):
         return {}
+    return state if isinstance(state, dict) else {}
 
 
 def save_state(unit, state):
@@ -238,9 +239,12 @@ def gcs_nodes(container, address, timeout, ops=None):
     for line in reversed(out.splitlines()):
         if line.startswith("{"):
             try:
-                return json.loads(line)
-            except ValueError:
+                answer = json.loads(line)
+            except (ValueError, RecursionError):
                 break
+            if isinstance(answer, dict):
+                return answer
+            break
     return {"ok": False, "error": "the check did not run in %s (rc %d): %s" % (container, rc, err.strip()[-200:])}
 
 
@@ -553,10 +557,14 @@ def cluster_memory(a, ops=None):
     reports = {}
     for key, text in (gcs.get("kv") or {}).items():
         if key.startswith("memory:"):
+            # another node's report: nested past the parser's depth or not an object, it is no report (never a crash
+            # of the head's gate or watchdog, which would keep the engine from starting)
             try:
-                reports[key[len("memory:"):]] = json.loads(text)
-            except ValueError:
+                report = json.loads(text)
+            except (ValueError, RecursionError, TypeError):
                 continue
+            if isinstance(report, dict):
+                reports[key[len("memory:"):]] = report
     reports[head_ip] = head
     return nodes, reports, gcs
 

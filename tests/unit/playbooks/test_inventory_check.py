@@ -82,3 +82,21 @@ def test_a_good_inventory_passes_the_check_once(tmp_path):
     rc, out = _play(inv, tmp_path / "twice.yml", tmp_path)
     assert rc == 0, out[-2000:]
     assert "localhost : ok=2 changed=0 unreachable=0 failed=0 skipped=4" in out, out[-2000:]
+
+
+@pytest.mark.bad_input(name="a node's inventory name that a unit, a script or a path would read otherwise",
+                       expected="every playbook stops in its first play (on the controller), naming the host and why")
+@pytest.mark.parametrize("host, why", [
+    pytest.param("spark%n", "holds '%' (systemd expands it as a specifier in a unit)", id="spark%n"),
+    pytest.param("spark 1", "holds a blank", id="spark 1"),
+    pytest.param("spark;reboot", "holds a character other than ASCII letters", id="spark;reboot"),
+])
+def test_a_node_name_a_unit_would_read_otherwise_stops_every_playbook(tmp_path, host, why, observe):
+    def layout(h):
+        return {"spark": {"children": {"spark_head": {"hosts": {host: h}}, "spark_workers": {"hosts": {}}}}}
+    rc, out = _play(_inventory(tmp_path, layout), "playbooks/status.yml", tmp_path)
+    assert rc != 0, out[-2000:]
+    message = "inventory: the host name %r %s" % (host, why)
+    assert message in out, out[-2000:]
+    assert "rename the host in the inventory" in out
+    observe(out[out.index(message):][:300])

@@ -676,3 +676,18 @@ def test_an_engine_that_answers_404_to_the_name_is_never_restarted(wd, monkeypat
     for _check in range(4):
         wd.check_vllm(a)
     assert node.restarts() == []
+
+
+@pytest.mark.bad_input(name="a node's memory report in the head's GCS nested past the parser's depth, or not an object",
+                       expected="that node has no report (the gate waits for a fresh one); the head's check never crashes")
+def test_a_hostile_memory_report_is_no_report_and_no_crash(wd, monkeypatch, observe):
+    kv = {"memory:192.168.200.13": "[" * 100000, "memory:192.168.200.14": "[1, 2]",
+          "memory:192.168.200.15": json.dumps({"used": 1})}
+    monkeypatch.setattr(wd, "gcs_nodes", lambda c, a, t, ops=None: {"ok": True, "kv": kv})
+    monkeypatch.setattr(wd, "engine_ranks", lambda container: [])
+    monkeypatch.setattr(wd, "memory_report", lambda ip, model_dir, ranks: {"used": 0})
+    a = types.SimpleNamespace(node=["spark-1=192.168.200.12", "spark-2=192.168.200.13"], ray_container="sparkfleet-ray",
+                              address="192.168.200.12:6379", gcs_timeout=5, model_dir="")
+    _nodes, reports, _gcs = wd.cluster_memory(a)
+    assert set(reports) == {"192.168.200.12", "192.168.200.15"}, reports
+    observe("reports kept: %s (the nested and the list dropped)" % ", ".join(sorted(reports)))

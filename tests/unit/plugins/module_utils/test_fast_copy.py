@@ -523,3 +523,25 @@ def test_a_process_that_exits_says_why_even_when_its_stderr_is_read_late(monkeyp
     assert proc.line(30) is None
     assert proc.close(10) == 2
     assert "no address to listen on (not run through ssh)" in proc.err_tail()
+
+
+@pytest.mark.bad_input(name="idle connections from many fabric addresses filling the receiver's handshake slots",
+                       expected="the real sender still gets in: the oldest unauthenticated peer makes room for it")
+def test_idle_peers_from_many_addresses_never_keep_the_real_sender_out(tmp_path, model, observe):
+    """Issue 40.6: the bound per address (8) and in all (64 + streams) let 9 addresses x 8 idle connections fill
+    every handshake slot for 10 s at a time; the real sender was hung up on. Now the oldest peer still in its handshake
+    is dropped for a new one, so holding slots takes a stream of fresh connections faster than a handshake's RTT."""
+    src, blobs, files = model
+    recv = Receiver(tmp_path / "dest", files, streams=2, timeout=20, hash=True)
+    port = recv.first["port"]
+    idle = [_from("127.0.0.%d" % host, port) for host in range(2, 12) for _i in range(8)]   # 80 > 64 + 2
+    try:
+        sent = send(src, recv.first, fast_bins([(f[0], f[1]) for f in files], {}, 2), hash=True)
+        res = recv.result()
+    finally:
+        for sock in idle:
+            sock.close()
+    assert sent["errors"] == [], sent
+    assert res["ok"] == sorted(blobs) and res["failed"] == {}, res
+    observe("80 idle connections from 10 addresses open; the sender's 2 streams got in, %d files received"
+            % len(res["ok"]))

@@ -96,3 +96,51 @@ def test_plays_and_roles_use_only_the_fixed_group_names():
             seen.add(group)
         assert "groups[preflight_" not in text, path
     assert seen == names
+
+
+# Issue 40.1: a node's name reaches the Ray guard's identity and the scrub unit's --node (ExecStart lines run as root),
+# the controller's report and failure-log paths, and ssh. One rule, checked before every other.
+@pytest.mark.bad_input(name="a node name a unit, a script or a path would read otherwise (inventory_errors)",
+                       expected="refused first and alone, naming the host and why, before any other check")
+@pytest.mark.parametrize("host, why", [
+    pytest.param("spark-1\nExecStartPre=/bin/sh", "holds a newline", id="newline"),
+    pytest.param("spark%H", "holds '%'", id="percent"),
+    pytest.param("spark 1", "holds a blank", id="blank"),
+    pytest.param("spark\t1", "holds a blank", id="tab"),
+    pytest.param("spark\x001", "holds a NUL byte", id="NUL"),
+    pytest.param("spark'1", "holds a character other than ASCII letters", id="quote"),
+    pytest.param("-oProxyCommand=x", "starts with '-'", id="option"),
+    pytest.param("../../etc", "holds '/'", id="path"),
+    pytest.param("spark$HOME", "holds '$'", id="dollar"),
+    pytest.param("s" * 64, "is 64 characters long, more than 63", id="64 characters"),
+    pytest.param("spärk", "holds a character other than ASCII letters", id="non-ASCII"),
+    pytest.param("spark..1", "holds a character other than ASCII letters", id="double dot"),
+    pytest.param("", "is empty", id="empty"),
+])
+def test_a_node_name_that_changes_meaning_is_refused_first(host, why, observe):
+    hv = sparks()
+    hv[host] = hv.pop("spark-2")
+    hv[host]["sparkfleet_fabric_ip"] = "10.9.9.9"   # also outside the subnet: only the name is reported
+    groups = {"spark_head": ["spark-1"], "spark_workers": [host], "spark": ["spark-1", host]}
+    errors = inventory_errors(hv, groups)
+    assert errors == ["inventory: the host name %r %s" % (host, errors[0].split(" %r " % host, 1)[1])], errors
+    assert errors[0].startswith("inventory: the host name %r %s" % (host, why)), errors
+    assert "rename the host in the inventory" in errors[0]
+    observe(errors[0])
+
+
+@pytest.mark.parametrize("host", ["spark-1", "spark_2", "10.1.230.180", "spark-1.lab.example.com", "s" * 63, "GB10-A"])
+def test_plain_node_names_pass(host):
+    hv = sparks()
+    hv[host] = hv.pop("spark-1")
+    assert inventory_errors(hv, {"spark_head": [host], "spark_workers": ["spark-2"], "spark": [host, "spark-2"]}) == []
+
+
+@pytest.mark.bad_input(name="a group holding a node, named so Ansible changes it (inventory_errors)",
+                       expected="refused, naming the group")
+def test_a_group_of_a_node_with_a_name_ansible_would_change_is_refused(observe):
+    groups = dict(GROUPS, **{"dgx-sparks": ["spark-1"], "other-things": ["printer"]})
+    errors = inventory_errors(sparks(), groups)
+    assert errors == ["inventory: the group name 'dgx-sparks', which holds a node, is not a group name Ansible keeps"
+                      " as written (a letter or '_', then letters, digits and '_'); rename the group"], errors
+    observe(errors[0])

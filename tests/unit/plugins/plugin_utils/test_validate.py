@@ -8,7 +8,6 @@ refused as pinned.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 
 import pytest
@@ -58,17 +57,21 @@ def _is_int(x):
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _plain_int(value):
+    """The int a value is when every consumer reads it alike (issue 40.2): an int, or its plain digits (no blanks,
+    sign, leading zeros or decimal point); None otherwise."""
+    if _is_int(value):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"0|-?[1-9][0-9]*", value, re.ASCII):
+        return int(value)
+    return None
+
+
 @PROPS
 @given(value=st.integers() | st.floats() | st.text(max_size=8) | st.booleans() | st.none())
 def test_port_domain(value):
     ok = v.check_port(value)[1] is None
-    as_int = None
-    if _is_int(value):
-        as_int = value
-    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        as_int = int(value)
-    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value, re.ASCII):
-        as_int = int(value)
+    as_int = _plain_int(value)
     assert ok == (as_int is not None and 1 <= as_int <= 65535)
 
 
@@ -76,18 +79,14 @@ def test_port_domain(value):
 @given(name=st.sampled_from(["vllm_serve_tensor_parallel_size", "vllm_serve_pipeline_parallel_size",
                              "vllm_serve_engine_ready_timeout", "vllm_serve_ready_timeout", "vllm_serve_liveness_failures",
                              "vllm_serve_memory_gate_timeout", "vllm_serve_escalate_after", "vllm_serve_escalate_window"]),
-       value=st.integers(-3, 10 ** 6) | st.text(max_size=5) | st.booleans() | st.floats(-2, 9))
+       value=st.integers(-3, 10 ** 11) | st.text(max_size=5) | st.booleans() | st.floats(-2, 9))
 def test_positive_whole_number_domain(name, value):
     ok = v.SERVING_CHECKS[name](value)[1] is None
-    if _is_int(value):
-        expected = value >= 1
-    elif isinstance(value, float):
-        expected = value.is_integer() and value >= 1
-    elif isinstance(value, str):
-        expected = bool(re.fullmatch(r"\s*[+-]?\d+\s*", value, re.ASCII)) and int(value) >= 1
-    else:
-        expected = False
-    assert ok == expected
+    as_int = _plain_int(value)
+    high = {"vllm_serve_liveness_failures": v.COUNT_MAX, "vllm_serve_escalate_after": v.COUNT_MAX,
+            "vllm_serve_tensor_parallel_size": v.INT_CARRIED_MAX,
+            "vllm_serve_pipeline_parallel_size": v.INT_CARRIED_MAX}.get(name, v.SECONDS_MAX)
+    assert ok == (as_int is not None and 1 <= as_int <= high)
 
 
 @PROPS
@@ -119,14 +118,14 @@ def test_gpu_memory_utilization_domain(value):
 def test_max_model_len_domain(value):
     ok = v.check_max_model_len(value)[1] is None
     if _is_int(value):
-        assert ok == (value >= 1)
+        assert ok == (1 <= value <= v.INT_CARRIED_MAX)   # issue 40.2: bounded
         return
     m = re.fullmatch(r"(\d+)(\.\d+)?([kmgtKMGT]?)", value.strip())
     if not m or (m.group(2) and not m.group(3)) or (m.group(2) and m.group(3).isupper()):
         assert not ok
         return
     mult = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
-    assert ok == (int(float(m.group(1) + (m.group(2) or "")) * mult[m.group(3)]) >= 1)
+    assert ok == (1 <= int(float(m.group(1) + (m.group(2) or "")) * mult[m.group(3)]) <= v.INT_CARRIED_MAX)
 
 
 @pytest.mark.parametrize("value, ok", [
