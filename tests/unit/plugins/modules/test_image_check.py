@@ -125,8 +125,7 @@ def test_image_without_a_probe_answer(run_module, docker, monkeypatch, tmp_path)
     assert r["failed"] is True and "printed no probe answer" in r["msg"]
 
 
-def test_an_image_whose_python3_on_path_has_no_ray_fails_naming_the_interpreter_and_who_runs_it(run_module, docker,
-                                                                                                  monkeypatch):
+def test_a_python3_on_path_without_ray_fails_naming_the_interpreter_and_who_runs_it(run_module, docker, monkeypatch):
     """labctl break path-python, captured: vLLM's own interpreter has vLLM and Ray, the first python3 on PATH (what our
     GPU wait, Ray guard and watchdog run with docker exec) is Debian's without Ray."""
     monkeypatch.setenv("FAKE_PROBE", os.path.join(FIX, "standin-0.17.1-pathpython.out"))
