@@ -32,7 +32,11 @@ case ${SPARKLAB_NAME:-sfl} in sfl) TAG_FILE=$SHARE/runtime-image.txt ;; *) TAG_F
 MIRROR=${SPARKLAB_MIRROR:-http://deb.debian.org/debian}
 TORCH_WHEEL=${SPARKLAB_TORCH_WHEEL:-$(find /opt/wheels -maxdepth 1 -name 'torch-2.13.0+cpu-cp311-*.whl' 2>/dev/null | sort | head -1)}
 BASE_PKGS=python3,python3-venv,iproute2,procps,ca-certificates,tini
-PIP_PKGS=("ray[default]==2.60.0" "numpy==2.4.6")
+# Ray: the lab's one Ray variable (lab/ray-version, the Sparks' image's Ray; SPARKLAB_RAY_VERSION overrides it). The
+# venv layer's hash carries it, so an image of another Ray is never reused as this one.
+RAY_VERSION=${SPARKLAB_RAY_VERSION:-$(tr -d '[:space:]' <"$REPO/lab/ray-version")}
+[[ $RAY_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "build.sh: bad Ray version '$RAY_VERSION' (lab/ray-version)" >&2; exit 2; }
+PIP_PKGS=("ray[default]==$RAY_VERSION" "numpy==2.4.6")
 
 log() { printf '%s build.sh: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -107,6 +111,8 @@ if [ ! -f "$VROOT.done" ]; then
     die "a CUDA package slipped into the venv: $("${CH[@]}" /opt/venv/bin/pip list | grep -iE '^(nvidia-|triton)' | tr '\n' ' ')"
   fi
   "${CH[@]}" /opt/venv/bin/python -c 'import torch, ray, numpy; assert torch.__version__.endswith("+cpu"), torch.__version__'
+  "${CH[@]}" /opt/venv/bin/python -c 'import sys, ray; sys.exit(ray.__version__ != sys.argv[1] and "ray " + ray.__version__)' \
+    "$RAY_VERSION"
   umount "$VROOT/proc"; MOUNTED=()
   # Trim what a CPU runtime never reads: C++ headers and tests of torch, pip caches. Bytecode stays: every
   # `docker run --rm` starts from the image, and recompiling ray+torch on each start costs seconds.

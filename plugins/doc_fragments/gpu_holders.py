@@ -82,4 +82,15 @@ options:
       - When false, M(sparkfleet.vllm.gpu_holders) names each in its C(blocking) result (its C(fail_on_foreign)
         fails on them) and M(sparkfleet.vllm.gpu_release) fails naming them before it changes anything.
     type: bool
-    default: false"""
+    default: false
+  system:
+    description:
+      - Names or shell patterns of the services a DGX OS install runs that may open the GPU or hold its memory
+        (driver persistence, DCGM, NVSM, the DGX Dashboard, the power daemon, the desktop's display stack).
+      - Such a holder is protected (never stopped, not even with O(stop_foreign)) unless O(stale_units) or
+        O(stale_containers) name its unit or container; a command-line pattern of O(stale_commands) never stops
+        it. M(sparkfleet.vllm.gpu_holders) names each one left running, with how to have it stopped.
+    type: list
+    elements: str
+    default: [nvidia-persistenced, nvidia-fabricmanager, nvidia-dcgm, dcgm*, nv-hostengine, nvsm*, dgx-dashboard*,
+              nvidia-powerd, gdm*, display-manager, Xorg, Xwayland, gnome-shell, gnome-remote-desktop]"""

@@ -16,7 +16,7 @@ options:
         C({"gpu_memory_utilization": "vllm_serve_gpu_memory_utilization"}) so a hint names the caller''s variable.
         A setting not given is named by its vLLM flag, environment variable, option or action (C(--gpu-memory-utilization)).'
       - 'The settings: C(allow_tcp_fallback), C(api_key), C(cleanup_commands), C(cleanup_containers), C(cleanup_foreign), C(cleanup_protect),
-        C(cleanup_units), C(container_rdma), C(engine_ready_timeout), C(fabric_interface), C(fabric_ip),
+        C(cleanup_system), C(cleanup_units), C(container_rdma), C(engine_ready_timeout), C(fabric_interface), C(fabric_ip),
         C(fabric_mtu), C(gpu_cleanup), C(gpu_memory_utilization), C(gpus_per_node), C(image), C(images),
         C(max_model_len), C(max_num_seqs), C(model), C(model_dir), C(model_sync), C(model_sync_checksum),
         C(model_sync_verify), C(nccl_debug), C(pipeline_parallel_size), C(port), C(ray_auth_token),

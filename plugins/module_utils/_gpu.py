@@ -365,13 +365,31 @@ def command_matches(holder, patterns):
     return any(fnmatch.fnmatchcase(text, pattern) for text in texts for pattern in patterns or [])
 
 
-def classify(holder, ours, protect):
-    """Return 'ours', 'protected' or None for a holder dict (unit/container/process name)."""
+def system_service(holder, system, named=()):
+    """Whether a holder is a DGX OS system service (``system``) that the inventory did not name for stopping: its unit
+    or container matches none of ``named`` (the stale unit and container patterns). Only a name the inventory gives
+    stops one; a command-line pattern or stop_foreign never does."""
+    if not _matches_holder(holder, system):
+        return False
+    container = holder.get('container') or {}
+    return not any(name_matches(n, named) for n in (holder.get('unit'), holder.get('user_unit'), container.get('name')))
+
+
+def classify(holder, ours, protect, system=(), named=()):
+    """Return 'ours', 'protected' or None for a holder dict (unit/container/process name). A DGX OS system service
+    (``system``) is protected unless its unit or container is in ``named`` (``system_service``)."""
     if _matches_holder(holder, ours):
         return 'ours'
-    if _matches_holder(holder, protect):
+    if _matches_holder(holder, protect) or system_service(holder, system, named):
         return 'protected'
     return None
+
+
+def protected_by(holder, protect, system=(), named=()):
+    """Why a protected holder is left: 'protect' (the operator's list) or 'system' (a DGX OS system service)."""
+    if _matches_holder(holder, protect):
+        return 'protect'
+    return 'system' if system_service(holder, system, named) else None
 
 
 # ---- /proc readers (I/O, but no commands) ----
@@ -529,6 +547,15 @@ DEFAULT_STALE_CONTAINERS = ['vllm_node', 'vllm_embeddings', 'reranker']
 DEFAULT_STALE_COMMANDS = ['VLLM::*', '*vllm serve*', '*vllm.entrypoints*', 'ray::*', 'raylet', 'gcs_server',
                           '*/ray/_private/workers/default_worker.py*', 'sglang::*', '*sglang.launch_server*']
 
+# Services a DGX OS install runs that may open the GPU (/dev/nvidia*) or hold its memory: the driver's persistence
+# daemon, NVIDIA's DCGM and its host engine, NVSM (DGX system management), the DGX Dashboard (a web UI on port 11000,
+# inside Ray's default worker port range), the power daemon, and the desktop's display stack (GNOME on Xorg or
+# Wayland). Sources: README "GPU cleanup and DGX OS services". Left running unless the inventory names one in
+# stale_units or stale_containers; stop_foreign and the stale command patterns never stop them.
+DEFAULT_SYSTEM = ['nvidia-persistenced', 'nvidia-fabricmanager', 'nvidia-dcgm', 'dcgm*', 'nv-hostengine', 'nvsm*',
+                  'dgx-dashboard*', 'nvidia-powerd', 'gdm*', 'display-manager', 'Xorg', 'Xwayland', 'gnome-shell',
+                  'gnome-remote-desktop']
+
 COMMON_ARGSPEC = dict(
     nvidia_smi=dict(type='str', default='auto', choices=['auto', 'required', 'skip']),
     device_glob=dict(type='str', default='/dev/nvidia[0-9]*'),
@@ -538,6 +565,7 @@ COMMON_ARGSPEC = dict(
     stale_containers=dict(type='list', elements='str', default=DEFAULT_STALE_CONTAINERS),
     stale_commands=dict(type='list', elements='str', default=DEFAULT_STALE_COMMANDS),
     stop_foreign=dict(type='bool', default=False),
+    system=dict(type='list', elements='str', default=DEFAULT_SYSTEM),
 )
 
 
@@ -661,8 +689,11 @@ class GpuScanner(object):
                                                'image': None, 'running': True, 'pid': None}
                 holder['container'] = dict((k, cont.get(k)) for k in
                                            ('id', 'name', 'image', 'restart_policy'))
-            holder['status'] = classify(holder, self.params['ours'],
-                                        self.params['protect']) or 'foreign'
+            named = (self.params['stale_units'] or []) + (self.params['stale_containers'] or [])
+            holder['status'] = classify(holder, self.params['ours'], self.params['protect'],
+                                        self.params.get('system') or [], named) or 'foreign'
+            holder['protected_by'] = protected_by(holder, self.params['protect'], self.params.get('system') or [],
+                                                  named) if holder['status'] == 'protected' else None
             # The nearest ancestor that holds the GPU too: stopping it stops this one.
             holder['parent_holder'] = None
             if holder['visible']:

@@ -7,7 +7,8 @@ Pure: ``build_plan`` takes what ``_gpu.GpuScanner`` read (the GPU's holders, eve
 its commands start, every container, the listeners of the ports a deployment needs) and classifies each holder of
 the GPU or of a port as ours, stale (a unit or container the cleanup stops: named like a stale unit, started by one
 whatever its name, named like a stale container, or holding the GPU without being protected) or foreign (nothing
-the cleanup would stop). gpu_holders shows the plan (preflight refuses what is foreign before anything changes);
+the cleanup would stop). A DGX OS system service (``system``) is protected unless the inventory names its unit or
+container in the stale lists. gpu_holders shows the plan (preflight refuses what is foreign before anything changes);
 gpu_release carries it out. Messages name *settings* (``{cleanup_units}``, ``{cleanup_containers}``, ``{cleanup_protect}``);
 the caller's ``setting_names`` turn them into its variables.
 """
@@ -17,7 +18,8 @@ from __future__ import annotations
 import os
 import shlex
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import classify, command_matches, describe, name_matches
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import (classify, command_matches, describe, name_matches,
+                                                                           protected_by)
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text
 
 # Units the cleanup never stops, whatever the stale patterns say, and never suggests making stale: the node's access
@@ -192,13 +194,15 @@ def build_plan(holders, units, containers, listeners, params, self_pids=(), chil
     params: ours, protect, stale_units, stale_containers, mask, remove_containers.
     children: ppid -> [pids] (``_gpu.children_map()``), for the process trees signalled with a bare holder.
     """
-    ours, protect = params.get('ours') or [], params.get('protect') or []
+    ours, protect, system = params.get('ours') or [], params.get('protect') or [], params.get('system') or []
     stale_patterns = params.get('stale_units') or []
     container_patterns = (params.get('stale_containers') or []) + stale_patterns
     plan = Plan()
 
     def kept(name):
-        return name_matches(name, ours) or name_matches(name, protect) or never_stale(name)
+        # a DGX OS system service is kept unless the inventory names it as stale
+        return name_matches(name, ours) or name_matches(name, protect) or never_stale(name) or \
+            (name_matches(name, system) and not name_matches(name, container_patterns))
 
     unit_by_name = dict((u['name'], u) for u in units)
     starters = {}
@@ -352,7 +356,9 @@ def _classify_listeners(listeners, plan, starters, params):
         cname, cid = sock.get('container_name'), sock.get('container_id')
         like = {'unit': sock.get('unit'), 'user_unit': sock.get('user_unit'), 'name': sock.get('name'),
                 'exe': None, 'container': {'name': cname} if (cname or cid) else None}
-        status = classify(like, params.get('ours') or [], params.get('protect') or [])
+        named = (params.get('stale_units') or []) + (params.get('stale_containers') or [])
+        status = classify(like, params.get('ours') or [], params.get('protect') or [], params.get('system') or [],
+                          named)
         cont_act = by_cont.get(cname) or by_cont.get(cid) or (by_cont.get(cid[:12]) if cid else None)
         item.update(status='foreign', action=None)
         if status == 'ours':
@@ -364,7 +370,9 @@ def _classify_listeners(listeners, plan, starters, params):
         elif status is None and sock.get('pid') in by_pid:
             item.update(status='stale', action='signal ' + by_pid[sock['pid']])
         else:
-            item.update(protected=status == 'protected', starters=sorted(starters.get(cname, [])))
+            item.update(protected=status == 'protected', starters=sorted(starters.get(cname, [])),
+                        protected_by=protected_by(like, params.get('protect') or [], params.get('system') or [],
+                                                  named) if status == 'protected' else None)
         out.append(item)
     return out
 
@@ -403,7 +411,10 @@ def foreign_text(sock, names=None):
     if sock.get('pid') is None:
         return render_text(text, names)
     cont = _lit(sock.get('container_name') or '')
-    if sock.get('protected'):
+    if sock.get('protected') and sock.get('protected_by') == 'system':
+        fix = 'it is a DGX OS system service ({cleanup_system}), which the cleanup stops only where the inventory ' \
+            'names it: add it to {cleanup_units} to stop it'
+    elif sock.get('protected'):
         fix = 'it is protected ({cleanup_protect}): take it out of that list or stop it yourself'
     elif cont:
         fix = 'add %s to {cleanup_containers}' % cont
@@ -485,3 +496,19 @@ def gpu_blocking_text(holder):
         return 'GPU: %s is outside this PID namespace: the cleanup cannot stop it; stop it where it runs' % \
             describe(holder)
     return 'GPU: %s runs this task (or is init): the cleanup will not stop it' % describe(holder)
+
+
+def left_text(holder, names=None):
+    """A protected GPU holder the cleanup leaves running, and why: a DGX OS system service (and how the inventory
+    names it to be stopped) or the operator's protect list."""
+    cont = holder.get('container') or {}
+    where = cont.get('name') and 'container %s' % cont['name'] or holder.get('unit') and 'unit %s' % holder['unit'] \
+        or holder.get('user_unit') and "user's unit %s" % holder['user_unit']
+    text = _lit('pid %s %s%s' % (holder.get('pid'), holder.get('name') or '?', ' (%s)' % where if where else ''))
+    if holder.get('protected_by') == 'system':
+        unit = holder.get('unit') or cont.get('name') or holder.get('name') or '?'
+        why = 'a DGX OS system service ({cleanup_system}): never stopped unless the inventory names it (add %s to ' \
+            '{cleanup_units} to stop it)' % _lit(unit.replace('.service', ''))
+    else:
+        why = 'protected ({cleanup_protect})'
+    return render_text('%s holds the GPU and is left running: %s' % (text, why), names)

@@ -18,7 +18,20 @@ import re
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 
 PROBE_MARK = "SPARKFLEET-IMAGE-PROBE "
-PROBE_FORMAT = 2
+PROBE_FORMAT = 3
+
+# What our own scripts run inside the runtime image besides `vllm serve`, by the interpreter each of them finds there,
+# and what that interpreter must import: (how it is found, what it imports, who runs it). "python3" is the first
+# python3 on the image's PATH (what `docker exec C python3` and `docker run --entrypoint python3` run); "ray" is the
+# interpreter the first line of the image's `ray` command names (the Ray unit's --entrypoint ray, `ray status`). A
+# name "module:attr" must also have that attribute. The probe (below) asks each interpreter in the image itself.
+IMAGE_INTERPRETERS = (
+    ("python3", ("ray", "ray._raylet:GcsClient", "ray.util.scheduling_strategies:NodeAffinitySchedulingStrategy"),
+     "sparkfleet-wait gpus (vLLM's wait for the cluster's GPUs), sparkfleet-ray-guard (our identity in Ray's GCS), "
+     "the Ray watchdog's GCS read and ray_cluster_check"),
+    ("ray", ("ray", "ray.scripts.scripts:main"),
+     "the Ray unit (--entrypoint ray: ray start) and the head watchdog's ray status"),
+)
 
 # Run inside the image by the interpreter its `vllm` command runs under (LAUNCHER below), never "the first python3 on
 # PATH": an image may put a system python without vLLM first (NGC images, a venv image with /usr/bin early on PATH).
@@ -80,8 +93,82 @@ for key, modules, manager in (
         out[key] = registry(modules, manager)
     except Exception as e:
         out[key + "_error"] = "%%s: %%s" %% (type(e).__name__, e)
+@INTERPRETERS@
 sys.stdout.write("\n%s" + json.dumps(out, sort_keys=True) + "\n")
 ''' % (PROBE_FORMAT, PROBE_MARK)
+
+# Part of the probe: each interpreter of IMAGE_INTERPRETERS, found as our scripts find it (the image's PATH, a
+# command's first line), imports what our scripts need there: in the probe's own process when it is the interpreter
+# the probe runs under, else in a child (bounded; its answer is one marked JSON line).
+_CHECK = r'''
+import importlib, json, sys
+missing = {}
+for need in json.loads(sys.argv[1]):
+    mod, _, attr = need.partition(":")
+    try:
+        found = importlib.import_module(mod)
+        if attr:
+            getattr(found, attr)
+    except Exception as e:
+        missing[need] = "%s: %s" % (type(e).__name__, e)
+sys.stdout.write("\nSPARKFLEET-IMPORTS " + json.dumps({"executable": sys.executable,
+                 "python": sys.version.split()[0], "missing": missing}) + "\n")
+'''
+_INTERPRETERS = r'''
+import shutil, subprocess
+def _shebang(path):
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(512).decode("utf-8", "replace").splitlines() + ["", ""]
+    except OSError as e:
+        return None, "%s: %s" % (type(e).__name__, e)
+    if head[0].startswith(("#!/bin/sh", "#!/usr/bin/sh")) and head[1].startswith("\'\'\'exec\' "):
+        return [head[1][len("\'\'\'exec\' "):].split(" \"", 1)[0]], None
+    if head[0].startswith("#!"):
+        return head[0][2:].split(), None
+    return None, "%s is not a script (no #! line)" % path
+def _imports(argv, needs):
+    if argv == [sys.executable]:
+        ns = {}
+        saved = sys.argv, sys.stdout
+        try:
+            import io
+            sys.argv, sys.stdout = ["-", json.dumps(needs)], io.StringIO()
+            exec(CHECK, ns)
+            text = sys.stdout.getvalue()
+        finally:
+            sys.argv, sys.stdout = saved
+    else:
+        try:
+            p = subprocess.run(argv + ["-c", CHECK, json.dumps(needs)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, timeout=90)
+        except Exception as e:
+            return {"error": "%s: %s" % (type(e).__name__, e)}
+        text = p.stdout.decode("utf-8", "replace")
+        if "SPARKFLEET-IMPORTS " not in text:
+            return {"error": "it printed no answer (rc %d): %s" % (
+                p.returncode, p.stderr.decode("utf-8", "replace").strip()[-300:])}
+    return json.loads(text.rsplit("SPARKFLEET-IMPORTS ", 1)[1].splitlines()[0])
+out["interpreters"] = []
+for use, needs in USES:
+    entry = {"use": use, "command": shutil.which(use), "interpreter": None}
+    if entry["command"] is None:
+        entry["error"] = "no %s on the image's PATH" % use
+    elif use == "python3":
+        argv = [entry["command"]]
+    else:
+        argv, why = _shebang(entry["command"])
+        if why:
+            entry["error"] = why
+        if argv and argv[0].endswith("/env") and len(argv) > 1:
+            argv = [shutil.which(argv[1]) or argv[1]] + argv[2:]
+    if not entry.get("error"):
+        entry["interpreter"] = " ".join(argv)
+        entry.update(_imports(argv, list(needs)))
+    out["interpreters"].append(entry)
+'''
+PROBE = PROBE.replace("@INTERPRETERS@", "CHECK = %r\nUSES = %r\n" % (
+    _CHECK, [(use, list(needs)) for use, needs, _who in IMAGE_INTERPRETERS]) + _INTERPRETERS)
 
 # `docker run --entrypoint sh IMAGE -c LAUNCHER sparkfleet-probe PROBE`: find the `vllm` command on the image's PATH
 # and run the probe under the interpreter its first line names (`#!/opt/venv/bin/python3`, `#!/usr/bin/env python3`,
@@ -209,6 +296,8 @@ def judge(facts, serve_args=None, architectures=None, min_vllm_version=None, min
     elif min_ray_version and _version_lt(ray, min_ray_version):
         problems.append("Ray %s is older than %s" % (ray, min_ray_version))
 
+    problems.extend(interpreter_problems(facts))
+
     if architectures:
         known = facts.get("architectures")
         if known is None:
@@ -225,6 +314,28 @@ def judge(facts, serve_args=None, architectures=None, min_vllm_version=None, min
         else:
             problems.extend(_flag_problems(flags, serve_args, version))
             problems.extend(_parser_problems(facts, serve_args, version))
+    return problems
+
+
+def interpreter_problems(facts):
+    """What an interpreter our scripts run in the image lacks (IMAGE_INTERPRETERS), one problem per interpreter, naming
+    it, what it could not import and who runs it. Nothing when the probe did not look (an answer without the key)."""
+    who = dict((use, runs) for use, _needs, runs in IMAGE_INTERPRETERS)
+    problems = []
+    for entry in facts.get("interpreters") or []:
+        use = entry.get("use")
+        where = "%s on the image's PATH" % use if use == "python3" else "the image's `%s` command" % use
+        if entry.get("error"):
+            problems.append("%s: %s; %s run it in the image" % (where, entry["error"], who.get(use, "our scripts")))
+            continue
+        missing = entry.get("missing") or {}
+        if missing:
+            first = sorted(missing)[0]
+            what = ", ".join(x for x in (entry.get("interpreter"), entry.get("python") and "Python " + entry["python"])
+                             if x)
+            problems.append("%s (%s) cannot import %s (%s); %s run it in the image" % (
+                where if use == "python3" else "the interpreter of the image's `%s` command" % use, what,
+                ", ".join(n.replace(":", ".") for n in sorted(missing)), missing[first], who.get(use, "our scripts")))
     return problems
 
 

@@ -24,6 +24,7 @@ SETTINGS = {
     "cleanup_containers": "stale_containers",
     "cleanup_foreign": "stop_foreign=true",
     "cleanup_protect": "protect",
+    "cleanup_system": "system",
     "cleanup_units": "stale_units",
     "container_rdma": "--device /dev/infiniband/uverbsN for each device and --ulimit memlock=-1 on the container",
     "engine_ready_timeout": "VLLM_ENGINE_READY_TIMEOUT_S",

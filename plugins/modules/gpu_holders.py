@@ -21,7 +21,9 @@ description:
     only add false holders; a CUDA process always holds a per-GPU device file as well.
   - For each holder it reports the process, its user and parent, its memory, the systemd unit
     or docker container that owns it (from C(/proc/PID/cgroup), v1 and v2) and whether it is
-    ours (left alone, O(ours)), protected (never touched, O(protect)) or foreign.
+    ours (left alone, O(ours)), protected (never touched; O(protect), or a DGX OS system service of O(system) that
+    O(stale_units) and O(stale_containers) do not name) or foreign. RV(left) names each protected GPU holder with why it
+    is left running.
   - Also lists the stale units and containers (see O(stale_units), O(stale_containers)) even when they do not
     hold the GPU now, because an enabled unit or a container with a restart policy comes back after reboot.
   - Returns the plan M(sparkfleet.vllm.gpu_release) would carry out with the same options in RV(plan), one line per
@@ -201,6 +203,10 @@ holders:
     status:
       description: One of C(ours), C(protected), C(foreign).
       type: str
+    protected_by:
+      description: Why a protected holder is left, C(protect) (O(protect)) or C(system) (a DGX OS system service of
+        O(system)); null when not protected.
+      type: str
   sample:
     - pid: 4242
       name: python3
@@ -241,6 +247,15 @@ will_stop:
   sample:
     - "container vllm_node (started by vllm-cluster.service; stopped, restart policy unless-stopped removed):
       pid 546 holds the GPU; port 6379 (sparkfleet_ray_port): pid 575 gcs_server in container vllm_node"
+left:
+  description: Each protected GPU holder, one line with why the cleanup leaves it running (a DGX OS system service of
+    O(system) and how to have it stopped, or O(protect)).
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - "pid 2210 dgx-dashboard (unit dgx-dashboard.service) holds the GPU and is left running: a DGX OS system service
+      (system): never stopped unless the inventory names it (add dgx-dashboard to stale_units to stop it)"
 port_holders:
   description: Every listener of O(ports), with C(status) (C(ours), C(stale) or C(foreign)) and, when stale, the
     C(action) of RV(plan) that stops it.
@@ -265,6 +280,7 @@ foreign:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import COMMON_ARGSPEC, GpuScanner
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu_plan import left_text
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu_release import (
     PORTS_SPEC,
     make_plan,
@@ -296,8 +312,9 @@ def main():
     for warning in scanner.warnings:
         module.warn(warning)
     holders = strip(data['holders'])
+    left = [left_text(h, module.params['setting_names']) for h in holders if h['status'] == 'protected']
     result = dict(changed=False, gpu=gpu, holders=holders, stale=stale_report(data, plan, module.params['setting_names']), plan=plan.actions,
-                  will_stop=will_stop, port_holders=plan.ports, blocking=blocking,
+                  will_stop=will_stop, left=left, port_holders=plan.ports, blocking=blocking,
                   foreign=[h['pid'] for h in holders if h['status'] == 'foreign'])
     if blocking and module.params['fail_on_foreign']:
         module.fail_json(msg='%s: %s' % (

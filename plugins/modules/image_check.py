@@ -18,6 +18,12 @@ description:
   - The probe runs under the interpreter the image's C(vllm) command runs under (the first line of the C(vllm) found on
     the image's PATH), not whatever C(python3) comes first on PATH, which in some images is a system Python without
     vLLM.
+  - Also asks each other interpreter our own scripts run inside the image whether it imports what they need there.
+    The first C(python3) on the image's PATH (C(sparkfleet-wait gpus), C(sparkfleet-ray-guard), the Ray watchdog's GCS
+    read and M(sparkfleet.vllm.ray_cluster_check) run C(docker exec CONTAINER python3)) must import C(ray) with
+    C(ray._raylet.GcsClient) and C(NodeAffinitySchedulingStrategy); the interpreter of the image's C(ray) command (the
+    Ray unit's C(--entrypoint ray), C(ray status)) must import C(ray) and its CLI. An image whose C(vllm) runs under a
+    venv while C(python3) on its PATH is a system Python without Ray fails here, not at the first GPU wait.
   - Fails, naming the image, the versions found, what is missing and the fix, when vLLM or Ray is missing or
     older than asked, when none of the model's C(config.json) C(architectures) is registered, or when a flag of
     O(serve_args) is unknown to that vLLM or its value is not one the release accepts (for example
@@ -130,6 +136,18 @@ python:
   returned: success
   type: str
   sample: /opt/venv/bin/python3
+interpreters:
+  description: Each other interpreter our scripts run in the image (C(python3) on its PATH, the one the C(ray) command
+    names), as the probe found it, with what it could not import (empty C(missing) when it imports everything).
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - use: python3
+      command: /usr/bin/python3
+      interpreter: /usr/bin/python3
+      python: 3.11.2
+      missing: {"ray": "ModuleNotFoundError: No module named 'ray'"}
 model_architectures:
   description: The model's C(architectures) (empty when the config was not there).
   returned: success
@@ -215,7 +233,8 @@ CONFIG_MAX_BYTES = 16 * 1024 * 1024
 
 IMAGE_FIX = ("Set {image} to an image whose vLLM knows the model and every flag passed (Qwen3.5 needs vLLM >= 0.17.1 "
              "with Ray >= 2.52, e.g. hellohal2064/vllm-qwen3.5-gb10 or nvcr.io/nvidia/vllm:26.03-py3 and newer), or "
-             "drop the flags it does not know. ")
+             "drop the flags it does not know. Where python3 on the image's PATH is not the interpreter with Ray, use "
+             "an image whose PATH finds its venv's python3 first. ")
 
 
 def main():
@@ -266,7 +285,8 @@ def main():
                      min_vllm_version=p["min_vllm_version"], min_ray_version=p["min_ray_version"])
     result = dict(changed=False, image=p["image"], image_id=image_id, vllm_version=facts.get("vllm"),
                   ray_version=facts.get("ray"), vllm_entrypoint=facts.get("vllm_entrypoint"),
-                  python=facts.get("executable"), model_architectures=archs, problems=problems, cached=cached,
+                  python=facts.get("executable"), interpreters=facts.get("interpreters") or [],
+                  model_architectures=archs, problems=problems, cached=cached,
                   probe_seconds=seconds)
     if problems:
         module.fail_json(

@@ -180,7 +180,7 @@ ray_version:
   description: Version of Ray the driver ran with.
   returned: when Ray could be imported
   type: str
-  sample: 2.60.0
+  sample: 2.53.0
 nodes:
   description: Every node Ray has registered, alive or dead.
   returned: always

@@ -1306,6 +1306,7 @@ ROLE_CHECKS = {
     # roles/gpu_cleanup
     "gpu_cleanup_stale_units": check_globs,
     "gpu_cleanup_protect": check_globs,
+    "gpu_cleanup_system_services": check_globs,
     "gpu_cleanup_ours": check_globs,
     "gpu_cleanup_stale_containers": check_globs,
     "gpu_cleanup_stale_commands": check_command_globs,

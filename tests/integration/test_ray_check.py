@@ -1,7 +1,7 @@
 """ray_cluster_check on the lab: a Ray cluster pinned to the fabric passes, the mixed-IP trap fails.
 
 Run as root: lab/labctl ctl -- .venv/bin/pytest tests/integration/test_ray_check.py -m lab
-Ray comes from the shared venv (lab/build-rayvenv.sh), started as user spark over ssh on each host,
+Ray comes from the shared venv of lab/ray-version (lab/build-rayvenv.sh), started as user spark over ssh on each host,
 and is always stopped afterwards. The module runs on spark-1 through Ansible, as the role runs it.
 """
 
@@ -15,7 +15,9 @@ import pytest
 
 pytestmark = pytest.mark.lab
 
-VENV = Path("/var/tmp/sparklab/share/rayvenv")
+# The shared venv of the lab's Ray version (lab/ray-version, the Sparks' image's Ray): lab/build-rayvenv.sh builds it.
+VENV = Path("/var/tmp/sparklab/share/rayvenv-%s" % (Path(__file__).resolve().parents[2] / "lab" / "ray-version")
+            .read_text().strip())
 RAY = VENV / "bin" / "ray"
 PY = VENV / "bin" / "python"
 # Own GCS port, worker port range, agent port and temp dir: this cluster can run next to one the

@@ -149,21 +149,39 @@ def test_model_download_runs_hf_in_the_image_once_the_image_is_on_the_head(lab, 
         assert '"Qwen3_5MoeForConditionalGeneration"' in cfg, (h, cfg[:200])
 
 
-@pytest.mark.fault(name="image whose PATH python is not vLLM's (a system python first on PATH)",
-                   expected="the image check runs the interpreter of the image's vllm command and passes")
-def test_the_image_check_asks_the_interpreter_vllm_runs_under(lab, image, tmp_path):
+@pytest.mark.fault(name="image whose PATH python is not vLLM's (a system python without Ray first on PATH)",
+                   expected="the image check asks vLLM's own interpreter (vLLM and Ray found) and every other one our"
+                            " scripts run there: it fails naming python3 on the image's PATH, that it cannot import"
+                            " ray, and the GPU wait, Ray guard and watchdog that run it")
+def test_the_image_check_asks_every_interpreter_our_scripts_run(lab, image, tmp_path, observe):
     lab.labctl("break", "path-python", HEAD)
     try:
         odd = image + "-pathpython"
         path_python = lab.host_exec(HEAD, "docker", "run", "--rm", "--network", "none", "--entrypoint", "sh", odd,
                                     "-c", "command -v python3; head -1 $(command -v vllm)")
         assert path_python.stdout.split() == ["/usr/bin/python3", "#!/opt/venv/bin/python3"]
+        # what the deployment would run there: the GPU wait's and the Ray guard's `docker exec ... python3 -c 'import
+        # ray'` fails in this image, though vLLM's own interpreter has Ray
+        no_ray = lab.host_exec(HEAD, "docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", odd,
+                               "-c", "import ray")
+        assert no_ray.returncode != 0 and "No module named 'ray'" in no_ray.stderr, no_ray.stderr
         r, failures = lab.play(tmp_path, "tests/integration/playbooks/image_check.yml",
                                extravars={"sparkfleet_image": odd})
-        assert r["status"] == "successful" and not failures, lab.messages(failures)
-        res = [e["res"] for e in r["events"] if "vllm_version" in (e["res"] or {})][0]
+        assert r["status"] == "failed" and failures, r["status"]
+        res = failures[0]["res"]
         assert (res["vllm_version"], res["python"], res["vllm_entrypoint"]) == (
             "0.17.1", "/opt/venv/bin/python3", "/opt/venv/bin/vllm")
-        assert res["ray_version"] and res["problems"] == []
+        assert res["ray_version"], res
+        (problem,) = res["problems"]
+        assert problem.startswith("python3 on the image's PATH (/usr/bin/python3, Python 3.11.2) cannot import ray"), \
+            problem
+        assert "sparkfleet-wait gpus" in problem and "sparkfleet-ray-guard" in problem and "watchdog" in problem
+        by_use = dict((i["use"], i) for i in res["interpreters"])
+        assert by_use["ray"]["interpreter"] == "/opt/venv/bin/python3" and by_use["ray"]["missing"] == {}
+        observe(res["msg"][:300])
+        # the runtime image itself passes: each interpreter imports what it needs
+        r, failures = lab.play(tmp_path / "fits", "tests/integration/playbooks/image_check.yml",
+                               extravars={"sparkfleet_image": image})
+        assert r["status"] == "successful" and not failures, lab.messages(failures)
     finally:
         lab.labctl("fix", "path-python", HEAD)

@@ -56,6 +56,35 @@ def ray_replaced(lab, host, act, limit=300, step=5):
     return t0, lab.wait_for(lambda: main_pid(lab, host, "sparkfleet-ray") not in (before, "0", ""), limit, step)
 
 
+def wd_pattern(name):
+    """A pattern of the watchdog the roles install (roles/ray_cluster/files/sparkfleet_watchdog.py), read from it."""
+    import re
+    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "roles", "ray_cluster", "files",
+                             "sparkfleet_watchdog.py")).read()
+    return re.search(r'^%s = r"(.*)"$' % name, text, re.M).group(1)
+
+
+def gcs_lines_since(lab, since, pattern):
+    """Lines of the head's GCS logs (every Ray session kept under the Ray unit's temp dir) matching the extended regex
+    pattern, logged at or after `since` (the lab's clock is this machine's, UTC)."""
+    import datetime
+    out = lab.sh(HEAD, "grep -h -E %s /var/lib/sparkfleet/ray/session_*/logs/gcs_server.out 2>/dev/null || true"
+                 % _shq(pattern)).stdout
+    rows = []
+    for line in out.splitlines():
+        try:
+            when = datetime.datetime.strptime(line[1:20], "%Y-%m-%d %H:%M:%S").replace(tzinfo=datetime.timezone.utc)
+        except ValueError:
+            continue
+        if when.timestamp() >= since - 1:
+            rows.append(line)
+    return rows
+
+
+def _shq(text):
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
 @pytest.mark.fault(name="engine paused while serving (docker pause: the unit runs, no token comes back)",
                    expected="status.yml non-zero naming the head's vLLM and 'no token'; the liveness timer restarts it"
                             " by itself, logging why; the API answers again with no human step")
@@ -174,6 +203,16 @@ def test_a_worker_fabric_flap_heals_even_when_ray_s_scheduler_sticks(lab, servin
         seen[-2000:])
     if stuck:
         assert "restarted by its watchdog" in seen and "scheduler stuck" in seen, seen[-3000:]
+    # The GCS marked the worker dead and failed to remove the engine's bundle there: the mark the head's watchdog
+    # counts for its shortcut, in the words of the lab's Ray (2.53: "Failed to cancel the resource reserved for
+    # bundle"; 2.60's "Failed to remove N bundle(s)" never appears on the Sparks' Ray). Read with the watchdog's own
+    # pattern from every session of the head's Ray since the flap (a restart by the watchdog starts a new one).
+    marks = gcs_lines_since(lab, t0, wd_pattern("BUNDLE_LEAK"))
+    dead = gcs_lines_since(lab, t0, "marked dead because the detector has missed too many heartbeats")
+    observe("the head's GCS: %d line(s) marking the worker dead, %d failed bundle removal(s) the watchdog counts"
+            % (len(dead), len(marks)))
+    assert not dead or marks, "the GCS marked the worker dead but logged no mark the watchdog reads:\n%s" % (
+        "\n".join(dead)[-1500:])
 
 
 @pytest.mark.long

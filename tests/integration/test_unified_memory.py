@@ -8,6 +8,7 @@ what cannot heal safely escalates with the one human step, every node still reac
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 
@@ -252,6 +253,33 @@ def ray_used(lab, host):
     return used / float(limit)
 
 
+def ray_kill_limit_gib(line):
+    """The host memory limit (GiB) that a kill line of Ray's memory monitor names, else None. Ray 2.60: "OOM kill
+    reason: Memory usage 2229645312B exceeded threshold of 1717986816B (32.0% of 5368709120B limit)"; Ray 2.53 (the
+    Sparks' image's): "Memory on the node (IP: ...) ... was 1.83GB / 5.00GB (0.366397), which exceeds the memory usage
+    threshold of 0.32" (its GB are GiB, to two decimals)."""
+    m = re.search(r"OOM kill reason: Memory usage \d+B exceeded threshold of \d+B \([0-9.]+% of (\d+)B limit\)", line)
+    if m:
+        return int(m.group(1)) / 2 ** 30
+    m = re.search(r"Memory on the node .* was [0-9.]+GB / ([0-9.]+)GB \([0-9.]+\), which exceeds the memory usage "
+                  r"threshold", line)
+    return float(m.group(1)) if m else None
+
+
+def capture_kill_journal(lab, since):
+    """With SPARKLAB_CAPTURE_DIR set: the unit's journal of the start Ray's memory monitor killed (from its "Starting"
+    line to its "Failed with result"), as vllm_wait's fixture real_ray_memory_monitor_lab.log keeps it (CAPTURED.md)."""
+    out_dir = os.environ.get("SPARKLAB_CAPTURE_DIR")
+    if not out_dir:
+        return
+    lines = lab.sh(HEAD, "journalctl -u %s --since @%d -o short-iso --no-pager" % (UNIT, since - 1)).stdout.splitlines()
+    kill = max(i for i, ln in enumerate(lines) if ray_kill_limit_gib(ln) is not None)
+    start = max(i for i, ln in enumerate(lines[:kill]) if "systemd[1]: Starting %s" % UNIT in ln)
+    end = next(i for i in range(kill, len(lines)) if "Failed with result" in lines[i])
+    with open(os.path.join(out_dir, "real_ray_memory_monitor_lab.log"), "w") as handle:
+        handle.write("\n".join(lines[start:end + 1]) + "\n")
+
+
 @pytest.mark.long
 @pytest.mark.fault(name="Ray's memory monitor (real Ray, reading the host's memory as on a Spark, where the engine's"
                         " GPU memory is host memory) on, with a threshold between what a node holds idle and loaded",
@@ -276,6 +304,7 @@ def test_rays_memory_monitor_kills_a_loading_rank_unless_the_deploy_turns_it_off
         threshold = round(max(idle.values()) + util / 2, 2)
         observe("Ray's view with no engine: %s; utilization %.2f; threshold %.2f"
                 % (", ".join("%s %.2f" % kv for kv in sorted(idle.items())), util, threshold))
+        t_on = time.time()
         r, failures = lab.play(tmp_path / "on", "site.yml", cmdline="--tags ray_cluster,vllm_serve",
                                extravars={"ray_cluster_memory_monitor": True,
                                           "ray_cluster_memory_usage_threshold": threshold})
@@ -286,9 +315,10 @@ def test_rays_memory_monitor_kills_a_loading_rank_unless_the_deploy_turns_it_off
         journal = lab.sh(HEAD, "journalctl -u %s -n 400 -o cat --no-pager" % UNIT).stdout
         # Ray's own account names the host's memory (the lab host's limit), not this machine's
         limit, _usage = host_memory(lab, HEAD)
-        reason = [ln for ln in journal.splitlines() if "OOM kill reason: Memory usage" in ln]
-        assert reason and ("of %dB limit" % limit) in reason[-1], journal[-3000:]
-        observe(reason[-1][reason[-1].index("OOM kill reason"):][:160])
+        reason = [ln for ln in journal.splitlines() if ray_kill_limit_gib(ln) is not None]
+        assert reason and abs(ray_kill_limit_gib(reason[-1]) - limit / 2 ** 30) < 0.01, (limit, journal[-3000:])
+        observe(reason[-1][reason[-1].index("Memory "):][:200])
+        capture_kill_journal(lab, t_on)
 
         # the deploy's setting: the monitor off, the same threshold: the same load serves
         r, failures = lab.play(tmp_path / "off", "site.yml", cmdline="--tags ray_cluster,vllm_serve",

@@ -290,8 +290,9 @@ def ray_verdict(head, node_ip, procs, gcs):
 
 
 # --------------------------------------------------------------------------- Ray's scheduler (head only)
-# Seen on the lab after a worker's fabric flap (Ray 2.60): the GCS failed to remove the old placement group's bundle on
-# the worker it had marked dead ("Failed to remove 1 bundle(s)"), and from then on every new placement group stayed
+# Seen on the lab after a worker's fabric flap (Ray 2.60; 2.53 logs the failed removal in its own words, BUNDLE_LEAK):
+# the GCS failed to remove the old placement group's bundle on the worker it had marked dead ("Failed to remove 1
+# bundle(s)"), and from then on every new placement group stayed
 # pending while both nodes were alive and every GPU free; a restarted engine waits on its own placement group forever.
 # Only a new GCS (the head's Ray restarted; the workers' raylets follow it) schedules again.
 GPU_USAGE = re.compile(r"^\s*([0-9.]+)/([0-9.]+) GPU\b")
@@ -300,8 +301,13 @@ BUNDLE_GPU = re.compile(r"'GPU': ([0-9.]+)")
 PG_PENDING_KEYS = ("pg_pending_since", "pg_checked", "pg_restart_after")   # the pending group's state, while it lasts
 # The mark of that stuck scheduler in the head's GCS log of its current session (inside the Ray container): with it,
 # a placement group pending while the free GPUs would hold it is judged after --pg-stuck-leak seconds, not --pg-stuck.
+# Its words differ by Ray release: 2.60 logs "Failed to remove 1 bundle(s) for placement group ... at node ...";
+# 2.53 (the Sparks' image, vLLM 0.17.1) has no such line: it logs the same failed removal as "Failed to cancel the
+# resource reserved for bundle: placement group id={...}, bundle index={1} at node ..." (seen on the lab's 2.53 after
+# a flap) and, its gcs_server binary says, "Failed to cancel resource reserved for bundle because the max retry count
+# is reached." Either release's words count; a Ray that logs none is still judged, after --pg-stuck.
 GCS_LOG = "/tmp/ray/session_latest/logs/gcs_server.out"
-BUNDLE_LEAK = r"Failed to remove [0-9]+ bundle"
+BUNDLE_LEAK = r"Failed to (remove [0-9]+ bundle|cancel (the )?resource reserved for bundle)"
 
 
 def gpu_usage(text):

@@ -13,6 +13,9 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "ray_cluster" / "files" / "sparkfleet_watchdog.py"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ray_status"    # real `ray status` outputs: CAPTURED.md
 FLAP_GCS_LOG = FIXTURES / "gcs_server_after_worker_flap.out"   # the head's GCS log 6-17 s after a worker's flap
+# The same on Ray 2.53 (the Sparks' image): no "Failed to remove N bundle(s)" in 2.53's GCS; its words for the failed
+# removal are "Failed to cancel the resource reserved for bundle: ..." (CAPTURED.md)
+FLAP_GCS_LOG_253 = FIXTURES / "gcs_server_after_worker_flap_ray253.out"
 
 
 @pytest.fixture
@@ -534,7 +537,7 @@ def test_the_wait_starts_again_once_the_restart_placed_the_gpus(wd, monkeypatch,
     assert node.clock - 15 - t0 == second_after
 
 
-# The GCS's lines (FLAP_GCS_LOG, CAPTURED.md), as the lab's Ray 2.60 head logged them 6 s after a worker's fabric
+# The GCS's lines (FLAP_GCS_LOG, CAPTURED.md), as the lab's Ray 2.60 head logged them (before issue 39) 6 s after a worker's fabric
 # came back: "gcs_placement_group_scheduler.cc:302: Failed to remove 1 bundle(s) for placement group b906... at node
 # 4642.... Status: RpcError: ...", five of them a second apart, then "... because the max retry count is reached."
 def test_the_gcs_mark_of_a_stuck_scheduler_shortens_the_wait(wd, monkeypatch, tmp_path):
@@ -551,6 +554,29 @@ def test_the_gcs_mark_of_a_stuck_scheduler_shortens_the_wait(wd, monkeypatch, tm
     (entry,) = log_lines(tmp_path)
     assert entry["pending_s"] == 15 and entry["bundle_leaks"] == 6
     assert "after the GCS failed to remove a dead node's bundles (6 time(s) in its log)" in entry["cause"]
+
+
+def test_ray_2_53_s_words_for_the_failed_removal_shorten_the_wait_too(wd, monkeypatch, tmp_path):
+    """Ray 2.53's GCS (the lab's Ray since issue 39, the Sparks' image's) logs the failed removal of a dead node's
+    bundle in other words than 2.60; the shortcut reads both (the 2.53 log has no 2.60 line, so it would never fire)."""
+    assert "Failed to remove" not in FLAP_GCS_LOG_253.read_text()
+    node = Node(wd, monkeypatch)
+    node.status = (FIXTURES / "stuck_after_worker_fabric_flap.txt").read_text()
+    node.gcs_log = FLAP_GCS_LOG_253
+    a = head_args(wd)
+    wd.check_ray(a)
+    node.clock += 15
+    wd.check_ray(a)
+    assert node.restarts() == [["systemctl", "restart", "--no-block", "sparkfleet-ray.service"]]
+    (entry,) = log_lines(tmp_path)
+    assert entry["pending_s"] == 15 and entry["bundle_leaks"] == 1
+
+
+def test_ray_2_53_s_serving_status_has_nothing_pending(wd):
+    """`ray status` of Ray 2.53 (the Sparks' image) while serving after a flap, three Active node lines (the worker's
+    old id beside its new one): the GPU line and the demands read as in 2.60's."""
+    text = (FIXTURES / "serving_ray253.txt").read_text()
+    assert wd.gpu_usage(text) == (2.0, 2.0) and wd.pending_pg_verdict(text) is None
 
 
 @pytest.mark.parametrize("log, why", [

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _image
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _image, _ray
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "modules", "fixtures", "image_check")
 STANDIN = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "lab", "standin")
@@ -27,7 +27,7 @@ def facts(name):
 
 def test_probe_answers_of_the_lab_image():
     new, old = facts("standin-0.17.1.out"), facts("standin-0.10.2.out")
-    assert (new["vllm"], new["ray"], old["vllm"], old["ray"]) == ("0.17.1", "2.60.0", "0.10.2", "2.60.0")
+    assert (new["vllm"], new["ray"], old["vllm"], old["ray"]) == ("0.17.1", "2.53.0", "0.10.2", "2.53.0")
     assert "Qwen3_5MoeForConditionalGeneration" in new["architectures"]
     assert "Qwen3_5MoeForConditionalGeneration" not in old["architectures"]
     assert new["flags"]["--safetensors-load-strategy"]["choices"] == ["eager", "lazy", "torchao"]
@@ -102,9 +102,17 @@ def test_known_values_apply_where_the_parser_lists_no_choices():
 
 
 def test_missing_ray_and_missing_vllm():
+    # captured with Ray's package removed in the probe's container: every interpreter that needs it says so too
     assert _image.judge(facts("standin-0.17.1-no-ray.out")) == [
         "no Ray in the image (ModuleNotFoundError: No module named 'ray'); the cluster needs Ray inside the vLLM "
-        "image"]
+        "image",
+        "python3 on the image's PATH (/opt/venv/bin/python3, Python 3.11.2) cannot import ray, ray._raylet.GcsClient, "
+        "ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy (ModuleNotFoundError: No module named 'ray'); "
+        "sparkfleet-wait gpus (vLLM's wait for the cluster's GPUs), sparkfleet-ray-guard (our identity in Ray's GCS), "
+        "the Ray watchdog's GCS read and ray_cluster_check run it in the image",
+        "the interpreter of the image's `ray` command (/opt/venv/bin/python3, Python 3.11.2) cannot import ray, "
+        "ray.scripts.scripts.main (ModuleNotFoundError: No module named 'ray'); the Ray unit (--entrypoint ray: ray "
+        "start) and the head watchdog's ray status run it in the image"]
     problems = _image.judge(facts("no-vllm.out"), ARGV, QWEN35)
     assert problems[0] == "no `vllm` command on the image's PATH (the units start the image with --entrypoint vllm)"
     assert problems[1] == ("no usable vLLM in the image (ModuleNotFoundError: No module named 'vllm', "
@@ -223,8 +231,67 @@ def test_the_probe_runs_under_the_interpreter_of_the_images_vllm_command():
     assert any(p.startswith("no usable vLLM in the image") for p in _image.judge(old_way, ARGV, QWEN35))
     new_way = facts("standin-0.17.1-pathpython.out")      # the LAUNCHER: the shebang of the image's `vllm`
     assert new_way["vllm_entrypoint"] == "/opt/venv/bin/vllm" and new_way["executable"] == "/opt/venv/bin/python3"
-    assert (new_way["vllm"], new_way["ray"]) == ("0.17.1", "2.60.0")
-    assert _image.judge(new_way, ARGV, QWEN35, "0.17.1", "2.52") == []
+    assert (new_way["vllm"], new_way["ray"]) == ("0.17.1", "2.53.0")
+    # vLLM's own interpreter has everything; the python3 our GPU wait, Ray guard and watchdog run there has no Ray
+    assert _image.judge(new_way, ARGV, QWEN35, "0.17.1", "2.52") == [
+        "python3 on the image's PATH (/usr/bin/python3, Python 3.11.2) cannot import ray, ray._raylet.GcsClient, "
+        "ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy (ModuleNotFoundError: No module named 'ray'); "
+        "sparkfleet-wait gpus (vLLM's wait for the cluster's GPUs), sparkfleet-ray-guard (our identity in Ray's GCS), "
+        "the Ray watchdog's GCS read and ray_cluster_check run it in the image"]
+
+
+# ------------------------------------------------------------------------- every interpreter our scripts run
+def test_every_interpreter_our_scripts_run_in_the_lab_image_imports_what_they_need():
+    fit = facts("standin-0.17.1.out")
+    assert [(i["use"], i["interpreter"], i["missing"]) for i in fit["interpreters"]] == [
+        ("python3", "/opt/venv/bin/python3", {}), ("ray", "/opt/venv/bin/python3", {})]
+    assert _image.interpreter_problems(fit) == []
+
+
+def test_an_image_without_a_ray_command_names_the_ray_unit():
+    problems = _image.interpreter_problems(facts("no-vllm.out"))
+    assert problems[1] == ("the image's `ray` command: no ray on the image's PATH; the Ray unit (--entrypoint ray: ray "
+                           "start) and the head watchdog's ray status run it in the image")
+
+
+def test_every_script_that_runs_python_in_the_image_is_covered():
+    """The interpreters the probe asks are the ones our scripts run: each `docker exec ... python3`, `--entrypoint
+    python3` and `ray status` in the role's files is accounted for in IMAGE_INTERPRETERS, and what those scripts import
+    there is what the probe checks."""
+    files = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "ray_cluster", "files")
+    wait = open(os.path.join(files, "sparkfleet-wait")).read()
+    guard = open(os.path.join(files, "sparkfleet-ray-guard")).read()
+    watchdog = open(os.path.join(files, "sparkfleet_watchdog.py")).read()
+    assert 'docker exec "$container" python3 -c "$code"' in wait and "import ray, sys" in wait
+    assert 'docker exec "$3" python3 -c "$KV"' in guard and "--entrypoint python3" in guard
+    assert "from ray._raylet import GcsClient" in guard and "from ray._raylet import GcsClient" in watchdog
+    assert '"docker", "exec", "-i", container, "python3", "-"' in watchdog
+    assert '"docker", "exec", container, "ray", "status"' in watchdog
+    needs = dict((use, needed) for use, needed, _who in _image.IMAGE_INTERPRETERS)
+    assert {"ray", "ray._raylet:GcsClient"} <= set(needs["python3"])
+    assert "NodeAffinitySchedulingStrategy" in _ray.PROBE_PROGRAM
+    assert "ray.util.scheduling_strategies:NodeAffinitySchedulingStrategy" in needs["python3"]
+    assert "ray" in needs["ray"]
+
+
+def test_the_probe_asks_each_interpreter_for_real(tmp_path):
+    """The probe text run here: python3 on PATH is this interpreter, the `ray` command a pip script in its long-path
+    form (the two-line #!/bin/sh header) naming this interpreter."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python3").symlink_to(sys.executable)
+    (bindir / "ray").write_text("#!/bin/sh\n'''exec' %s \"$0\" \"$@\"\n" % sys.executable)
+    (bindir / "ray").chmod(0o755)
+    env = {"PATH": "%s:/usr/bin:/bin" % bindir, "PYTHONPATH": os.path.abspath(STANDIN)}
+    p = subprocess.run([sys.executable, "-c", _image.PROBE], capture_output=True, text=True, env=env,
+                       cwd=str(tmp_path), timeout=120, check=False)
+    got = _image.parse_probe(p.stdout)
+    by_use = dict((i["use"], i) for i in got["interpreters"])
+    assert by_use["python3"]["command"] == str(bindir / "python3")
+    assert by_use["ray"]["command"] == str(bindir / "ray") and by_use["ray"]["interpreter"] == sys.executable
+    have_ray = subprocess.run([sys.executable, "-c", "import ray"], capture_output=True, check=False).returncode == 0
+    assert ("ray" in by_use["python3"]["missing"]) is not have_ray
+    assert ("ray" in by_use["ray"]["missing"]) is not have_ray
 
 
 PIP_LONG_PATH = "'''exec' /opt/a long/bin/python3 \"$0\" \"$@\""

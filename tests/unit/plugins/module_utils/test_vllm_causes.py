@@ -35,7 +35,7 @@ def test_every_hint_names_only_known_settings_and_every_setting_is_used():
     # api_key and served_model_name are named by vllm_wait's own API hints, cleanup_* by the GPU cleanup's plan
     # (_gpu_plan) (tests/unit/plugins/module_utils/test_settings.py holds every setting to a user).
     assert sorted(set(SETTINGS) - used) == ["api_key", "cleanup_commands", "cleanup_containers", "cleanup_foreign",
-                                            "cleanup_protect", "cleanup_units", "served_model_name"]
+                                            "cleanup_protect", "cleanup_system", "cleanup_units", "served_model_name"]
 
 
 def test_line_causes_keep_the_table_order_and_have_a_pattern():

@@ -60,7 +60,7 @@ def test_fitting_image_passes_and_the_verdict_is_cached_per_image_id(run_module,
     first = run_module(image_check, docker.args())
     assert not first.get("failed"), first.get("msg")
     assert first["changed"] is False and first["cached"] is False and first["problems"] == []
-    assert (first["vllm_version"], first["ray_version"]) == ("0.17.1", "2.60.0")
+    assert (first["vllm_version"], first["ray_version"]) == ("0.17.1", "2.53.0")
     assert first["model_architectures"] == ["Qwen3_5MoeForConditionalGeneration"]
     runs = [c for c in docker.calls() if c.startswith("run ")]
     assert len(runs) == 1 and "--entrypoint sh %s -c" % IMAGE_ID in runs[0] and "--network none" in runs[0]
@@ -75,7 +75,7 @@ def test_too_old_image_fails_naming_image_versions_and_fix(run_module, docker, m
     monkeypatch.setenv("FAKE_PROBE", os.path.join(FIX, "standin-0.10.2.out"))
     r = run_module(image_check, docker.args())
     assert r["failed"] is True
-    assert r["msg"].startswith("image sparklab/vllm-runtime:x (vLLM 0.10.2, Ray 2.60.0,")
+    assert r["msg"].startswith("image sparklab/vllm-runtime:x (vLLM 0.10.2, Ray 2.53.0,")
     assert "vLLM 0.10.2 is older than 0.17.1" in r["msg"]
     assert "['Qwen3_5MoeForConditionalGeneration'] are not in this vLLM's registry" in r["msg"]
     assert "does not accept --safetensors-load-strategy" in r["msg"]
@@ -123,3 +123,15 @@ def test_image_without_a_probe_answer(run_module, docker, monkeypatch, tmp_path)
     monkeypatch.setenv("FAKE_PROBE", str(empty))
     r = run_module(image_check, docker.args())
     assert r["failed"] is True and "printed no probe answer" in r["msg"]
+
+
+def test_a_python3_on_path_without_ray_fails_naming_the_interpreter_and_who_runs_it(run_module, docker, monkeypatch):
+    """labctl break path-python, captured: vLLM's own interpreter has vLLM and Ray, the first python3 on PATH (what our
+    GPU wait, Ray guard and watchdog run with docker exec) is Debian's without Ray."""
+    monkeypatch.setenv("FAKE_PROBE", os.path.join(FIX, "standin-0.17.1-pathpython.out"))
+    r = run_module(image_check, docker.args())
+    assert r["failed"] is True and r["python"] == "/opt/venv/bin/python3" and r["ray_version"] == "2.53.0"
+    assert r["problems"] == [p for p in r["problems"] if p.startswith("python3 on the image's PATH (/usr/bin/python3")]
+    assert "cannot import ray" in r["msg"] and "sparkfleet-wait gpus" in r["msg"] and "sparkfleet-ray-guard" in r["msg"]
+    assert "PATH finds its venv's python3 first" in r["hint"]
+    assert [i["use"] for i in r["interpreters"]] == ["python3", "ray"]

@@ -14,7 +14,9 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils import _ray
 from ansible_collections.sparkfleet.vllm.plugins.modules import ray_cluster_check
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "ray_cluster_check"
-VENV_PY = "/var/tmp/sparklab/share/rayvenv/bin/python"
+# The lab's Ray venv (lab/build-rayvenv.sh; its path carries lab/ray-version): only named in the argv, never run here.
+VENV_PY = "/var/tmp/sparklab/share/rayvenv-%s/bin/python" % (
+    Path(__file__).resolve().parents[4] / "lab" / "ray-version").read_text().strip()
 LOCAL = [{"host": "nodeA", "ip": "127.0.0.1"}, {"host": "nodeB", "ip": "127.0.0.2"}]
 LAB = [{"host": "spark-1", "ip": "10.99.1.11"}, {"host": "spark-2", "ip": "10.99.1.12"}]
 
