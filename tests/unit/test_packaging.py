@@ -538,3 +538,47 @@ def test_changelog_released_and_generated(work, user_env):
     with open(os.path.join(ROOT, "CHANGELOG.rst"), encoding="utf-8") as f:
         assert f.read() == (copy / "CHANGELOG.rst").read_text(encoding="utf-8"), \
             "CHANGELOG.rst differs from `antsibull-changelog generate`"
+
+
+# What a user keeps in a clone (issue 41.10): the README's `cp -r .../inventories/sample inventory` with a vault in it,
+# their own inventories, keys, logs, reports and run directories at any depth, a patch's leftovers.
+PLANTED = (
+    "inventory/hosts.yml", "inventory/group_vars/spark/vault.yml", "inventory/group_vars/spark/main.yml",
+    "inventories/mine/hosts.yml", "inventories/sparks-home/hosts.yml", "inventories/samples/hosts.yml",
+    "inventories/sample2/hosts.yml", "inventories/sample/group_vars/spark/vault.yml",
+    "inventories/sample/group_vars/spark/vault.yaml", "inventories/sample/host_vars/spark-1/vault.yml",
+    "hosts.yml", "vault-password.txt", "vault_pass.txt",
+    "id_ed25519", "id_ed25519.pub", "keys/spark.pem", "keys/spark.key", "inventory/id_rsa",
+    "sparkfleet-logs/20261201T000000Z-x/spark-2/vllm.journal", "playbooks/sparkfleet-logs/x/spark-1/ray.journal",
+    "roles/vllm_serve/sparkfleet-logs/x/y.journal", "playbooks/sparkfleet-reports/20261201T000000Z-site/report.json",
+    "sparkfleet-runs/20261201T000000Z-deploy/events.jsonl", "playbooks/sparkfleet-runs/x/events.jsonl",
+    "roles/vllm_serve/tasks/main.yml.orig", "README.md.orig", "plugins/modules/config_files.py.rej",
+    "galaxy.yml.bak", "roles/vllm_serve/defaults/main.yml~", "ansible.log", "playbooks/ansible.log", "site.retry",
+    "playbooks/artifacts/x/stdout",
+)
+
+
+def test_nothing_a_user_keeps_in_a_clone_reaches_the_artifact(work, user_env):
+    src = work / "clone-src"
+    for path in _tracked(["."]):
+        if os.path.isfile(os.path.join(ROOT, path)) and not path.startswith("tests/"):
+            os.makedirs(src / os.path.dirname(path), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, path), src / path)
+    for path in PLANTED:
+        os.makedirs(src / os.path.dirname(path), exist_ok=True)
+        (src / path).write_text("$ANSIBLE_VAULT;1.1;AES256\n6134\n" if "vault" in path else "planted\n",
+                                encoding="utf-8")
+    dist = work / "clone-dist"
+    _run([_tool("ansible-galaxy"), "collection", "build", str(src), "--output-path", str(dist)], str(work), user_env)
+    with tarfile.open(dist / TARBALL) as tar:
+        names = set(tar.getnames())
+        files = json.load(tar.extractfile("FILES.json"))
+        planted = [m for m in tar.getmembers() if m.isfile() and tar.extractfile(m).read().startswith(
+            (b"planted", b"$ANSIBLE_VAULT"))]
+    leaked = sorted(p for p in PLANTED if p in names) + [m.name for m in planted]
+    assert not leaked, "a user's file reached the artifact: %s" % leaked
+    assert not [f["name"] for f in files["files"] if f["name"] in PLANTED]
+    # The collection itself still ships whole.
+    for kept in ("inventories/sample/hosts.yml", "inventories/sample/group_vars/spark/main.yml",
+                 "plugins/lookup/vaulted_inventory.py", "playbooks/site.yml", "roles/vllm_serve/tasks/main.yml"):
+        assert kept in names, kept
