@@ -17,7 +17,8 @@ description:
     M(sparkfleet.vllm.vllm_wait) and M(sparkfleet.vllm.ray_cluster_check) return), this callback prints that summary
     instead, with the attempt and the limit, for example
     C([12:01:07] spark-1 - loading_weights 5/8 shards (62%), ETA 3 s (poll 14 of 120)).
-  - A retried result without a summary is printed as the default prints it.
+  - A poll of a background task (C(async_status) while its job runs) prints that it is still running.
+  - Any other retried result is printed as the default prints it.
   - Set it with C(stdout_callback = sparkfleet.vllm.default) in C(ansible.cfg); C(sparkfleet.vllm.progress) then
     prints nothing of its own (it would print the same line twice).
 extends_documentation_fragment:
@@ -37,7 +38,11 @@ NAME = "sparkfleet.vllm.default"
 
 def retry_line(host, result, now=None):
     """The line printed for a retried result with a summary; None when it has none."""
-    summary = result.get("summary") if isinstance(result, dict) else None
+    if not isinstance(result, dict):
+        return None
+    summary = result.get("summary")
+    if not summary and result.get("ansible_job_id") and not result.get("finished"):
+        summary = "still running (job %s)" % result["ansible_job_id"]   # an async_status poll of a background task
     if not summary:
         return None
     line = "  [%s] %s - %s" % (time.strftime("%H:%M:%S", time.localtime(now)), host, " ".join(str(summary).split()))
