@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -582,3 +583,37 @@ def test_nothing_a_user_keeps_in_a_clone_reaches_the_artifact(work, user_env):
     for kept in ("inventories/sample/hosts.yml", "inventories/sample/group_vars/spark/main.yml",
                  "plugins/lookup/vaulted_inventory.py", "playbooks/site.yml", "roles/vllm_serve/tasks/main.yml"):
         assert kept in names, kept
+
+
+def test_the_execution_environment_gets_an_ssh_client(work, tarball, user_env):
+    """Issue 41.5: the collection is installed in the final stage only, so the builder stage's introspection (which
+    decides the system packages) never read its meta/ee-bindep.txt, and the base ships no ssh client: every AWX job
+    would fail to connect. Run that introspection as the generated Containerfile runs it, on the generated context,
+    over the builder stage's collections (ours is not among them), and read what it would install."""
+    ctx = _ee_context(work, user_env, "ee-ssh", [tarball])
+    containerfile = (ctx / "Containerfile").read_text(encoding="utf-8")
+    step = next(ln for ln in containerfile.splitlines() if "introspect.py introspect" in ln)
+    args = shlex.split(step.split("introspect.py", 1)[1])
+    assert args[0] == "introspect"
+    builder_collections = work / "ee-ssh-builder-stage"
+    (builder_collections / "ansible_collections").mkdir(parents=True)
+    out = work / "ee-ssh-out"
+    out.mkdir()
+    rewritten = []
+    for arg in args[1:]:
+        name, _, value = arg.partition("=")
+        if name in ("--user-pip", "--user-bindep"):
+            value = str(ctx / "_build" / value)     # COPY _build/<file> <file> in the builder stage
+        elif name in ("--write-bindep", "--write-pip"):
+            value = str(out / os.path.basename(value))
+        rewritten.append("%s=%s" % (name, value) if value else arg)
+    _run([sys.executable, str(ctx / "_build" / "scripts" / "introspect.py"), "introspect"] + rewritten
+         + [str(builder_collections)],
+         str(ctx), user_env)
+    wanted = [ln.split("#")[0].strip() for ln in (out / "bindep.txt").read_text().splitlines()]
+    assert "openssh-clients [platform:rpm]" in wanted, wanted
+    # The lines given to the EE are the collection's own (meta/ee-bindep.txt, which ships in the artifact).
+    with tarfile.open(tarball) as tar:
+        declared = [ln.strip() for ln in tar.extractfile("meta/ee-bindep.txt").read().decode().splitlines()
+                    if ln.strip() and not ln.lstrip().startswith("#")]
+    assert sorted(declared) == sorted(w for w in wanted if w), (declared, wanted)
