@@ -275,8 +275,8 @@ class CallbackModule(CallbackBase):
             self._display.display(line)
         self._display.display("sparkfleet report: %s" % run_dir, color="cyan")
         if refusal:
-            self._display.display("sparkfleet report: %s stays where it was (%s)" % (os.path.join(base, "latest"),
-                                                                                       refusal))
+            latest = os.path.join(base, "latest")
+            self._display.display("sparkfleet report: %s stays where it was (%s)" % (latest, refusal))
         if written.get("chart"):
             self._display.display("sparkfleet report: chart %s" % written["chart"], color="cyan")
         else:

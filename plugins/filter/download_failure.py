@@ -44,9 +44,9 @@ def download_failure(output, model_id="", path=""):
         shown = [ln for ln in lines if pattern.search(ln)]
         if shown:
             return {"cause": cause, "hint": hint, "lines": shown[-3:]}
-    return {"cause": "unknown", "lines": lines[-5:],
-            "hint": "read the lines above (hf download's own words) for %s into %s" % (model_id or "the model",
-                                                                                   path or "model_sync_src")}
+    hint = "read the lines above (hf download's own words) for %s into %s" % (model_id or "the model",
+                                                                              path or "model_sync_src")
+    return {"cause": "unknown", "lines": lines[-5:], "hint": hint}
 
 
 class FilterModule:
