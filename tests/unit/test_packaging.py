@@ -601,12 +601,12 @@ def test_the_execution_environment_gets_an_ssh_client(work, tarball, user_env):
     out.mkdir()
     rewritten = []
     for arg in args[1:]:
-        name, _, value = arg.partition("=")
+        name, equals, value = arg.partition("=")
         if name in ("--user-pip", "--user-bindep"):
             value = str(ctx / "_build" / value)     # COPY _build/<file> <file> in the builder stage
         elif name in ("--write-bindep", "--write-pip"):
             value = str(out / os.path.basename(value))
-        rewritten.append("%s=%s" % (name, value) if value else arg)
+        rewritten.append(name + equals + value if equals else arg)
     _run([sys.executable, str(ctx / "_build" / "scripts" / "introspect.py"), "introspect"] + rewritten
          + [str(builder_collections)],
          str(ctx), user_env)
