@@ -1,3 +1,3 @@
 """sparkfleet: the sparkfleet.vllm collection's playbooks from one command, with a live view."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

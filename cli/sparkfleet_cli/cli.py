@@ -17,6 +17,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import stat
 import sys
 import tempfile
@@ -25,7 +26,7 @@ import time
 
 from sparkfleet_cli import __version__
 from sparkfleet_cli.view import (EXIT_ANSIBLE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_INVENTORY, EXIT_OK,
-                                 EXIT_UNREACHABLE, EXIT_USAGE, RunView)
+                                 EXIT_UNREACHABLE, EXIT_USAGE, RunView, stdout_failure)
 
 Action = collections.namedtuple("Action", "playbook help description")
 
@@ -52,10 +53,15 @@ EPILOG = """exit codes:
   %d  a task failed on a node (status: something is down); the failure class and hint are printed
   %d  bad command line
   %d  a node could not be reached over ssh
-  %d  Ansible stopped before any task ran or failed (playbook error, bad extra vars or vault password,
-     collection not installed)
-  %d  the inventory has no spark group or not exactly one spark_head (or does not exist)
-  %d  interrupted
+  %d  Ansible stopped before any task ran or failed (playbook error, bad extra vars, an encrypted
+     inventory without its vault password or with a wrong one, collection not installed)
+  %d  the inventory has no spark group or not exactly one spark_head (or does not exist, or -l on an
+     inventory without a host)
+  %d  interrupted (Ctrl-C, SIGTERM or SIGHUP): ansible-playbook and every process it started are ended
+
+The options shared with ansible-playbook (-i -e -l -t --skip-tags -C -D -u --private-key -K -J
+--vault-password-file -v) mean what they mean there. A --check run writes its report but never moves
+<reports>/latest, nor does a run in which no node ran a task.
 
 Every run keeps its events (events.jsonl) and ansible-runner's artifacts (stdout, job_events) in
 <reports>/runs/<time>-<action>/; deploy and restart also write report.json, report.txt and timeline.png under
@@ -85,8 +91,21 @@ def _common(p):
     p.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
                    help="key=value, YAML/JSON or @file, as for ansible-playbook (repeatable)")
     p.add_argument("-l", "--limit", metavar="HOSTS", help="limit to these hosts (as for ansible-playbook)")
+    p.add_argument("-t", "--tags", metavar="TAGS", help="run only plays and tasks with these tags, comma-separated")
     p.add_argument("--skip-tags", metavar="TAGS", help="skip these tags, comma-separated (qualify: fabric, nccl, "
                                                        "disk, serving)")
+    p.add_argument("-C", "--check", action="store_true",
+                   help="change nothing; predict what would change (as for ansible-playbook)")
+    p.add_argument("-D", "--diff", action="store_true", help="show the differences in the files it changes (or "
+                                                              "would change, with --check)")
+    p.add_argument("-u", "--user", metavar="REMOTE_USER", help="connect as this user (as for ansible-playbook)")
+    p.add_argument("--private-key", "--key-file", metavar="FILE", dest="private_key",
+                   help="use this file to authenticate the ssh connection")
+    become = p.add_mutually_exclusive_group()
+    become.add_argument("-K", "--ask-become-pass", action="store_true", help="ask for the privilege escalation "
+                                                                               "(sudo) password")
+    become.add_argument("--become-password-file", "--become-pass-file", metavar="FILE",
+                        help="become (sudo) password file, as for ansible-playbook")
     vault = p.add_mutually_exclusive_group()
     vault.add_argument("--vault-password-file", metavar="FILE", action="append", default=[],
                        help="vault password file (repeatable), as for ansible-playbook")
@@ -124,11 +143,18 @@ def _check_args(args):
     for f in args.vault_password_file:
         if not os.path.isfile(f):
             raise UsageError("sparkfleet: error: --vault-password-file %s: no such file" % f)
+    for option, f in (("--private-key", args.private_key), ("--become-password-file", args.become_password_file)):
+        if f is not None and not os.path.isfile(f):
+            raise UsageError("sparkfleet: error: %s %s: no such file" % (option, f))
+    for option, value in (("-u/--user", args.user), ("-t/--tags", args.tags), ("--skip-tags", args.skip_tags)):
+        if value is not None and not value.strip():
+            raise UsageError("sparkfleet: error: %s is empty" % option)
     if args.limit is not None and not args.limit.strip():
         raise UsageError("sparkfleet: error: -l/--limit is empty")
     if not args.reports.strip():
         raise UsageError("sparkfleet: error: --reports is empty")
-    if "\0" in "".join(args.inventory + args.extra_vars + [args.limit or "", args.reports]):
+    if "\0" in "".join(args.inventory + args.extra_vars + [args.limit or "", args.reports, args.user or "",
+                                                             args.tags or "", args.skip_tags or ""]):
         raise UsageError("sparkfleet: error: an argument holds a NUL byte")
     base = os.path.abspath(args.reports)
     try:
@@ -139,6 +165,107 @@ def _check_args(args):
         raise UsageError("sparkfleet: error: --reports %s cannot hold the run's files: %s" % (
             args.reports, e.strerror or e)) from None
     return base
+
+
+def _cmdline(args):
+    """ansible-playbook's options the CLI passes through (ansible-runner has no keyword for these)."""
+    cmdline = ["-e %s" % shlex.quote(e) for e in args.extra_vars]
+    cmdline += ["--vault-password-file %s" % shlex.quote(os.path.abspath(f)) for f in args.vault_password_file]
+    if args.check:
+        cmdline.append("--check")
+    if args.diff:
+        cmdline.append("--diff")
+    if args.user:
+        cmdline.append("-u %s" % shlex.quote(args.user))
+    if args.private_key:
+        cmdline.append("--private-key %s" % shlex.quote(os.path.abspath(args.private_key)))
+    if args.become_password_file:
+        cmdline.append("--become-password-file %s" % shlex.quote(os.path.abspath(args.become_password_file)))
+    return cmdline
+
+
+def _children(parent):
+    """Pids of the processes whose parent is `parent` (Linux /proc; none elsewhere)."""
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, encoding="utf-8") as f:
+                # pid (comm) state ppid ...: comm may hold spaces, so read after its closing parenthesis
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == parent:
+                    found.append(int(name))
+        except (OSError, ValueError, IndexError):
+            pass
+    return found
+
+
+class _Interrupt(object):
+    """Ctrl-C, SIGTERM and SIGHUP while a run goes on.
+
+    ansible-playbook runs in a session of its own (ansible-runner's terminal) and each of its workers in another
+    (ansible-core setsid()s them), so killing ansible-playbook's process group, which is how ansible-runner cancels,
+    would leave the workers and what they run behind. The first signal is passed on to ansible-playbook as SIGTERM,
+    which ends its workers' sessions itself; only when it has not ended after GRACE seconds does cancel() tell
+    ansible-runner to kill its group."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    GRACE = 15.0
+
+    def __init__(self):
+        self._event = threading.Event()
+        self._saved = {}
+        self._at = None
+
+    def is_set(self):
+        return self._event.is_set()
+
+    def cancel(self):
+        """ansible-runner's cancel_callback: kill ansible-playbook's group once it outlived its grace."""
+        return self._at is not None and time.time() - self._at > self.GRACE
+
+    def _handler(self, signum, _frame):
+        if self._event.is_set():
+            return
+        self._event.set()
+        self._at = time.time()
+        for pid in _children(os.getpid()):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
+
+    def install(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._saved[signum] = signal.signal(signum, self._handler)
+
+    def uninstall(self):
+        for signum, handler in self._saved.items():
+            signal.signal(signum, handler)
+        self._saved = {}
+
+
+def latest_report_lines(base, inventories):
+    """What status prints of <reports>/latest: its table when that report is of this inventory, else why not."""
+    latest = os.path.join(base, "latest")
+    try:
+        with open(os.path.join(latest, "report.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        with open(os.path.join(latest, "report.txt"), encoding="utf-8") as f:
+            table = f.read().rstrip()
+    except (OSError, ValueError):
+        return ["no deploy report under %s" % base]
+    theirs = meta.get("inventory") if isinstance(meta, dict) else None
+    ours = sorted(os.path.realpath(i) if os.path.exists(i) else i for i in inventories)   # as ansible-playbook has them
+    if theirs is not None and sorted(theirs) != ours:
+        return ["the latest deploy report under %s is of another inventory (%s), not shown" % (
+            base, ", ".join(theirs))]
+    return ["last deploy (%s):" % os.path.realpath(latest), table]
 
 
 def _run_dir(base, action):
@@ -162,13 +289,14 @@ def _report_written(base, since):
 
 
 class VaultPipe(object):
-    """An executable vault password file (it holds no secret) that reads the password from a named pipe (0600) this
-    process writes it into once (ansible-playbook reads its vault secrets once, at start), until close()."""
+    """An executable password file (it holds no secret) that reads the password from a named pipe (0600) this
+    process writes it into once (ansible-playbook reads its vault and become passwords once, at start), until
+    close(). name: vault-password or become-password."""
 
-    def __init__(self, run_dir, password):
-        self.fifo = os.path.join(run_dir, "vault-password.fifo")
+    def __init__(self, run_dir, password, name="vault-password"):
+        self.fifo = os.path.join(run_dir, "%s.fifo" % name)
         os.mkfifo(self.fifo, stat.S_IRUSR | stat.S_IWUSR)
-        self.script = os.path.join(run_dir, "vault-password-client")
+        self.script = os.path.join(run_dir, "%s-client" % name)
         with open(self.script, "w", encoding="utf-8") as f:
             f.write("#!/bin/sh\nexec cat %s\n" % shlex.quote(self.fifo))
         os.chmod(self.script, stat.S_IRWXU)
@@ -240,18 +368,25 @@ def _run(args, base):
         os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
     plain = args.plain or not console.is_terminal
     run_dir = _run_dir(base, args.action)
-    vault = None
-    cmdline = ["-e %s" % shlex.quote(e) for e in args.extra_vars]
-    cmdline += ["--vault-password-file %s" % shlex.quote(os.path.abspath(f)) for f in args.vault_password_file]
-    if args.ask_vault_pass:
+    pipes = []
+    cmdline = _cmdline(args)
+    # Asked in ansible-playbook's order and words (become first, then vault).
+    for wanted, option, prompt, name, alternative in (
+            (args.ask_become_pass, "--ask-become-pass", "BECOME password: ", "become-password",
+             "--become-password-file"),
+            (args.ask_vault_pass, "--ask-vault-pass", "Vault password: ", "vault-password", "--vault-password-file")):
+        if not wanted:
+            continue
         try:
-            password = getpass.getpass("Vault password: ", stream=sys.stderr)
+            password = getpass.getpass(prompt, stream=sys.stderr)
         except EOFError:
-            err.print("sparkfleet: --ask-vault-pass needs a terminal to ask on (or use --vault-password-file)",
+            err.print("sparkfleet: %s needs a terminal to ask on (or use %s)" % (option, alternative),
                       markup=False, highlight=False)
+            for pipe in pipes:
+                pipe.close()
             return EXIT_USAGE
-        vault = VaultPipe(run_dir, password)
-        cmdline.append("--vault-password-file %s" % shlex.quote(vault.script))
+        pipes.append(VaultPipe(run_dir, password, name))
+        cmdline.append("%s %s" % (alternative, shlex.quote(pipes[-1].script)))
     view = RunView(args.action)
     events_path = os.path.join(run_dir, "events.jsonl")
     events = open(events_path, "a", encoding="utf-8")
@@ -285,18 +420,25 @@ def _run(args, base):
         cfg = os.path.join(os.getcwd(), "ansible.cfg")
         if not (os.path.exists(cfg) and "sparkfleet.vllm.report" in open(cfg, encoding="utf-8").read()):
             envvars["ANSIBLE_CALLBACKS_ENABLED"] = "sparkfleet.vllm.report"
+    stop = _Interrupt()
     kwargs = dict(private_data_dir=run_dir, project_dir=os.getcwd(), playbook=action.playbook,
                   inventory=inventories, cmdline=" ".join(cmdline) or None, limit=args.limit,
                   verbosity=args.verbose or None, envvars=envvars, quiet=True, event_handler=on_event,
-                  skip_tags=args.skip_tags)
+                  tags=args.tags, skip_tags=args.skip_tags, cancel_callback=stop.cancel,
+                  # how often ansible-runner asks cancel_callback (its default, 5 s, is a long wait after Ctrl-C)
+                  settings={"pexpect_timeout": 1})
     started = time.time()
     if not plain:
         console.print("sparkfleet %s: %s -i %s" % (args.action, action.playbook, " -i ".join(args.inventory)),
                       markup=False, highlight=False)
+    # Ctrl-C, SIGTERM and SIGHUP only set the flag: ansible-runner then ends ansible-playbook's whole process group
+    # (its workers and the ssh clients they started), and the run is reported as interrupted, never as failed.
+    stop.install()
     try:
         if plain:
             thread, runner = ansible_runner.run_async(**kwargs)
-            thread.join()
+            while thread.is_alive():
+                thread.join(0.25)
         else:
             with Live(view.render(), console=console, refresh_per_second=4, transient=False) as live:
                 thread, runner = ansible_runner.run_async(**kwargs)
@@ -306,14 +448,18 @@ def _run(args, base):
                         live.update(view.render())
                 with lock:
                     live.update(view.render())
-    except KeyboardInterrupt:
-        err.print("sparkfleet: interrupted; events so far in %s" % events_path, markup=False, highlight=False)
-        return EXIT_INTERRUPTED
     finally:
+        stop.uninstall()
         events.close()
-        if vault is not None:
-            vault.close()
-    status = runner.status
+        for pipe in pipes:
+            pipe.close()
+    status = "canceled" if stop.is_set() else runner.status
+    if status == "failed" and view.failure is None and not view.finished and runner.stdout:
+        # ansible-playbook stopped before any task: the inventory check's own reason when it is one (exit 5).
+        failure = stdout_failure(_ANSI.sub("", runner.stdout.read()))
+        runner.stdout.seek(0)
+        if failure:
+            view.failure = failure
     code = view.exit_code(status)
     if plain:
         flush_plain()
@@ -323,13 +469,8 @@ def _run(args, base):
     report = _report_written(base, started)
     if args.action == "status":
         # status.yml shows the latest deploy report's table first; the live view shows no task output, so here it is.
-        latest = os.path.join(base, "latest", "report.txt")
-        if os.path.exists(latest):
-            with open(latest, encoding="utf-8") as f:
-                console.print("last deploy (%s):\n%s" % (os.path.realpath(os.path.dirname(latest)), f.read().rstrip()),
-                              markup=False, highlight=False)
-        else:
-            console.print("no deploy report under %s" % base, markup=False, highlight=False)
+        for line in latest_report_lines(base, inventories):
+            console.print(line, markup=False, highlight=False)
     if report:
         with open(os.path.join(report, "report.txt"), encoding="utf-8") as f:
             console.print(f.read().rstrip(), markup=False, highlight=False)

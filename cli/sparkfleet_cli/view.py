@@ -13,7 +13,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1          # a task failed on a node (the failure class and hint are printed)
 EXIT_USAGE = 2           # bad command line (argparse)
 EXIT_UNREACHABLE = 3     # a node could not be reached over ssh
-EXIT_ANSIBLE = 4         # Ansible stopped before any task failed: playbook or inventory error, collection not found
+EXIT_ANSIBLE = 4         # Ansible stopped before any task failed: playbook error, vault password, collection not found
 EXIT_INVENTORY = 5       # the inventory has no spark group or not exactly one spark_head (playbooks/inventory_check.yml)
 EXIT_INTERRUPTED = 130   # interrupted (Ctrl-C) or canceled
 
@@ -22,6 +22,29 @@ INVENTORY_CHECK_PLAY = "Check the inventory has a spark group and exactly one sp
 # Preflight's access check (roles/preflight/tasks/access.yml) names a node ssh cannot reach in this task's message.
 ACCESS_REFUSAL_TASK = "Refuse what would stop the run later, naming the node and the fix"
 
+
+# The inventory check names an encrypted inventory it could not open with this prefix (a vault error: exit 4).
+VAULT_MESSAGE = "vault: the inventory "
+# ansible-playbook's own error when the inventory check's play cannot even start (--limit on an inventory without a
+# host): the reason is the play's, an inventory error (exit 5).
+LIMIT_MESSAGE = "Error processing keyword 'hosts': inventory: "
+
+
+def stdout_failure(text):
+    """The inventory check's reason when ansible-playbook stopped before any task (its stdout), else None."""
+    for line in (text or "").splitlines():
+        at = line.find(LIMIT_MESSAGE)
+        if at >= 0:
+            return {"host": "localhost", "phase": "inventory_check", "task": None, "class": "inventory",
+                    "msg": line[at + len("Error processing keyword 'hosts': "):].strip()[:600],
+                    "hint": INVENTORY_HINT}
+    return None
+
+
+INVENTORY_HINT = ("give -i the inventory of your Sparks: groups spark (every node), spark_head (one node) and "
+                  "spark_workers; inventories/sample/hosts.yml is an example")
+VAULT_HINT = ("give the inventory's vault password: --vault-password-file FILE or --ask-vault-pass (-J); a wrong one "
+              "fails the same way")
 
 # Tasks that only pull in a role's tasks: the tasks they include name the phase.
 _INCLUDES = ("include_role", "import_role", "include_tasks", "import_tasks")
@@ -142,8 +165,9 @@ class RunView(object):
             if host not in self.unreachable:
                 self.unreachable.append(host)
         elif data.get("play") == INVENTORY_CHECK_PLAY or "inventory_check.yml" in str(data.get("task_path") or ""):
-            klass, hint = "inventory", ("give -i the inventory of your Sparks: groups spark (every node), spark_head "
-                                        "(one node) and spark_workers; inventories/sample/hosts.yml is an example")
+            klass, hint = "inventory", INVENTORY_HINT
+            if str(res.get("msg", "")).startswith(VAULT_MESSAGE):
+                klass, hint = "vault", VAULT_HINT
             phase = "inventory_check"
         else:
             klass = failure.get("class") or "%s_failed" % (phase or "task")
@@ -165,13 +189,24 @@ class RunView(object):
             return EXIT_UNREACHABLE
         if self.failure is not None and self.failure["class"] == "inventory":
             return EXIT_INVENTORY
+        if self.failure is not None and self.failure["class"] == "vault":
+            return EXIT_ANSIBLE
         if self.failure is not None:
             return EXIT_FAILED
         return EXIT_ANSIBLE
 
     def summary_lines(self, status):
         lines = []
-        if self.failure:
+        if status in ("canceled", "timeout"):
+            # Ctrl-C (or a signal) is the user's decision, not a failure of the cluster.
+            lines.append("INTERRUPTED: %s stopped after %s; ansible-playbook and its workers were ended (what a "
+                         "node was doing may be half done: run it again)" % (self.action,
+                                                                             _fmt_s(self.now() - self.started)))
+            if self.failure:
+                f = self.failure
+                lines.append("  before that: %s on %s, phase %s, task '%s'" % (f["class"], f["host"], f["phase"],
+                                                                              f["task"]))
+        elif self.failure:
             f = self.failure
             lines.append("FAILED: %s on %s, phase %s, task '%s'" % (f["class"], f["host"], f["phase"], f["task"]))
             if f["msg"]:

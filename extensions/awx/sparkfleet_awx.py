@@ -4,7 +4,7 @@
 """Import sparkfleet.vllm's AWX objects after setting the two values only you know.
 
   export SPARKFLEET_SCM_URL=https://git.example.com/you/sparkfleet.vllm.git   # the project AWX clones
-  export SPARKFLEET_EE_IMAGE=registry.example.com/sparkfleet-vllm-ee:0.2.0    # the execution environment you pushed
+  export SPARKFLEET_EE_IMAGE=registry.example.com/sparkfleet-vllm-ee:0.3.0    # the execution environment you pushed
   python3 extensions/awx/sparkfleet_awx.py --check .     # dry run: nothing is sent to AWX
   python3 extensions/awx/sparkfleet_awx.py --import      # = the export with both values set | awx import
 

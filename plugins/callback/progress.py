@@ -15,13 +15,22 @@ description:
     result carries a C(summary) (as M(sparkfleet.vllm.vllm_wait) and M(sparkfleet.vllm.ray_cluster_check) return),
     this callback prints it on every retry, e.g. shard progress with ETA while vLLM loads weights.
   - Enable it with C(callbacks_enabled = sparkfleet.vllm.progress) in C(ansible.cfg); it works beside any stdout callback.
+  - The stdout callback C(sparkfleet.vllm.default) prints the summary in place of the default's "FAILED - RETRYING"
+    line; with it, this callback prints nothing.
 requirements:
   - enabled in callbacks_enabled
 """
 
+import os
 import time
 
+from ansible import constants as C
 from ansible.plugins.callback import CallbackBase
+
+
+def _stdout_callback():
+    """The stdout callback in use (ansible-runner puts the one it wraps in ORIGINAL_STDOUT_CALLBACK)."""
+    return os.environ.get("ORIGINAL_STDOUT_CALLBACK") or C.config.get_config_value("DEFAULT_STDOUT_CALLBACK")
 
 
 class CallbackModule(CallbackBase):
@@ -34,7 +43,7 @@ class CallbackModule(CallbackBase):
 
     def v2_runner_retry(self, result):
         summary = result._result.get("summary")
-        if not summary:
+        if not summary or _stdout_callback() == "sparkfleet.vllm.default":   # it prints the summary itself
             return
         host = result._host.get_name()
         self._display.display("  [%s] %s %s" % (time.strftime("%H:%M:%S"), host, summary), color="cyan")

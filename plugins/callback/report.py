@@ -34,7 +34,11 @@ description:
     happened and when, and the next step (for example that spark-2 went away during the run, having stopped answering
     ssh at 21:49, and to run site.yml again once it is back); the report's failure has class C(node_away), the first error kept as its
     C(detail).
-  - C(playbooks/status.yml) prints the latest report's table.
+  - C(latest) moves only to the report of a real run. A C(--check) run, and a run in which no node ran a task
+    (every play skipped, or the inventory check stopped it), write their report but leave C(latest) where it was,
+    and say so. The report names the run's inventory sources (C(inventory)) and whether it was a check
+    (C(check_mode)).
+  - C(playbooks/status.yml) prints the latest report's table when that report is of the same inventory.
   - After C(qualify.yml) the report also holds its C(qualify) section (what C(sparkfleet.vllm.qualify) published with
     C(set_stats) as C(sparkfleet.qualify)), written as C(qualify.txt), C(qualify.json) and C(qualify.png)
     (throughput and latency against concurrency).
@@ -68,12 +72,24 @@ options:
 import os
 import time
 
+from ansible import context
 from ansible.plugins.callback import CallbackBase
 
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _node_away, _qualify, _report
 
 # Where this run's report goes, for the first play's set_stats (see the description).
 RUN_DIR_ENV = "SPARKFLEET_REPORT_RUN_DIR"
+# The controller's own check (playbooks/inventory_check.yml): a host it ran on did no work on a node.
+INVENTORY_CHECK_PLAY = "Check the inventory has a spark group and exactly one spark_head"
+
+
+def latest_refusal(report):
+    """Why this report must not become `latest` (None when it may)."""
+    if report.get("check_mode"):
+        return "a --check run"
+    if not report.get("nodes_ran"):
+        return "no node ran a task"
+    return None
 
 
 class CallbackModule(CallbackBase):
@@ -92,6 +108,7 @@ class CallbackModule(CallbackBase):
         self._away = []
         self._ips = {}
         self._answered = set()      # nodes that ran a task in this run
+        self._ran = set()           # hosts that ran a task outside the inventory check
         self._inventory_ips = None
         self._play = None
         self._playbook = None
@@ -115,6 +132,7 @@ class CallbackModule(CallbackBase):
         self._away = []
         self._ips = {}
         self._answered = set()
+        self._ran = set()
         os.environ.pop(RUN_DIR_ENV, None)
         if not self._wanted():
             self._run_dir = None
@@ -138,6 +156,8 @@ class CallbackModule(CallbackBase):
 
     def _result(self, result, status):
         task = result._task
+        if self._play_name != INVENTORY_CHECK_PLAY and status != "skipped":
+            self._ran.add(result._host.get_name())
         phase = self._phase(task)
         if phase:
             self._clock.result(result._host.get_name(), phase, status)
@@ -235,14 +255,18 @@ class CallbackModule(CallbackBase):
         qualify = (custom.get("sparkfleet") or {}).get("qualify")  # the qualify role's section (playbooks/qualify.yml)
         if qualify:
             report["qualify"] = qualify
+        report["inventory"] = sorted(str(i) for i in (context.CLIARGS.get("inventory") or ()))
+        report["check_mode"] = bool(context.CLIARGS.get("check"))
+        report["nodes_ran"] = sorted(self._ran)
+        refusal = latest_refusal(report)
         try:
             written = _report.write(report, run_dir)
             if qualify:
                 written.update(("qualify_" + k, v) for k, v in _qualify.write(qualify, run_dir).items())
             link = os.path.join(base, "latest")
-            if os.path.islink(link):
+            if refusal is None and os.path.islink(link):
                 os.unlink(link)
-            if not os.path.exists(link):
+            if refusal is None and not os.path.exists(link):
                 os.symlink(os.path.basename(run_dir), link)
         except OSError as e:
             self._display.warning("sparkfleet report: could not write %s: %s" % (run_dir, e))
@@ -250,6 +274,9 @@ class CallbackModule(CallbackBase):
         for line in _report.table(report) + (_qualify.table(qualify) if qualify else []):
             self._display.display(line)
         self._display.display("sparkfleet report: %s" % run_dir, color="cyan")
+        if refusal:
+            latest = os.path.join(base, "latest")
+            self._display.display("sparkfleet report: %s stays where it was (%s)" % (latest, refusal))
         if written.get("chart"):
             self._display.display("sparkfleet report: chart %s" % written["chart"], color="cyan")
         else:

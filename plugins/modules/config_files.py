@@ -55,8 +55,10 @@ options:
       content:
         description:
           - The whole text of the file (UTF-8). Required for V(file); not allowed for V(directory).
-          - Never shown in the module's output or in a diff when O(files[].diff=false); run the task with C(no_log)
-            when any file holds a secret (Ansible's own logs show module arguments).
+          - Hidden in the module's output and in a diff when O(files[].diff=false), also where the same text (or one of
+            its lines, or a V(KEY=VALUE) line's value) appears in another entry. With O(files[].diff=true) (the
+            default) the text is shown in the diff of C(--diff) and in the result's C(invocation); the syslog record
+            the module leaves on the node never holds any file's content.
         type: str
       mode:
         description:
@@ -265,6 +267,27 @@ def _line(module, entry, diff):
     return _file(module, dict(entry, content=want), diff) or created
 
 
+def _secrets(entries):
+    """The texts of the diff=false entries, whole, line by line and the value of each KEY=VALUE line: what the
+    output must never show."""
+    found = set()
+    for entry in entries:
+        if entry.get("diff") is not False:
+            continue
+        for text in (entry.get("content"), entry.get("line")):
+            if not text or not text.strip():
+                continue
+            found.add(text)
+            for line in text.splitlines():
+                line = line.strip()
+                if len(line) >= 4:
+                    found.add(line)
+                value = line.split("=", 1)[1].strip().strip("'\"") if "=" in line else ""
+                if len(value) >= 4:
+                    found.add(value)
+    return found
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -283,6 +306,12 @@ def main():
         supports_check_mode=True,
     )
     entries = module.params["files"]
+    # `content` is no_log, so the syslog record of the invocation on the node holds no file's text; the output hides
+    # only what diff=false marks secret: every other file's text may be diffed (--check --diff predicts changes).
+    secrets = _secrets(entries)
+    shown = set(e["content"] for e in entries if e.get("content") and e.get("diff") is not False) - secrets
+    module.no_log_values.difference_update(shown)
+    module.no_log_values.update(secrets)
     problems = [p for p in (_problem(e) for e in entries) if p]
     if problems:
         module.fail_json(msg="; ".join(problems),

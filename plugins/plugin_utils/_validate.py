@@ -23,7 +23,9 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import (
     written_path_problem,
 )
 
-# `vllm serve` long flags of vLLM 0.17.1 (EngineArgs, FrontendArgs and the serve subcommand), without "--".
+# `vllm serve` long flags of vLLM 0.17.1 (EngineArgs, FrontendArgs and the serve subcommand), without "--". Used to
+# resolve spellings (pinned flags, abbreviations, --no-X) before the image is known; a flag not in it is left to the
+# image's own vLLM (image_check reads the flags of its `vllm serve`), so a newer image can take a newer flag.
 VLLM_SERVE_FLAGS = frozenset((
     "additional-config", "aggregate-engine-logging", "all2all-backend", "allow-credentials",
     "allow-deprecated-quantization", "allowed-headers", "allowed-local-media-path", "allowed-media-domains",
@@ -882,8 +884,12 @@ def flag_problem(word, pinned, flags=None, booleans=None, aliases=None):
         return "%s is ambiguous (vLLM matches several flags); spell the flag out%s" % (
             spelling, _suggest(spelling, VLLM_SERVE_FLAGS if flags is None else flags))
     if how == "unknown":
-        known = VLLM_SERVE_FLAGS if flags is None else flags
-        return "%s is not a vllm serve flag%s" % (spelling, _suggest(spelling, known))
+        if flags is None:
+            # Not one of 0.17.1's flags, which is all this list knows: a newer image's vLLM may take it. The image's
+            # own vLLM judges it (image_check reads its `vllm serve` parser, naming a typo with the flag meant) before
+            # the engine or any unit is touched.
+            return None
+        return "%s is not a vllm serve flag%s" % (spelling, _suggest(spelling, flags))
     return None
 
 
@@ -1336,6 +1342,8 @@ ROLE_CHECKS = {
     "model_sync_drop_cache": check_bool,
     "model_sync_delete": check_bool,
     "model_sync_download": check_bool,
+    "model_sync_download_timeout": check_seconds,
+    "model_sync_download_poll": lambda v: check_int(v, 1, 3600, "a whole number of seconds between polls"),
     "model_sync_hf_token": check_optional_secret,
     "model_sync_model_id": check_model_id,
     "model_sync_image": check_image,

@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -506,7 +507,10 @@ def test_changelog_released_and_generated(work, user_env):
         changes = yaml.safe_load(f)
     releases = changes["releases"]
     latest = max(releases, key=lambda v: tuple(int(x) for x in v.split(".")))
-    assert latest == GALAXY["version"], "galaxy.yml says %s, the latest release is %s" % (GALAXY["version"], latest)
+    # The version follows the changelog: the last release, or the next one while fragments wait (tests/unit/
+    # test_version.py holds the rule, scripts/version.py bump moves it).
+    assert tuple(int(x) for x in latest.split(".")) <= tuple(int(x) for x in GALAXY["version"].split(".")), \
+        "galaxy.yml says %s, below the latest release %s" % (GALAXY["version"], latest)
     for version, release in releases.items():
         assert release["changes"].get("release_summary"), "release %s has no summary" % version
         # New modules and plugins are listed by antsibull-changelog itself; a fragment must not repeat them.
@@ -535,3 +539,81 @@ def test_changelog_released_and_generated(work, user_env):
     with open(os.path.join(ROOT, "CHANGELOG.rst"), encoding="utf-8") as f:
         assert f.read() == (copy / "CHANGELOG.rst").read_text(encoding="utf-8"), \
             "CHANGELOG.rst differs from `antsibull-changelog generate`"
+
+
+# What a user keeps in a clone (issue 41.10): the README's `cp -r .../inventories/sample inventory` with a vault in it,
+# their own inventories, keys, logs, reports and run directories at any depth, a patch's leftovers.
+PLANTED = (
+    "inventory/hosts.yml", "inventory/group_vars/spark/vault.yml", "inventory/group_vars/spark/main.yml",
+    "inventories/mine/hosts.yml", "inventories/sparks-home/hosts.yml", "inventories/samples/hosts.yml",
+    "inventories/sample2/hosts.yml", "inventories/sample/group_vars/spark/vault.yml",
+    "inventories/sample/group_vars/spark/vault.yaml", "inventories/sample/host_vars/spark-1/vault.yml",
+    "hosts.yml", "vault-password.txt", "vault_pass.txt",
+    "id_ed25519", "id_ed25519.pub", "keys/spark.pem", "keys/spark.key", "inventory/id_rsa",
+    "sparkfleet-logs/20261201T000000Z-x/spark-2/vllm.journal", "playbooks/sparkfleet-logs/x/spark-1/ray.journal",
+    "roles/vllm_serve/sparkfleet-logs/x/y.journal", "playbooks/sparkfleet-reports/20261201T000000Z-site/report.json",
+    "sparkfleet-runs/20261201T000000Z-deploy/events.jsonl", "playbooks/sparkfleet-runs/x/events.jsonl",
+    "roles/vllm_serve/tasks/main.yml.orig", "README.md.orig", "plugins/modules/config_files.py.rej",
+    "galaxy.yml.bak", "roles/vllm_serve/defaults/main.yml~", "ansible.log", "playbooks/ansible.log", "site.retry",
+    "playbooks/artifacts/x/stdout",
+)
+
+
+def test_nothing_a_user_keeps_in_a_clone_reaches_the_artifact(work, user_env):
+    src = work / "clone-src"
+    for path in _tracked(["."]):
+        if os.path.isfile(os.path.join(ROOT, path)) and not path.startswith("tests/"):
+            os.makedirs(src / os.path.dirname(path), exist_ok=True)
+            shutil.copy2(os.path.join(ROOT, path), src / path)
+    for path in PLANTED:
+        os.makedirs(src / os.path.dirname(path), exist_ok=True)
+        (src / path).write_text("$ANSIBLE_VAULT;1.1;AES256\n6134\n" if "vault" in path else "planted\n",
+                                encoding="utf-8")
+    dist = work / "clone-dist"
+    _run([_tool("ansible-galaxy"), "collection", "build", str(src), "--output-path", str(dist)], str(work), user_env)
+    with tarfile.open(dist / TARBALL) as tar:
+        names = set(tar.getnames())
+        files = json.load(tar.extractfile("FILES.json"))
+        planted = [m for m in tar.getmembers() if m.isfile() and tar.extractfile(m).read().startswith(
+            (b"planted", b"$ANSIBLE_VAULT"))]
+    leaked = sorted(p for p in PLANTED if p in names) + [m.name for m in planted]
+    assert not leaked, "a user's file reached the artifact: %s" % leaked
+    assert not [f["name"] for f in files["files"] if f["name"] in PLANTED]
+    # The collection itself still ships whole.
+    for kept in ("inventories/sample/hosts.yml", "inventories/sample/group_vars/spark/main.yml",
+                 "plugins/lookup/vaulted_inventory.py", "playbooks/site.yml", "roles/vllm_serve/tasks/main.yml"):
+        assert kept in names, kept
+
+
+def test_the_execution_environment_gets_an_ssh_client(work, tarball, user_env):
+    """Issue 41.5: the collection is installed in the final stage only, so the builder stage's introspection (which
+    decides the system packages) never read its meta/ee-bindep.txt, and the base ships no ssh client: every AWX job
+    would fail to connect. Run that introspection as the generated Containerfile runs it, on the generated context,
+    over the builder stage's collections (ours is not among them), and read what it would install."""
+    ctx = _ee_context(work, user_env, "ee-ssh", [tarball])
+    containerfile = (ctx / "Containerfile").read_text(encoding="utf-8")
+    step = next(ln for ln in containerfile.splitlines() if "introspect.py introspect" in ln)
+    args = shlex.split(step.split("introspect.py", 1)[1])
+    assert args[0] == "introspect"
+    builder_collections = work / "ee-ssh-builder-stage"
+    (builder_collections / "ansible_collections").mkdir(parents=True)
+    out = work / "ee-ssh-out"
+    out.mkdir()
+    rewritten = []
+    for arg in args[1:]:
+        name, equals, value = arg.partition("=")
+        if name in ("--user-pip", "--user-bindep"):
+            value = str(ctx / "_build" / value)     # COPY _build/<file> <file> in the builder stage
+        elif name in ("--write-bindep", "--write-pip"):
+            value = str(out / os.path.basename(value))
+        rewritten.append(name + equals + value if equals else arg)
+    _run([sys.executable, str(ctx / "_build" / "scripts" / "introspect.py"), "introspect"] + rewritten
+         + [str(builder_collections)],
+         str(ctx), user_env)
+    wanted = [ln.split("#")[0].strip() for ln in (out / "bindep.txt").read_text().splitlines()]
+    assert "openssh-clients [platform:rpm]" in wanted, wanted
+    # The lines given to the EE are the collection's own (meta/ee-bindep.txt, which ships in the artifact).
+    with tarfile.open(tarball) as tar:
+        declared = [ln.strip() for ln in tar.extractfile("meta/ee-bindep.txt").read().decode().splitlines()
+                    if ln.strip() and not ln.lstrip().startswith("#")]
+    assert sorted(declared) == sorted(w for w in wanted if w), (declared, wanted)

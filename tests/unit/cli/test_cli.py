@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -48,6 +50,13 @@ BAD = [
     ["status", "-i", "x", "-v=3"],                        # count flag with a value
     ["stop", "-i", "x", "--reports"],                     # option without its value
     ["deploy", "-i", "x", "-J"],                          # asks with no terminal to ask on
+    ["deploy", "-i", "x", "-K"],                          # asks with no terminal to ask on
+    ["deploy", "-i", "x", "-K", "--become-password-file", "/etc/hostname"],   # both
+    ["deploy", "-i", "x", "--private-key", "/nonexistent/key"],
+    ["deploy", "-i", "x", "--become-password-file", "/nonexistent"],
+    ["deploy", "-i", "x", "-u", ""],                      # empty user
+    ["deploy", "-i", "x", "-t", " "],                     # empty tags
+    ["deploy", "-i", "x", "--check=yes"],                 # a flag with a value
 ]
 
 
@@ -72,7 +81,9 @@ def test_each_subcommand_has_its_own_help(tmp_path, action):
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("usage: sparkfleet %s " % action)
     assert cli.ACTIONS[action].help in " ".join(p.stdout.split())
-    for option in ("--inventory", "--vault-password-file", "--ask-vault-pass", "--reports", "--limit"):
+    for option in ("--inventory", "--vault-password-file", "--ask-vault-pass", "--reports", "--limit", "--check",
+                   "--diff", "--ask-become-pass", "--become-password-file", "--tags", "--skip-tags", "--user",
+                   "--private-key", "-C,", "-D,", "-K,", "-t TAGS,", "-u REMOTE_USER,"):
         assert option in p.stdout
     assert "exit codes:" in p.stdout and "the inventory has no spark group" in p.stdout
 
@@ -125,7 +136,11 @@ def vaulted_inventory(tmp_path_factory):
 def test_vault_password_file_decrypts_the_inventory(vaulted_inventory):
     tmp, inv, pw = vaulted_inventory
     p = sparkfleet(["status", "-i", str(inv), "--reports", str(tmp / "r1")], ROOT)
-    assert p.returncode == 5, p.stderr[-2000:]
+    # Issue 41.3: a vault error is exit 4 (the help's code for a vault password) with the vault named, not 5 and
+    # "give -i the inventory of your Sparks".
+    assert p.returncode == 4, p.stderr[-2000:]
+    assert "FAILED: vault" in p.stderr and "is encrypted with ansible-vault and was not opened" in p.stderr
+    assert "hint: give the inventory's vault password" in p.stderr and "give -i" not in p.stderr
     p = sparkfleet(["status", "-i", str(inv), "--vault-password-file", str(pw), "--reports", str(tmp / "r2")], ROOT)
     assert p.returncode == 3, p.stdout[-2000:] + p.stderr[-2000:]
     assert "FAILED: unreachable on n1" in p.stderr
@@ -202,3 +217,114 @@ def test_the_vault_pipe_hands_the_password_once_and_keeps_it_off_disk(tmp_path):
     finally:
         pipe.close()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_wrong_vault_password_is_a_vault_error(vaulted_inventory, tmp_path):
+    tmp, inv, _pw = vaulted_inventory
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not it\n")
+    p = sparkfleet(["deploy", "-i", str(inv), "--vault-password-file", str(wrong), "--reports", str(tmp_path / "r")],
+                   ROOT)
+    assert p.returncode == 4, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "FAILED: vault" in p.stderr and "Traceback" not in p.stdout + p.stderr
+
+
+def test_a_limit_on_a_missing_inventory_is_no_success(tmp_path):
+    """Issue 41.1: `-l spark-1` removed the controller's inventory check; deploy said 'done' and exited 0."""
+    p = sparkfleet(["deploy", "-i", str(tmp_path / "nonexistent"), "-l", "spark-1", "--reports", str(tmp_path / "r")],
+                   ROOT)
+    assert p.returncode == 5, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "FAILED: inventory" in p.stderr and "--limit spark-1 matches nothing" in p.stderr
+    assert "hint: give -i the inventory of your Sparks" in p.stderr
+    assert "done in" not in p.stdout + p.stderr and not (tmp_path / "r" / "latest").exists()
+
+
+def _command(reports):
+    """The ansible-playbook command line ansible-runner ran (its artifacts' `command` file)."""
+    (path,) = [os.path.join(d, "command") for d, _dirs, files in os.walk(reports) if "command" in files]
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["command"]
+
+
+def test_ansible_playbook_options_pass_through(tmp_path):
+    """Issue 41.4: --check, --diff, -t, -u, --private-key and --become-password-file reach ansible-playbook."""
+    key = tmp_path / "key"
+    key.write_text("not a key\n")
+    become = tmp_path / "become"
+    become.write_text("sudo-secret\n")
+    p = sparkfleet(["status", "-i", str(tmp_path / "nonexistent"), "-C", "-D", "-t", "inventory_check", "-u", "bob",
+                    "--private-key", str(key), "--become-password-file", str(become), "--reports",
+                    str(tmp_path / "r")], ROOT)
+    assert p.returncode == 5, p.stderr[-2000:]
+    cmd = _command(tmp_path / "r")
+    for expected in (["--check"], ["--diff"], ["-u", "bob"], ["--private-key", str(key)], ["--tags", "inventory_check"],
+                     ["--become-password-file", str(become)]):
+        assert any(cmd[i:i + len(expected)] == expected for i in range(len(cmd))), (expected, cmd)
+
+
+def test_ask_become_pass_asks_and_keeps_the_password_off_disk(tmp_path):
+    pexpect = pytest.importorskip("pexpect")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "SPARKFLEET_"))}
+    env.update(PYTHONPATH=os.path.join(ROOT, "cli"), PATH=BIN + os.pathsep + env.get("PATH", ""))
+    child = pexpect.spawn(sys.executable, ["-m", "sparkfleet_cli", "status", "-i", str(tmp_path / "nonexistent"),
+                                           "-K", "--plain", "--reports", str(tmp_path / "r")], cwd=ROOT, env=env,
+                          encoding="utf-8", timeout=180)
+    child.expect("BECOME password: ")
+    child.sendline("sudo-secret-41")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 5, child.before[-2000:]
+    cmd = _command(tmp_path / "r")
+    assert "--become-password-file" in cmd
+    for dirpath, _dirs, files in os.walk(tmp_path / "r"):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                assert b"sudo-secret-41" not in f.read(), os.path.join(dirpath, name)
+
+
+def _processes_with(marker):
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if marker.encode() in f.read().replace(b"\0", b" "):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_ctrl_c_is_interrupted_not_failed_and_ends_every_child(tmp_path):
+    """Issue 41.12: Ctrl-C printed FAILED and left ansible-playbook's workers running."""
+    marker = "%d.%d" % (500 + os.getpid() % 97, os.getpid() % 1000)
+    (tmp_path / "slow.yml").write_text(
+        "- name: Slow\n  hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - name: Wait\n      ansible.builtin.command: sleep %s\n      changed_when: false\n" % marker)
+    (tmp_path / "run.py").write_text(
+        "import sys\nfrom sparkfleet_cli import cli\n"
+        "cli.ACTIONS['deploy'] = cli.Action(%r, 'x', 'x')\nsys.exit(cli.main(sys.argv[1:]))\n"
+        % str(tmp_path / "slow.yml"))
+    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    localhost: {ansible_connection: local, "
+                                        "ansible_python_interpreter: %s}\n" % sys.executable)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "SPARKFLEET_"))}
+    env.update(PYTHONPATH=os.path.join(ROOT, "cli"), PATH=BIN + os.pathsep + env.get("PATH", ""))
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "run.py"), "deploy", "-i", "hosts.yml", "--plain",
+                             "--reports", str(tmp_path / "r")], cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not _processes_with("sleep " + marker) and time.time() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        assert _processes_with("sleep " + marker), "the task never started"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        left = _processes_with("sleep " + marker) + _processes_with(str(tmp_path / "slow.yml"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _processes_with("sleep " + marker) + _processes_with(str(tmp_path / "slow.yml")):
+            os.kill(pid, signal.SIGKILL)   # this test's own processes, whatever happened
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert "INTERRUPTED: deploy stopped after" in err and "FAILED" not in out + err, out[-2000:] + err[-2000:]
+    assert not left, "ansible-playbook or its task outlived the CLI: %s" % left

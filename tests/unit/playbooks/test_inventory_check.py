@@ -19,10 +19,10 @@ REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 
 
-def _play(inventory, playbook, tmp_path):
+def _play(inventory, playbook, tmp_path, *args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", SPARKFLEET_REPORT_DIR=str(tmp_path / "r"))
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(REPO / playbook)], cwd=tmp_path,
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), *args, str(REPO / playbook)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=180, env=env, check=False)
     return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
 
@@ -44,7 +44,7 @@ def test_every_playbook_starts_with_the_inventory_check():
     top = yaml.safe_load((REPO / "site.yml").read_text())
     assert top[0]["ansible.builtin.import_playbook"] == "playbooks/site.yml"
     check = yaml.safe_load((REPO / "playbooks" / "inventory_check.yml").read_text())
-    assert check[0]["hosts"] == "localhost" and "always" in check[0]["tags"]
+    assert check[0]["hosts"].startswith("{{ 'localhost' if ansible_limit is not defined") and "always" in check[0]["tags"]
 
 
 @pytest.mark.parametrize("playbook", ["site.yml", "playbooks/status.yml"])
@@ -100,3 +100,38 @@ def test_a_node_name_a_unit_would_read_otherwise_stops_every_playbook(tmp_path, 
     assert message in out, out[-2000:]
     assert "rename the host in the inventory" in out
     observe(out[out.index(message):][:300])
+
+
+@pytest.mark.parametrize("playbook", ["site.yml", "playbooks/status.yml"])
+def test_a_limit_on_an_inventory_that_does_not_exist_fails_naming_it(tmp_path, playbook):
+    """Issue 41.1: --limit removes the implicit localhost where the check runs; every play was skipped and the run
+    ended 0 ("site.yml successful in 0.0 s"). It now stops with ansible-playbook's exit code for a play it cannot
+    parse, naming the inventory and the fix, and writes no report."""
+    rc, out = _play(tmp_path / "nonexistent", playbook, tmp_path, "-l", "spark-1")
+    assert rc == 4, out[-2000:]
+    assert "inventory: it holds no host at all, so --limit spark-1 matches nothing" in out, out[-2000:]
+    assert "Inventory given: %s" % (tmp_path / "nonexistent") in out and "Give -i the inventory of your Sparks" in out
+    assert "successful" not in out
+    assert not (tmp_path / "r").exists() or not os.listdir(tmp_path / "r")
+
+
+@pytest.mark.parametrize("name, layout, message", [
+    ("no head group", lambda h: {"spark": {"hosts": {"a": h, "b": h}}}, "inventory: group 'spark_head' is missing"),
+    ("no spark group", lambda h: {"all": {"hosts": {"a": h}}}, "inventory: group 'spark' is missing"),
+])
+def test_the_check_still_runs_under_a_limit(tmp_path, name, layout, message):
+    """Under -l the check runs once on the hosts the limit keeps (nothing connects to them)."""
+    rc, out = _play(_inventory(tmp_path, layout), "site.yml", tmp_path, "-l", "a")
+    assert rc != 0, (name, out[-2000:])
+    assert message in out, (name, out[-2000:])
+
+
+def test_a_good_inventory_passes_the_check_once_under_a_limit(tmp_path):
+    (tmp_path / "twice.yml").write_text(
+        "- name: A\n  ansible.builtin.import_playbook: %s\n- name: B\n  ansible.builtin.import_playbook: %s\n"
+        % (REPO / "playbooks" / "inventory_check.yml", REPO / "playbooks" / "inventory_check.yml"))
+    inv = _inventory(tmp_path, lambda h: {"spark": {"children": {"spark_head": {"hosts": {"a": h}},
+                                                                 "spark_workers": {"hosts": {"b": h}}}}})
+    rc, out = _play(inv, tmp_path / "twice.yml", tmp_path, "-l", "a:b")
+    assert rc == 0, out[-2000:]
+    assert "a : ok=2 changed=0 unreachable=0 failed=0 skipped=4" in out, out[-2000:]

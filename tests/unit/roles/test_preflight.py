@@ -101,7 +101,6 @@ def test_bad_serving_values_fail_preflight_all_at_once(tmp_path, tags):
         "spark-1: sparkfleet_ray_port 70000 must be between 1 and 65535",
         "spark-1: sparkfleet_model_dir '' must be the absolute path of the model directory",  # vllm_serve_model is made of it
         "spark-1: vllm_serve_max_model_len cannot be templated: ''undefined_thing'' is undefined",
-        "--tensor-paralel-size is not a vllm serve flag (did you mean --tensor-parallel-size?)",
         "--distributed-executor-backend is pinned",
         "spark-1: vllm_serve_api_key (hidden) contains whitespace",
         "spark-1: sparkfleet_fabric_min_mtu -5 must be between 68 and 65535",
@@ -109,6 +108,8 @@ def test_bad_serving_values_fail_preflight_all_at_once(tmp_path, tags):
         assert message in " ".join(out.split()), message
     assert "k123" not in out
     assert "Check every node answers" not in out
+    # Issue 41.9: a flag the 0.17.1 list does not know is the image's to judge (image_check, with its own flags).
+    assert "tensor-paralel-size" not in " ".join(out.split())
 
 
 @pytest.mark.parametrize("extra_vars, ok", [

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import jinja2
@@ -96,3 +99,26 @@ def test_the_load_commands_default_passes_preflights_check(user):
                       runtime_image_loader=runtime["runtime_image_loader"])
     assert _validate.check_load_command(command) == (command, None)
     assert _validate.check_load_command("-o ProxyCommand=sh")[1]
+
+
+def test_check_mode_keeps_the_named_cannot_be_reached_message(tmp_path):
+    """Issue 41.2: --check (the README's safe first step) skipped wait_for_connection, so an unreachable node met
+    Ansible's bare UNREACHABLE instead of the message naming the node and the fix. 127.0.0.1 port 1 refuses at once."""
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("spark:\n  children:\n    spark_head:\n      hosts:\n        n1: {ansible_host: 127.0.0.1, "
+                   "ansible_port: 1, ansible_user: nobody}\n    spark_workers: {}\n")
+    play = tmp_path / "access.yml"
+    play.write_text(
+        "- name: Access\n  hosts: spark\n  gather_facts: false\n  vars:\n    sparkfleet_head_host: n1\n"
+        "    sparkfleet_head_fabric_ip: 127.0.0.1\n    sparkfleet_image: x\n    preflight_ping_timeout: 3\n"
+        "  tasks:\n    - name: Access\n      ansible.builtin.include_tasks: %s\n"
+        % (REPO / "roles" / "preflight" / "tasks" / "access.yml"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inv), str(play),
+                        "--check"], cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180,
+                       check=False)
+    out = " ".join(p.stdout.split())
+    assert p.returncode == 2, out[-2000:]
+    assert "n1 (127.0.0.1) cannot be reached as nobody" in out and "Check the node is up" in out, out[-2000:]
+    assert "UNREACHABLE!" not in out, out[-2000:]

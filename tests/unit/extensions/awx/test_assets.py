@@ -461,3 +461,25 @@ def test_the_own_project_example_of_the_doc_is_a_playbook_for_awx(tmp_path):
         block = re.search(r"```yaml\n(.*?)```", f.read(), re.S).group(1)
     (tmp_path / "site.yml").write_text(block)
     assert _module().project_playbooks(str(tmp_path)) == ["site.yml"]
+
+
+def test_the_inventory_says_its_source_replaces_its_hosts_and_the_docs_say_what_beats_the_credential():
+    """Issue 41.11: the source overwrites hosts while the inventory's description invited adding them; the sample's
+    ansible_user and key override the Machine credential without docs/awx.md saying so."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__))))))
+    with open(os.path.join(root, "extensions", "awx", "sparkfleet-vllm.json"), encoding="utf-8") as f:
+        assets = json.load(f)
+    (source,) = assets["inventory_sources"]
+    (inventory,) = [i for i in assets["inventory"] if i["name"] == source["inventory"]["name"]]
+    if source["overwrite"]:
+        assert "add your hosts here" not in inventory["description"]
+        assert "replaced at every update" in inventory["description"], inventory["description"]
+    with open(os.path.join(root, "docs", "awx.md"), encoding="utf-8") as f:
+        doc = " ".join(f.read().split())
+    with open(os.path.join(root, "inventories", "sample", "group_vars", "spark", "main.yml"), encoding="utf-8") as f:
+        sample = f.read()
+    for var in ("ansible_user", "ansible_ssh_private_key_file"):
+        if "\n%s:" % var in "\n" + sample:
+            assert var in doc and "The inventory's variables beat the credential" in doc, var
+    assert "a host added by hand is removed at the next update" in doc

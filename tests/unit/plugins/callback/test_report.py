@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -60,16 +61,17 @@ PLAYBOOK = """
 """
 
 
-def run_playbook(tmp_path, name, playbook, extra_env=None):
+def run_playbook(tmp_path, name, playbook, extra_env=None, args=()):
     (tmp_path / name).write_text(playbook)
     (tmp_path / "hosts.yml").write_text(
         "nodes:\n  hosts:\n    n1: {ansible_connection: local, ansible_python_interpreter: %s}\n"
-        "    n2: {ansible_connection: local, ansible_python_interpreter: %s}\n" % (sys.executable, sys.executable))
+        "    n2: {ansible_connection: local, ansible_python_interpreter: %s}\n"
+        "spark:\n  children:\n    spark_head:\n      hosts:\n        n1:\n" % (sys.executable, sys.executable))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update({"ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "SPARKFLEET_REPORT_DIR": str(tmp_path / "reports"),
                 "ANSIBLE_CALLBACKS_ENABLED": "sparkfleet.vllm.report", "ANSIBLE_NOCOLOR": "1"})
     env.update(extra_env or {})
-    return subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), name],
+    return subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), *args, name],
                           cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
@@ -104,14 +106,11 @@ def test_status_prints_the_latest_report_table(deploy_run):
     # status.yml's first play reads the table from the same directory (its other plays need the cluster).
     (tmp / "status_only.yml").write_text("- name: Status\n  ansible.builtin.import_playbook: %s\n"
                                          % os.path.join(ROOT, "playbooks", "status.yml"))
-    (tmp / "head.yml").write_text("spark:\n  children:\n    spark_head:\n      hosts:\n"
-                                  "        n1: {ansible_connection: local, ansible_python_interpreter: %s}\n"
-                                  % sys.executable)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), SPARKFLEET_REPORT_DIR=str(tmp / "reports"),
                ANSIBLE_NOCOLOR="1")
     # Only the first play matters here (the cluster's plays fail without a cluster, after it).
-    r = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp / "head.yml"), "status_only.yml"],
+    r = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp / "hosts.yml"), "status_only.yml"],
                        cwd=str(tmp), env=env, capture_output=True, text=True, timeout=180, check=False)
     out = r.stdout
     assert "sparkfleet report: site.yml successful" in out, out[-3000:]
@@ -319,11 +318,50 @@ def test_an_empty_run_fails_and_still_writes_its_report(tmp_path):
     out = p.stdout + p.stderr
     assert p.returncode != 0, out[-3000:]
     assert "number sections" not in out and "Traceback" not in out, out[-3000:]
-    report = json.loads((tmp_path / "r" / "latest" / "report.json").read_text())
+    (run,) = [d for d in (tmp_path / "r").iterdir() if d.name.endswith("-site")]
+    report = json.loads((run / "report.json").read_text())
     assert report["status"] == "failed" and report["phases"] == {}
     assert "inventory: group 'spark' is missing" in report["failure"]["msg"]
-    assert not (tmp_path / "r" / "latest" / "timeline.png").exists()
+    assert not (run / "timeline.png").exists()
     assert "sparkfleet report: no chart (no phase ran on any node" in out
+    # Issue 41.13: an empty run is no deploy: `latest` (what status shows) does not move to it.
+    assert not (tmp_path / "r" / "latest").exists()
+    assert "latest stays where it was (no node ran a task)" in out
+
+
+def test_a_check_run_writes_its_report_but_latest_stays_on_the_real_run(tmp_path):
+    """Issue 41.13: status showed whatever was `latest`, a --check run's prediction included."""
+    p = run_playbook(tmp_path, "site.yml", PLAYBOOK)
+    assert p.returncode == 0, p.stdout[-3000:]
+    real = os.path.realpath(tmp_path / "reports" / "latest")
+    report = json.loads((tmp_path / "reports" / "latest" / "report.json").read_text())
+    assert report["check_mode"] is False and report["nodes_ran"] == ["n1", "n2"]
+    assert report["inventory"] == [str(tmp_path / "hosts.yml")]
+    time.sleep(1.1)   # a new report directory (its name has the second)
+    p = run_playbook(tmp_path, "site.yml", PLAYBOOK, args=["--check"])
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert os.path.realpath(tmp_path / "reports" / "latest") == real
+    runs = sorted(d for d in (tmp_path / "reports").iterdir() if d.name != "latest")
+    assert len(runs) == 2 and json.loads((runs[-1] / "report.json").read_text())["check_mode"] is True
+    assert "latest stays where it was (a --check run)" in p.stdout
+
+
+def test_status_does_not_show_another_inventory_s_report(deploy_run, tmp_path):
+    """Issue 41.13: the latest report is of the hosts.yml inventory; status for another one says so."""
+    tmp, _p = deploy_run
+    (tmp_path / "status_only.yml").write_text("- name: Status\n  ansible.builtin.import_playbook: %s\n"
+                                              % os.path.join(ROOT, "playbooks", "status.yml"))
+    (tmp_path / "other.yml").write_text("spark:\n  children:\n    spark_head:\n      hosts:\n"
+                                        "        n1: {ansible_connection: local, ansible_python_interpreter: %s}\n"
+                                        % sys.executable)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), SPARKFLEET_REPORT_DIR=str(tmp / "reports"),
+               ANSIBLE_NOCOLOR="1")
+    r = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "other.yml"), "status_only.yml"],
+                       cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180, check=False)
+    out = " ".join(r.stdout.split())
+    assert "sparkfleet report: site.yml successful" not in out, out[-3000:]
+    assert "is of another inventory (%s), not shown" % (tmp / "hosts.yml") in out, out[-3000:]
 
 
 def test_the_chart_uses_matplotlib_object_api_only(tmp_path):

@@ -329,3 +329,16 @@ def test_parser_flags_are_checked_against_the_images_registries():
     unreadable.pop("tool_parsers")
     assert _image.judge(unreadable, ARGV + ["--tool-call-parser", "qwen3_coder"]) == [
         "could not read vLLM's tool-call parser registry to check --tool-call-parser qwen3_coder (ImportError: x)"]
+
+
+def test_a_flag_only_a_newer_vllm_has_is_judged_by_the_image():
+    """Issue 41.9: the image's own parser decides (preflight's 0.17.1 list leaves unknown flags to it)."""
+    old = facts("standin-0.17.1.out")
+    assert _image.judge(old, ARGV + ["--kv-cache-offload-policy", "lru"]) == [
+        "`vllm serve` of vLLM 0.17.1 does not accept --kv-cache-offload-policy"]
+    newer = facts("standin-0.17.1.out")
+    newer["vllm"] = "0.18.0"
+    newer["flags"]["--kv-cache-offload-policy"] = {"choices": ["lru", "arc"], "takes_value": True}
+    assert _image.judge(newer, ARGV + ["--kv-cache-offload-policy", "lru"]) == []
+    assert _image.judge(newer, ARGV + ["--kv-cache-offload-policy", "fifo"]) == [
+        "vLLM 0.18.0 accepts --kv-cache-offload-policy lru|arc only, not 'fifo'"]

@@ -177,3 +177,42 @@ def test_bad_line_entries_are_refused_before_anything_is_touched(run_module, tmp
     r = run_module(config_files, {"files": [dict(entry, path=str(tmp_path / "k"))]})
     assert r["failed"] and words in r["msg"]
     assert not (tmp_path / "k").exists()
+
+
+def test_check_diff_through_ansible_shows_plain_files_and_hides_secrets(tmp_path):
+    """Issue 41.6: `content` is no_log, so through Ansible every diff read VALUE_SPECIFIED_IN_NO_LOG_PARAMETER (the
+    run_module harness above skips Ansible's masking). A real ansible-playbook --check --diff, as the roles call it."""
+    import subprocess
+    import sys
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "unit.service").write_text("[Unit]\nDescription=old\n")
+    (etc / "vllm.env").write_text("VLLM_API_KEY=old-key-1234\n")
+    (tmp_path / "play.yml").write_text("""
+- name: Files
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Write
+      sparkfleet.vllm.config_files:
+        files:
+          - {path: "%(etc)s/unit.service", content: "[Unit]\\nDescription=new\\n", mode: "0644"}
+          - {path: "%(etc)s/vllm.env", content: "VLLM_API_KEY=sk-new-secret-41\\n", mode: "0600", diff: false}
+          - {path: "%(etc)s/other.conf", content: "key sk-new-secret-41 leaked?\\n", mode: "0644"}
+""" % {"etc": etc})
+    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    localhost: {ansible_connection: local, "
+                                        "ansible_python_interpreter: %s}\n" % sys.executable)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "SPARKFLEET_"))}
+    env.update(ANSIBLE_CONFIG=os.path.join(root, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_CALLBACKS_ENABLED="sparkfleet.vllm.progress", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default")
+    p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "hosts.yml",
+                        "play.yml", "--check", "--diff", "-v"], cwd=str(tmp_path), env=env, capture_output=True,
+                       text=True, timeout=180, check=False)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    assert "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER" not in out.split("TASK [Write]")[1].split("unit.service", 1)[1][:400]
+    assert "-Description=old" in out and "+Description=new" in out, out[-3000:]
+    assert "sk-new-secret-41" not in out and "old-key-1234" not in out, out[-3000:]
+    assert "(content hidden, changed)" in out
+    assert (etc / "unit.service").read_text() == "[Unit]\nDescription=old\n"   # check mode
