@@ -1,6 +1,8 @@
 """The lab's guard (lab/labctl GUARD_NETS: unreachable routes in the root namespace) covers every address that an
 inventory of this repository other than the lab's names: the real Sparks' and the sample's. A command run here by
-mistake against either (a `--check` of the sample, a status of the Sparks) must end at a route, never on a network."""
+mistake against either (a `--check` of the sample, a status of the Sparks) must end at a route, never on a network.
+No guarded range may hold a package mirror: the whole of a documentation range (RFC 5737) once cut this machine off
+its PyPI and Debian mirrors, so the sample's host addresses are guarded one by one."""
 
 from __future__ import annotations
 
@@ -33,10 +35,11 @@ def addresses(inventory):
     return found
 
 
-@pytest.mark.parametrize("inventory", ["sparks", "sample"])
-def test_every_address_of_an_inventory_that_is_not_the_lab_is_guarded(inventory):
+@pytest.mark.parametrize("inventory, hosts_only", [("sparks", False), ("sample", True)])
+def test_every_address_of_an_inventory_that_is_not_the_lab_is_guarded(inventory, hosts_only):
+    # the sample's: its host addresses only (its documentation ranges may hold this machine's package mirrors)
     nets = guard_nets()
-    found = addresses(inventory)
+    found = {n for n in addresses(inventory) if n.prefixlen == 32 or not hosts_only}
     assert found, "no address found in inventories/%s: the test reads nothing" % inventory
     loose = sorted(str(n) for n in found if not n.is_loopback and not n.is_unspecified
                    and not any(n.subnet_of(g) for g in nets if g.version == n.version))
