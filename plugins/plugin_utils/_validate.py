@@ -1343,7 +1343,7 @@ ROLE_CHECKS = {
     "model_sync_delete": check_bool,
     "model_sync_download": check_bool,
     "model_sync_download_timeout": check_seconds,
-    "model_sync_download_poll": lambda v: check_int(v, 1, 3600, "a whole number of seconds between polls"),
+    "model_sync_download_poll": check_seconds,
     "model_sync_hf_token": check_optional_secret,
     "model_sync_model_id": check_model_id,
     "model_sync_image": check_image,
