@@ -106,6 +106,23 @@ def mode_run(lab, args, tree, logfile):
     return result
 
 
+def enter_lab(args, prog, script):
+    """Check --limit, re-run the script in the lab's control namespace (nothing leaves the lab), then say what runs
+    where; returns the shared lab and the playbook log's path."""
+    if not 60 <= args.limit <= 1200:
+        sys.exit("%s: --limit must be 60..1200" % prog)
+    args.base, args.tree = os.path.abspath(args.base), os.path.abspath(args.tree)
+    if not args.in_ctl:
+        os.execv(soak.LABCTL, [soak.LABCTL, "ctl", "--", sys.executable, os.path.abspath(script), "--in-ctl"]
+                 + sys.argv[1:])
+    lab = soak.Lab("sfl", args.tree)
+    logfile = "/var/tmp/sparkfleet-%s-%s.log" % (prog.replace("_", "-"), time.strftime("%Y%m%d-%H%M%S"))
+    soak.log("lab %s, base %s @ %s, tree %s @ %s, %s; load %s; playbook log %s" % (
+        ", ".join(lab.hosts), args.base, soak.commit_of(args.base), args.tree, soak.commit_of(args.tree),
+        soak.machine(), " ".join(open("/proc/loadavg").read().split()[:3]), logfile))
+    return lab, logfile
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="a checkout of the code to compare against (e.g. main before)")
@@ -114,17 +131,7 @@ def main():
     ap.add_argument("--leak-mib", type=int, default=1024, help="MiB each rank start reserves on the worker")
     ap.add_argument("--in-ctl", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if not 60 <= args.limit <= 1200:
-        sys.exit("uma_leak: --limit must be 60..1200")
-    args.base, args.tree = os.path.abspath(args.base), os.path.abspath(args.tree)
-    if not args.in_ctl:
-        os.execv(soak.LABCTL, [soak.LABCTL, "ctl", "--", sys.executable, os.path.abspath(__file__), "--in-ctl"]
-                 + sys.argv[1:])
-    lab = soak.Lab("sfl", args.tree)
-    logfile = "/var/tmp/sparkfleet-uma-leak-%s.log" % time.strftime("%Y%m%d-%H%M%S")
-    soak.log("lab %s, base %s @ %s, tree %s @ %s, %s; load %s; playbook log %s" % (
-        ", ".join(lab.hosts), args.base, soak.commit_of(args.base), args.tree, soak.commit_of(args.tree),
-        soak.machine(), " ".join(open("/proc/loadavg").read().split()[:3]), logfile))
+    lab, logfile = enter_lab(args, "uma_leak", __file__)
     results = {}
     try:
         for name, tree in (("base", args.base), ("tree", args.tree)):

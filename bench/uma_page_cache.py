@@ -82,17 +82,7 @@ def main():
     ap.add_argument("--limit", type=int, default=300, help="seconds to watch each checkout (60-1200)")
     ap.add_argument("--in-ctl", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if not 60 <= args.limit <= 1200:
-        sys.exit("uma_page_cache: --limit must be 60..1200")
-    args.base, args.tree = os.path.abspath(args.base), os.path.abspath(args.tree)
-    if not args.in_ctl:
-        os.execv(soak.LABCTL, [soak.LABCTL, "ctl", "--", sys.executable, os.path.abspath(__file__), "--in-ctl"]
-                 + sys.argv[1:])
-    lab = soak.Lab("sfl", args.tree)
-    logfile = "/var/tmp/sparkfleet-uma-page-cache-%s.log" % time.strftime("%Y%m%d-%H%M%S")
-    soak.log("lab %s, base %s @ %s, tree %s @ %s, %s; load %s; playbook log %s" % (
-        ", ".join(lab.hosts), args.base, soak.commit_of(args.base), args.tree, soak.commit_of(args.tree),
-        soak.machine(), " ".join(open("/proc/loadavg").read().split()[:3]), logfile))
+    lab, logfile = uma_leak.enter_lab(args, "uma_page_cache", __file__)
     results = {}
     try:
         for name, tree in (("base", args.base), ("tree", args.tree)):
