@@ -32,9 +32,17 @@ def test_status_exit_0_names_every_node_and_keeps_the_event_log(lab, serving, tm
     report = tmp_path / "reports" / "20260101T000000Z-site"
     report.mkdir()
     (report / "report.txt").write_text("sparkfleet report: site.yml successful in 3m38s\n  phase  spark-1\n")
+    # a deploy's report names its inventory (report.json, as ansible-playbook had it: the real path)
+    (report / "report.json").write_text(json.dumps({"inventory": [os.path.realpath(str(lab.inventory))]}))
     (tmp_path / "reports" / "latest").symlink_to(report.name)
     p = sparkfleet(lab, tmp_path, "status", "-i", str(lab.inventory))
-    assert p.returncode == 0 and "last deploy (%s):\nsparkfleet report: site.yml successful" % report in p.stdout
+    assert p.returncode == 0 and "last deploy (%s):\nsparkfleet report: site.yml successful" % report in p.stdout, \
+        p.stdout[-3000:]
+    # another inventory's report is never shown as this cluster's (issue 41.13)
+    (report / "report.json").write_text(json.dumps({"inventory": ["/elsewhere/inventory"]}))
+    p2 = sparkfleet(lab, tmp_path, "status", "-i", str(lab.inventory))
+    assert "is of another inventory (/elsewhere/inventory), not shown" in p2.stdout, p2.stdout[-3000:]
+    assert "sparkfleet report: site.yml successful" not in p2.stdout
     log = out.strip().splitlines()[-1]
     assert log.startswith("events: ")
     events = [json.loads(line) for line in open(log[len("events: "):])]
