@@ -216,3 +216,19 @@ def test_check_diff_through_ansible_shows_plain_files_and_hides_secrets(tmp_path
     assert "sk-new-secret-41" not in out and "old-key-1234" not in out, out[-3000:]
     assert "(content hidden, changed)" in out
     assert (etc / "unit.service").read_text() == "[Unit]\nDescription=old\n"   # check mode
+
+
+def test_the_nodes_record_of_the_invocation_holds_no_files_text(run_module, monkeypatch, tmp_path):
+    # ansible-core 2.19 logs a suboption marked no_log in clear in the node's syslog ("Invoked with files=[{...
+    # 'content': 'VLLM_API_KEY=...'"): seen in the lab's journal after diffs were allowed. Nothing of a file's text
+    # may reach that record; the output still names every path and diffs every file that is not secret.
+    from ansible.module_utils import basic
+    logged = []
+    monkeypatch.setattr(basic.AnsibleModule, "log", lambda self, msg, log_args=None: logged.append(msg))
+    res = run_module(config_files, {"files": [
+        {"path": str(tmp_path / "vllm.env"), "content": "VLLM_API_KEY=sk-lab-0123456789abcdef\n", "mode": "0600",
+         "diff": False},
+        {"path": str(tmp_path / "unit.service"), "content": "[Service]\nExecStart=/bin/true\n", "mode": "0644"}]},
+        check_mode=True)
+    assert logged and all("sk-lab-0123456789abcdef" not in m and "ExecStart" not in m for m in logged), logged
+    assert res["changed_paths"] == [str(tmp_path / "vllm.env"), str(tmp_path / "unit.service")]
