@@ -34,11 +34,12 @@ REFUSAL = "on startup is less than desired GPU memory utilization"
 
 
 def serves(lab):
-    """A real completion through the head's API (curl on the head, its key from vllm.env)."""
+    """A real completion through the head's API where it listens (the management address; curl on the head, its key
+    from vllm.env)."""
     out = uma_leak.head(lab, "key=$(sed -n 's/^VLLM_API_KEY=//p' %s); curl -s -m 10 -o /dev/null -w '%%{http_code}'"
                              " -H \"Authorization: Bearer $key\" -H 'Content-Type: application/json'"
                              " -d '{\"model\": \"sparklab/tiny-moe\", \"prompt\": \"hi\", \"max_tokens\": 2}'"
-                             " http://127.0.0.1:30000/v1/completions || true" % ENV_FILE)
+                             " %s/v1/completions || true" % (ENV_FILE, soak.API))
     return out.strip().endswith("200")
 
 
