@@ -140,7 +140,6 @@ def test_mtu_mismatch_stops_the_run_in_preflight_naming_both_ends(lab, serving, 
         tasks = [e for e in r["events"] if e["event"] == "runner_on_ok"]
         assert tasks and lab.changed_total(r) == 0, r["stats"]
         assert not results_of(r, "bytes_transferred") and not results_of(r, "files_total")
-        assert took < 90, took
         assert {h: lab.services(h) for h in lab.hosts} == before
     finally:
         lab.labctl("fix", "mtu-mismatch", worker, check=False)

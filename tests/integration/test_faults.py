@@ -168,7 +168,7 @@ def test_engine_hang_is_stalled_after_stall_timeout(lab, serving, serve_with_fau
     assert wait and wait[-1]["failure"]["class"] == "stalled", lab.messages(failures)[-2000:]
     # The worker's rank hung at shard 4; the head's rank finished loading, so the log's phase may already be past it.
     assert wait[-1]["failed_phase"] in ("loading_weights", "profiling"), wait[-1]["failed_phase"]
-    assert took < 400, took
+    assert wait[-1]["timed_out"] is False      # the stall ended it, not the 900 s ready timeout
     observe("%s (the play took %.0f s)" % (failures[-1]["res"]["msg"][:240], took))
 
 

@@ -45,15 +45,12 @@ def test_worker_answers_only_through_proxyjump(lab):
     p = lab.ssh("spark-2", "hostname")
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "spark-2"
-    # Without the jump there is no route from the control namespace: it must fail at once, not hang.
-    t0 = time.monotonic()
+    # Without the jump there is no route from the control namespace: it must fail at once (no route), not time out.
     p = lab.ctl("ssh", "-F", "/dev/null", "-i", lab.ssh_key, "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
                 "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                 "spark@" + lab.fabric_ip("spark-2"), "true")
-    took = time.monotonic() - t0
     assert p.returncode == 255
-    assert "unreachable" in p.stderr.lower()
-    assert took < 3, "direct ssh took %.1f s to fail" % took
+    assert "unreachable" in p.stderr.lower() and "timed out" not in p.stderr.lower(), p.stderr
 
 
 def test_root_netns_cannot_route_to_lab_or_real_sparks(lab):
@@ -90,11 +87,10 @@ def test_egress_guard_rejects_metadata_probe_inside_host(lab):
              "s=socket.socket(); s.settimeout(5)\n"
              "try:\n s.connect(('169.254.169.254', 80)); print('CONNECTED')\n"
              "except OSError as e: print('REFUSED', e.errno, e)\"")
-    t0 = time.monotonic()
     p = lab.ssh("spark-1", probe)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.startswith("REFUSED"), p.stdout
-    assert time.monotonic() - t0 < 5
+    # refused on the spot by the guard (an errno), not a connect that timed out (socket.timeout: errno None)
+    assert p.stdout.startswith("REFUSED") and p.stdout.split()[1] != "None", p.stdout
     # the guard recorded it in the host's own netns
     p = lab.run(["ip", "netns", "exec", lab.netns("spark-1"), "nft", "list", "set", "inet", "sfl_egress", "seen"])
     assert "169.254.169.254 . tcp . 80" in p.stdout, p.stdout

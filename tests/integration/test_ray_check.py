@@ -152,5 +152,4 @@ def test_unpinned_head_fails_naming_host_and_both_ips(raylab):
     (probe,) = [p for p in res["probes"] if p["host"] == "spark-2"]
     assert probe["ok"] is False and "spark-2 (registered 10.99.1.12)" in probe["error"]
     assert "timed out after 10 s" in probe["error"]
-    assert took < 200
     print("unpinned head: failed in %.0f s: %s" % (took, res["msg"]))

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-
 import os
+import threading
+import time
 
 import pytest
 from hypothesis import settings
@@ -40,6 +41,25 @@ def _fail_json(self, msg, **kwargs):
 
 
 @pytest.fixture
+def main_sleeps(monkeypatch):
+    """The waits the code under test asked for on the test's own thread, in seconds, in order.
+
+    Tests judge a wait by what the code decided (no wait at all, one poll, the deadline it chose), never by the
+    wall clock of a shared machine: helper threads that play a writer or a late file sleep as they please and
+    are not counted."""
+    asked = []
+    real_sleep = time.sleep
+    main = threading.current_thread()
+
+    def sleep(seconds):
+        if threading.current_thread() is main:
+            asked.append(seconds)
+        real_sleep(seconds)
+    monkeypatch.setattr(time, "sleep", sleep)
+    return asked
+
+
+@pytest.fixture
 def run_module(monkeypatch):
     """Return a callable: run_module(module, args, check_mode=False) -> result dict.
 
@@ -70,9 +90,7 @@ def run_module(monkeypatch):
 # into the "Bad input" section of docs/fault-table.md. A parametrized test gives each case an id: it is the row's input.
 # The `observe` fixture records what the user saw (the refusal's text).
 
-import os  # noqa: E402  (kept with the part of the file that uses it)
 import subprocess  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from xdist import is_xdist_worker  # noqa: E402  (pytest-xdist: CI's unit stage runs on every core)

@@ -59,7 +59,7 @@ def test_bandwidth_is_what_the_receiver_counted():
     seen = box["result"]
     assert seen["streams"] == 3 and seen["bytes"] == got["bytes"] > 0
     assert got["gbps"] == pytest.approx(got["bytes"] * 8 / got["seconds"] / 1e9, rel=0.01)
-    assert 0.3 < got["seconds"] < 5
+    assert got["seconds"] > 0.3   # it sent for (about) the time asked; a loaded machine only makes it longer
 
 
 def test_the_client_waits_for_a_server_that_starts_late():
@@ -77,12 +77,12 @@ def test_the_client_waits_for_a_server_that_starts_late():
     assert got["count"] == 10 and box["result"]["count"] == 30
 
 
-def test_nothing_listening_ends_at_the_deadline_naming_the_peer():
+def test_nothing_listening_ends_at_the_deadline_naming_the_peer(main_sleeps):
     port = free_port()
-    t0 = time.monotonic()
     with pytest.raises(fb.BenchError, match=r"nothing answered on 127.0.0.1:%d before the time limit" % port):
         fb.latency("127.0.0.1", port, "127.0.0.1", 1.5)
-    assert time.monotonic() - t0 < 10  # the deadline holds (generous for a loaded machine)
+    # the retries it chose fit in its 1.5 s: the deadline, not the number of refusals, ends it
+    assert main_sleeps and sum(main_sleeps) <= 1.5
 
 
 def test_the_server_hangs_up_on_any_other_address_and_times_out():

@@ -39,21 +39,19 @@ def test_terminates_plain_holders_and_reports_free(run_module, holders, tmp_path
     assert result['diff']['before'].count('pid ') == 2 and 'pid ' not in result['diff']['after']
 
 
-def test_sigterm_ignored_gets_sigkill_after_grace(run_module, holders, tmp_path):
+def test_sigterm_ignored_gets_sigkill_after_grace(run_module, main_sleeps, holders, tmp_path):
     stubborn = holders.start('ignore')
     polite = holders.start()
-    t0 = time.time()
     result = run_module(gpu_release, base(tmp_path, grace=2))
-    took = time.time() - t0
     assert not result.get('failed'), result.get('msg')
     assert not alive(stubborn) and not alive(polite)
     by_pid = dict((a['pids'][0], a) for a in result['actions'])
     assert by_pid[stubborn]['result'] == 'killed' and by_pid[stubborn]['killed'] == [stubborn]
-    assert 2.0 <= by_pid[stubborn]['exit_s'][str(stubborn)] < 4
+    assert by_pid[stubborn]['exit_s'][str(stubborn)] >= 2.0      # never killed before its grace
     assert by_pid[polite]['result'] == 'terminated'
-    assert by_pid[polite]['exit_s'][str(polite)] < 1.5
-    # One grace period for all processes, not one each.
-    assert took < 5
+    assert by_pid[polite]['exit_s'][str(polite)] < by_pid[stubborn]['exit_s'][str(stubborn)]
+    # One grace period for all processes, not one each: what the module chose to wait, not the wall clock.
+    assert sum(main_sleeps) < 2 * 2
 
 
 def test_child_holder_stopped_with_its_parent(run_module, holders, tmp_path):
