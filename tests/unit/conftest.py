@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 
@@ -57,6 +58,73 @@ def main_sleeps(monkeypatch):
         real_sleep(seconds)
     monkeypatch.setattr(time, "sleep", sleep)
     return asked
+
+
+class NodeCommands(object):
+    """The one stand-in for a node's commands in module tests (AnsibleModule.run_command and get_bin_path).
+
+    ``answer`` says what each command prints, as (rc, stdout, stderr): one tuple for every command, a dict from the
+    tool's name to a tuple or a callable, a list answered in order (then (0, "", "")), or a callable. A callable gets
+    the tool's own argv (``unwrap``: coreutils' ``timeout`` and ``bash -c '"$@" [2>&1] | tail -c N'`` taken off, as
+    the real ones would act: the output merged and cut) or, with ``unwrap=False``, the argv as the module ran it.
+    ``bins`` (a set, read at each call) are the tools found in ``bin_dir`` (None: every tool but ``missing``).
+    Kept per call: ``ran`` (argv as run), ``calls`` (the tools' argv), ``limits`` (timeout's seconds, or None),
+    ``kwargs`` (run_command's keyword arguments: data, environ_update...)."""
+
+    def __init__(self, answer, bins=None, bin_dir="/usr/bin", unwrap=True, missing=()):
+        self.answer = answer
+        self.bins = bins
+        self.missing = set(missing)
+        self.bin_dir = bin_dir
+        self.unwrap = unwrap
+        self.ran, self.calls, self.limits, self.kwargs = [], [], [], []
+
+    def bin_path(self, module, name, required=False, opt_dirs=None):
+        found = name in self.bins if self.bins is not None else name not in self.missing
+        return self.bin_dir.rstrip("/") + "/" + name if found else None
+
+    def run(self, module, argv, **kwargs):
+        argv = list(argv)
+        self.ran.append(argv)
+        self.kwargs.append(kwargs)
+        limit, script = None, None
+        if os.path.basename(str(argv[0])) == "timeout":
+            at = 3 if argv[1] == "-k" else 1
+            limit, argv = float(argv[at]), argv[at + 1:]
+        if os.path.basename(str(argv[0])) == "bash" and argv[1] == "-c" and '"$@"' in argv[2]:
+            script, argv = argv[2], argv[4:]
+        self.limits.append(limit)
+        self.calls.append(argv)
+        rc, out, err = self._answer(argv if self.unwrap else self.ran[-1])
+        if script is not None:
+            if "2>&1" in script:
+                out, err = out + err, ""
+            tail = re.search(r"tail -c (\d+)", script)
+            if tail:
+                out = out.encode("utf-8", "surrogateescape")[-int(tail.group(1)):].decode("utf-8", "surrogateescape")
+        return rc, out, err
+
+    def _answer(self, argv):
+        answer = self.answer
+        if isinstance(answer, dict):
+            answer = answer[os.path.basename(str(argv[0]))]
+        elif isinstance(answer, list):
+            return answer.pop(0) if answer else (0, "", "")
+        return answer(argv) if callable(answer) else answer
+
+
+@pytest.fixture
+def node_commands(monkeypatch):
+    """install(answer, bins=None, bin_dir="/usr/bin", unwrap=True, missing=()) -> NodeCommands, patched into
+    AnsibleModule."""
+    def install(answer, **options):
+        fake = NodeCommands(answer, **options)
+        monkeypatch.setattr(basic.AnsibleModule, "run_command",
+                            lambda self, argv, **kwargs: fake.run(self, argv, **kwargs))
+        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
+                            lambda self, name, required=False, opt_dirs=None: fake.bin_path(self, name))
+        return fake
+    return install
 
 
 @pytest.fixture

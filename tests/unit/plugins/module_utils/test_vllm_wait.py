@@ -15,8 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible.module_utils import basic
-
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _vllm_wait
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_wait import (
     FileSource,
@@ -145,14 +143,11 @@ _VALUES = st.one_of(
 
 
 @pytest.fixture
-def quiet_module(monkeypatch):
+def quiet_module(monkeypatch, node_commands):
     """The module without its I/O: tools resolve, commands and the API are never reached, one read and out."""
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
-                        lambda self, name, required=False, opt_dirs=None: "/usr/bin/" + name)
-
-    def no_command(self, args, **kwargs):
+    def no_command(args):
         raise AssertionError("a command ran: %r" % (args,))
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", no_command)
+    node_commands(no_command, unwrap=False)
     monkeypatch.setattr(_vllm_wait.StartupWaiter, "step", lambda self: "read")
 
 

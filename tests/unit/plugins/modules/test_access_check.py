@@ -8,8 +8,6 @@ import types
 
 import pytest
 
-from ansible.module_utils import basic
-
 from ansible_collections.sparkfleet.vllm.plugins.modules import access_check
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "access_check")
@@ -24,7 +22,7 @@ def fixture(name):
 
 
 @pytest.fixture
-def node(monkeypatch, run_module, tmp_path):
+def node(monkeypatch, run_module, node_commands, tmp_path):
     """A node whose commands answer from fixtures: docker, sshd -T and the forced command tried as the key's user."""
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
@@ -33,14 +31,11 @@ def node(monkeypatch, run_module, tmp_path):
     answers = {"docker": (0, "28.2.2\n", ""), "sshd": (0, fixture("sshd_T_default.txt"), ""),
                "runuser": (2, "", fixture("sudo_image_load_refuses_arguments.txt").rsplit("rc=", 1)[0])}
 
-    def fake_run_command(self, cmd, **kwargs):
+    def answer(cmd):
         assert os.path.basename(cmd[0]) == "timeout" and cmd[1] == "30", cmd   # every command is bounded
-        cmd = cmd[2:]
-        calls.append(cmd)
-        return answers[os.path.basename(cmd[0])]
-
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/" + name)
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", fake_run_command)
+        calls.append(cmd[2:])
+        return answers[os.path.basename(cmd[2])]
+    node_commands(answer, unwrap=False)
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     entry = types.SimpleNamespace(pw_name="aurora", pw_uid=os.getuid(), pw_gid=os.getgid(), pw_dir=str(home),
                                   pw_shell="/bin/bash")

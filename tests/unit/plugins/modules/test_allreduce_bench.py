@@ -6,8 +6,6 @@ import os
 
 import pytest
 
-from ansible.module_utils import basic
-
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _allreduce
 from ansible_collections.sparkfleet.vllm.plugins.modules import allreduce_bench
 
@@ -22,17 +20,14 @@ def read(name, where=FIXTURES):
 
 
 @pytest.fixture
-def container(monkeypatch):
-    state = {"run": (0, "", ""), "calls": []}
+def container(node_commands):
+    state = {"run": (0, "", "")}
 
-    def run_command(self, cmd, **kwargs):
-        state["calls"].append(cmd)
+    def answer(cmd):
         if cmd[-1] == "command -v python3":
             return 0, "/opt/venv/bin/python3\n", ""
         return state["run"]
-
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/" + name)
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    state["calls"] = node_commands(answer, unwrap=False).ran
     return state
 
 

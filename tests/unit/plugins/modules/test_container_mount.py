@@ -7,23 +7,21 @@ import subprocess
 
 import pytest
 
-from ansible.module_utils import basic
-
 from ansible_collections.sparkfleet.vllm.plugins.modules import container_mount
 
 CTR = "sparkfleet-ray"
 
 
 @pytest.fixture
-def node(monkeypatch, run_module, tmp_path):
+def node(run_module, node_commands, tmp_path):
     """run(view=None|path|fd, running=True, docker=True): the container sees `view` at the host path."""
     host = tmp_path / "models"
     host.mkdir()
     calls = []
 
     def _run(view=None, running=True, docker=True, path=None, check_mode=False, hung=False):
-        def fake_run_command(self, cmd, **kwargs):
-            assert kwargs.get("environ_update", {}).get("LC_ALL") == "C"
+        def answer(cmd):
+            assert fake.kwargs[-1].get("environ_update", {}).get("LC_ALL") == "C"
             assert cmd[:4] == ["/usr/bin/timeout", "-k", "5", "30"]  # bounded
             cmd = cmd[4:]
             calls.append(cmd)
@@ -43,9 +41,7 @@ def node(monkeypatch, run_module, tmp_path):
                                preexec_fn=(lambda: os.fchdir(fd)) if fd is not None else None)
             return p.returncode, p.stdout, p.stderr
 
-        monkeypatch.setattr(basic.AnsibleModule, "run_command", fake_run_command)
-        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
-                            lambda self, name, *a, **k: "/usr/bin/" + name if docker or name != "docker" else None)
+        fake = node_commands(answer, unwrap=False, missing=() if docker else ("docker",))
         return run_module(container_mount, {"path": str(path or host), "container": CTR}, check_mode=check_mode)
 
     _run.host, _run.calls = host, calls

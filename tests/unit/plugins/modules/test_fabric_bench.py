@@ -8,8 +8,6 @@ import threading
 
 import pytest
 
-from ansible.module_utils import basic
-
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _fabric_bench as fb
 from ansible_collections.sparkfleet.vllm.plugins.modules import fabric_bench
 
@@ -30,18 +28,10 @@ def free_port():
 
 
 @pytest.fixture
-def commands(monkeypatch):
+def commands(node_commands):
     """run_command answered from a list of (rc, stdout, stderr), in order; the calls are kept."""
-    calls = []
     answers = []
-
-    def fake(self, cmd, **kwargs):
-        calls.append(cmd)
-        return answers.pop(0) if answers else (0, "", "")
-
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/" + name)
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", fake)
-    return calls, answers
+    return node_commands(answers, unwrap=False).ran, answers
 
 
 BASE = dict(role="client", test="bandwidth", bind="10.99.1.11", peer="10.99.1.12", port=29650,

@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-
 from ansible_collections.sparkfleet.vllm.plugins.modules import gpu_holders
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'fixtures', 'nvidia_smi'))

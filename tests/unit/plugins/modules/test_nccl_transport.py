@@ -18,19 +18,14 @@ RDMA = {"spark-a1": DEVS, "spark-b2": DEVS}
 
 
 @pytest.fixture
-def logs(monkeypatch, run_module):
+def logs(monkeypatch, run_module, node_commands):
     calls = []
 
     def _run(fixture, rc=0, check_mode=False, **args):
         text = open(os.path.join(FIXTURES, fixture)).read() if fixture else ""
 
-        def fake_run_command(self, cmd, **kwargs):
-            calls.append(cmd)
-            return (rc, text, "" if rc == 0 else "Error: No such container: sparkfleet-vllm")
-
+        node_commands((rc, text, "" if rc == 0 else "Error: No such container: sparkfleet-vllm"), unwrap=False).ran = calls
         warned = []
-        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/" + name)
-        monkeypatch.setattr(basic.AnsibleModule, "run_command", fake_run_command)
         monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, w: warned.append(w))
         args.setdefault("container", "sparkfleet-vllm")
         result = run_module(nccl_transport, args, check_mode=check_mode)

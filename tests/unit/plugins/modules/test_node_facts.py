@@ -22,7 +22,7 @@ def _text(name):
 
 
 @pytest.fixture
-def node(monkeypatch, run_module):
+def node(monkeypatch, run_module, node_commands):
     """run(args, images={ref: id}, nft=True): node_facts with the node's commands answered from captures."""
     calls = []
 
@@ -32,10 +32,7 @@ def node(monkeypatch, run_module):
         with open(os.path.join(RDMA, "lab_spark1", "ip-addr.json")) as handle:
             ip_json = handle.read()
 
-        def run_command(self, cmd, **kwargs):
-            calls.append(cmd)
-            if os.path.basename(cmd[0]) == "timeout":  # a bounded docker call: timeout -k 5 30 docker ...
-                cmd = cmd[4:]
+        def answer(cmd):            # a bounded docker call (timeout -k 5 30 docker ...) arrives unwrapped
             tool = os.path.basename(cmd[0])
             if tool == "ip":
                 return 0, ip_json, ""
@@ -62,13 +59,7 @@ def node(monkeypatch, run_module):
                 return (0, images[ref] + "\n", "") if ref in images else (1, "", "Error: No such image: %s" % ref)
             raise AssertionError("unexpected command %s" % cmd)
 
-        def bin_path(self, name, *a, **k):
-            if name == "docker" and not docker:
-                return None
-            return "/usr/sbin/" + name
-
-        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", bin_path)
-        monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+        node_commands(answer, bin_dir="/usr/sbin", missing=() if docker else ("docker",)).ran = calls
         monkeypatch.setattr(os.path, "exists",       # a bytes path too (ansible's config reads its own with one)
                             lambda p, _e=os.path.exists: True if os.fsdecode(p).startswith("/usr/sbin/") else _e(p))
         monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, w: None)

@@ -14,8 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible.module_utils import basic
-
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._run_lock import (
     NOT_A_FILE,
     acquire_script,
@@ -30,12 +28,11 @@ PROPS = settings(max_examples=100, deadline=None, database=None,
 
 
 @pytest.fixture
-def no_commands(monkeypatch):
+def no_commands(node_commands):
     """Any command a module runs fails the test: these refusals come before the first one."""
-    def refuse(self, cmd, **kwargs):
+    def refuse(cmd):
         raise AssertionError("ran %r before refusing the option" % (cmd,))
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", refuse)
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/" + name)
+    node_commands(refuse, unwrap=False)
 
 
 @pytest.mark.bad_input(name="a module timeout that would mean no limit",
@@ -120,14 +117,8 @@ def test_every_non_positive_timeout_is_refused(run_module, no_commands, timeout)
 
 @PROPS
 @given(container=st.text(max_size=12), path=st.text(max_size=12) | st.just("/"))
-def test_container_mount_options_never_give_a_traceback(run_module, monkeypatch, container, path):
-    ran = []
-
-    def no_such_container(self, cmd, **kwargs):
-        ran.append(cmd)
-        return 1, "", "Error: No such object: %s" % cmd[-1]
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", no_such_container)
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/" + name)
+def test_container_mount_options_never_give_a_traceback(run_module, node_commands, container, path):
+    ran = node_commands(lambda cmd: (1, "", "Error: No such object: %s" % cmd[-1]), unwrap=False).ran
     res = run_module(container_mount, {"path": path or "/", "container": container})
     if res.get("failed"):
         assert res["msg"].startswith(("container must", "path must")) and not ran

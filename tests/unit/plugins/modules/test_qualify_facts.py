@@ -7,8 +7,6 @@ import os
 
 import pytest
 
-from ansible.module_utils import basic
-
 from ansible_collections.sparkfleet.vllm.plugins.modules import qualify_facts
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "qualify_facts")
@@ -16,19 +14,11 @@ SPARK_DEVINFO = open(os.path.join(FIXTURES, "ibv_devinfo_spark.txt")).read()
 
 
 @pytest.fixture
-def node(monkeypatch):
+def node(node_commands):
     """A node: `bins` are the tools on it; `answer(argv)` gives (rc, out, err) for each command."""
-    state = {"bins": {"docker", "timeout"}, "answer": None, "calls": []}
-
-    def get_bin_path(self, name, *a, **k):
-        return "/usr/bin/" + name if name in state["bins"] else None
-
-    def run_command(self, cmd, **kwargs):
-        state["calls"].append(cmd)
-        return state["answer"](cmd)
-
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    state = {"bins": {"docker", "timeout"}, "answer": None}
+    fake = node_commands(lambda cmd: state["answer"](cmd), bins=state["bins"], unwrap=False)
+    state["calls"] = fake.ran
     return state
 
 

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from ansible.module_utils import basic
-
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _ray
 from ansible_collections.sparkfleet.vllm.plugins.modules import ray_cluster_check
 
@@ -46,25 +44,16 @@ def relabel_doc(doc, mapping):
 
 
 @pytest.fixture
-def probe_cmd(monkeypatch):
-    """Answer the module's probe command with (rc, stdout, stderr); record what was run."""
-    calls = []
+def probe_cmd(node_commands):
+    """Answer the module's probe command with (rc, stdout, stderr); record what was run (argv and stdin)."""
     state = {"answer": (0, "", "")}
-
-    def fake_run_command(self, args, **kwargs):
-        calls.append({"args": args, "data": kwargs.get("data")})
-        return state["answer"]
-
-    def fake_get_bin_path(self, name, required=False, opt_dirs=None):
-        return "/usr/bin/" + name
-
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", fake_run_command)
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", fake_get_bin_path)
+    fake = node_commands(lambda argv: state["answer"], unwrap=False)
 
     def answer(rc, out, err=""):
         state["answer"] = (rc, out, err)
 
-    answer.calls = calls
+    answer.calls = fake.ran          # argv as run; fake.kwargs[i]["data"] is its stdin
+    answer.fake = fake
     return answer
 
 
@@ -92,21 +81,20 @@ def test_healthy_cluster_passes_with_times_and_gpus(run_module, probe_cmd):
 def test_command_runs_venv_python_under_timeout_with_program_on_stdin(run_module, probe_cmd):
     probe_cmd(0, stdout_of("probe_ok_local.stdout"))
     run(run_module, python=VENV_PY, expected=LOCAL, timeout=20)
-    (call,) = probe_cmd.calls
-    args = call["args"]
+    (args,) = probe_cmd.calls
     assert args[:3] == ["/usr/bin/timeout", "-k", "10"]
     assert int(args[3]) > _ray.probe_deadline(20, 1)  # the outer limit sits behind the watchdog
     assert args[4:6] == [VENV_PY, "-"]
     cfg = json.loads(args[6])
     assert cfg["address"] == "127.0.0.1:6379"  # from the head in expected
     assert cfg["probe"] is True and cfg["timeout"] == 20 and cfg["object_size_mb"] == 16
-    assert call["data"] == _ray.PROBE_PROGRAM
+    assert probe_cmd.fake.kwargs[0]["data"] == _ray.PROBE_PROGRAM
 
 
 def test_command_in_container_uses_docker_exec_i(run_module, probe_cmd):
     probe_cmd(0, stdout_of("probe_ok_local.stdout"))
     run(run_module, container="vllm", expected=LOCAL, address="auto", probe=False)
-    args = probe_cmd.calls[0]["args"]
+    args = probe_cmd.calls[0]
     assert args[4:9] == ["/usr/bin/docker", "exec", "-i", "vllm", "python3"]
     cfg = json.loads(args[10])
     assert cfg["address"] == "auto" and cfg["probe"] is False
@@ -162,7 +150,7 @@ def test_killed_probe_without_output_fails_clearly(run_module, probe_cmd, rc):
     assert res["failed"] is True
     assert "did not finish within" in res["msg"] and "killed" in res["msg"]
     assert res["rc"] == rc
-    argv = probe_cmd.calls[0]["args"]
+    argv = probe_cmd.calls[0]
     assert argv[:3] == ["/usr/bin/timeout", "-k", "10"] and "within %s s" % argv[3] in res["msg"]
 
 
@@ -224,7 +212,7 @@ def test_real_unpinned_head_trap_fails_with_both_ips_and_bounded_fetch(run_modul
 def test_without_inventory_it_finds_the_local_cluster_and_still_probes(run_module, probe_cmd):
     probe_cmd(0, stdout_of("probe_lab_pinned.stdout"))
     res = run(run_module, python=VENV_PY)
-    cfg = json.loads(probe_cmd.calls[0]["args"][-1])
+    cfg = json.loads(probe_cmd.calls[0][-1])
     assert cfg["address"] == "auto"
     assert res["ok"] is True and res["expected"] == []
     # Unmatched nodes are named by the hostname Ray reports.
@@ -242,9 +230,9 @@ def test_without_an_address_the_connect_wait_is_timeout(run_module, probe_cmd):
     # Issue 11.6: with no address (and no head in expected) the connect used to wait a fixed 60 s.
     probe_cmd(0, stdout_of("probe_ok_local.stdout"))
     run(run_module, python=VENV_PY, probe=False, timeout=5)
-    cfg = json.loads(probe_cmd.calls[0]["args"][6])
+    cfg = json.loads(probe_cmd.calls[0][6])
     assert cfg["address"] == "auto" and cfg["connect_timeout"] == 5
-    assert int(probe_cmd.calls[0]["args"][3]) <= 5 + 15 + 15
+    assert int(probe_cmd.calls[0][3]) <= 5 + 15 + 15
 
 
 def test_hints_without_setting_names_name_generic_settings(run_module, probe_cmd):
@@ -275,7 +263,7 @@ def test_a_wait_that_finds_the_cluster_whole_returns_the_proof(run_module, probe
     probe_cmd(0, as_stdout(dict(doc, probed=True)))
     res = run(run_module, python=VENV_PY, expected=LOCAL, probe=False, probe_if_complete=True,
               fail_on_mismatch=False)
-    cfg = json.loads(probe_cmd.calls[0]["args"][6])
+    cfg = json.loads(probe_cmd.calls[0][6])
     assert cfg["probe"] is False and cfg["probe_if_ips"] == sorted(e["ip"] for e in LOCAL)
     assert res["ok"] is True and res["probed"] is True and "object round trips ok" in res["summary"]
     # a cluster still forming: listed only, and the module says it did not probe

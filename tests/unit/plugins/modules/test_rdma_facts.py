@@ -14,7 +14,7 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "rdma_facts")
 
 
 @pytest.fixture
-def node(monkeypatch, run_module):
+def node(monkeypatch, run_module, node_commands):
     """Return run(case, **args): the module run on fixture case <case> (sysfs tree + ip -j JSON)."""
     calls = []
 
@@ -22,12 +22,9 @@ def node(monkeypatch, run_module):
         with open(os.path.join(FIXTURES, case, "ip-addr.json")) as f:
             ip_json = f.read()
 
-        def fake_run_command(self, cmd, **kwargs):
-            calls.append(cmd)
-            return (ip_rc, ip_json if ip_rc == 0 else "", "" if ip_rc == 0 else "Object \"addr\" is unknown")
-
-        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/sbin/" + name)
-        monkeypatch.setattr(basic.AnsibleModule, "run_command", fake_run_command)
+        fake = node_commands((ip_rc, ip_json if ip_rc == 0 else "", "" if ip_rc == 0 else "Object \"addr\" is unknown"),
+                             bin_dir="/usr/sbin", unwrap=False)
+        fake.ran = calls
         # exit_json is patched by run_module, so collect module.warn() calls here.
         warned = []
         monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, w: warned.append(w))

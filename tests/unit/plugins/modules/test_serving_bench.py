@@ -11,8 +11,6 @@ import time
 
 import pytest
 
-from ansible.module_utils import basic
-
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _load_test as lt
 from ansible_collections.sparkfleet.vllm.plugins.modules import serving_bench
 
@@ -162,18 +160,16 @@ def test_nothing_listening(run_module, server):
 
 
 @pytest.fixture
-def docker(monkeypatch):
-    state = {"calls": [], "out": read("vllm_bench_serve.txt").decode("utf-8"), "envs": []}
+def docker(node_commands):
+    state = {"out": read("vllm_bench_serve.txt").decode("utf-8")}
 
-    def run_command(self, cmd, **kwargs):
-        state["calls"].append(cmd)
-        state["envs"].append(kwargs.get("environ_update") or {})
+    def answer(cmd):
         if cmd[-1] == "--help":
             return 0, "  --max-concurrency MAX_CONCURRENCY\n", ""
         return 0, state["out"], ""
-
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/usr/bin/" + name)
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    fake = node_commands(answer, unwrap=False)
+    state["calls"] = fake.ran
+    state["kwargs"] = fake.kwargs
     return state
 
 
@@ -190,7 +186,7 @@ def test_vllm_bench_serve_in_the_api_container(run_module, docker):
     assert "--max-concurrency" in bench and bench[bench.index("--max-concurrency") + 1] == "16"
     assert bench[bench.index("--num-prompts") + 1] == "32" and bench[bench.index("--tokenizer") + 1] == "/models/m"
     assert ["-e", "OPENAI_API_KEY"] == bench[bench.index("exec") + 1:bench.index("exec") + 3]
-    assert KEY not in " ".join(bench) and docker["envs"][2]["OPENAI_API_KEY"] == KEY
+    assert KEY not in " ".join(bench) and docker["kwargs"][2]["environ_update"]["OPENAI_API_KEY"] == KEY
     assert KEY not in json.dumps(result)
 
 

@@ -6,7 +6,6 @@ import atexit
 import gzip
 import json
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -169,50 +168,10 @@ def test_placement_wait_lines_do_not_count_as_progress(run_module, tmp_path):
 
 # ---- journal and docker, with the commands' real output shapes ----
 
-class FakeCommands(object):
-    """Stands in for run_command: answers journalctl / systemctl / docker like the real tools.
-
-    The wrappers the module puts around a read are applied as the real ones would: coreutils' ``timeout`` (taken
-    off, its seconds kept in ``limits``) and ``bash -c '"$@" [2>&1] | tail -c N'`` (the tool's output merged and
-    cut to its last N bytes). ``calls`` holds the tools' own argv."""
-
-    def __init__(self, responses):
-        self.responses = responses
-        self.calls = []
-        self.limits = []
-
-    def __call__(self, module_self, args, **kwargs):
-        args = list(args)
-        if os.path.basename(args[0]) == "timeout":
-            at = 3 if args[1] == "-k" else 1
-            self.limits.append(float(args[at]))
-            args = args[at + 1:]
-        script = None
-        if os.path.basename(args[0]) == "bash" and args[1] == "-c":
-            script, args = args[2], args[4:]
-        self.calls.append(list(args))
-        rc, out, err = self.responses[os.path.basename(args[0])](args)
-        if script is not None:
-            m = re.search(r"tail -c (\d+)", script)
-            if "2>&1" in script:
-                out, err = out + err, ""
-            raw = out.encode("utf-8", "surrogateescape")[-int(m.group(1)):]
-            out = raw.decode("utf-8", "surrogateescape")
-        return rc, out, err
-
-
 @pytest.fixture
-def fake_bins(monkeypatch):
-    def install(responses):
-        fake = FakeCommands(responses)
-
-        def run_command(self, args, **kwargs):
-            return fake(self, args, **kwargs)
-        monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
-        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
-                            lambda self, name, required=False, opt_dirs=None: "/usr/bin/" + name)
-        return fake
-    return install
+def fake_bins(node_commands):
+    """journalctl / systemctl / docker answered like the real tools (the shared NodeCommands)."""
+    return node_commands
 
 
 def test_unit_journal_progress_and_cursor(run_module, fake_bins):

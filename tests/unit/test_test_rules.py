@@ -1,4 +1,4 @@
-"""Tests do not time themselves (issue 43 item 5): no assert puts an upper bound on a wall-clock reading.
+"""Rules the tests keep themselves (issue 43 item 5): no assert times itself; one stand-in for node commands.
 
 CI and this machine are shared 2-core boxes whose load swings from 1 to 16: a bound on how long something took is
 either loose enough to test nothing or a flake. A test judges what the code decided instead (no wait at all, the
@@ -121,3 +121,34 @@ def test_the_check_finds_a_timed_assert(snippet):
 ])
 def test_the_check_lets_decisions_and_lower_bounds_through(snippet):
     assert not upper_bounds(snippet)
+
+
+# ---- one stand-in for a node's commands (issue 43 item 5) ----
+
+def _patches_run_command(source, filename):
+    """Lines where ``source`` replaces AnsibleModule.run_command itself (setattr with the name "run_command")."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "setattr"
+                and any(isinstance(a, ast.Constant) and a.value == "run_command" for a in node.args)):
+            found.append(node.lineno)
+    return found
+
+
+def test_module_tests_share_one_stand_in_for_node_commands():
+    # tests/unit/conftest.py's NodeCommands (the node_commands fixture) is the one fake run_command: it unwraps the
+    # timeout and tail wrappers as the real tools act and records argv, limits and stdin the same way for every test.
+    offenders = {}
+    for path in (ROOT / "tests" / "unit").rglob("*.py"):
+        if path.name == "conftest.py" and path.parent == ROOT / "tests" / "unit":
+            continue
+        lines = _patches_run_command(path.read_text(encoding="utf-8"), str(path))
+        if lines:
+            offenders[str(path.relative_to(ROOT))] = lines
+    assert not offenders, "use the node_commands fixture instead of patching run_command: %s" % offenders
+
+
+def test_the_stand_in_check_sees_a_hand_rolled_fake():
+    assert _patches_run_command(
+        "def f(monkeypatch):\n    monkeypatch.setattr(basic.AnsibleModule, 'run_command', lambda *a, **k: (0, '', ''))\n",
+        "<t>") == [2]
