@@ -144,3 +144,42 @@ def test_every_path_the_page_names_exists(path):
         assert (REPO / path).parent.exists(), "docs/ARCHITECTURE.md names %s, under no directory" % path
         return
     assert (REPO / path).exists(), "docs/ARCHITECTURE.md names %s, which does not exist" % path
+
+
+def _drawing_script():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("architecture_drawing", REPO / "scripts" / "architecture_drawing.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    return gen
+
+
+def test_the_drawing_is_the_one_the_yaml_gives():
+    gen = _drawing_script()
+    text = (REPO / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    assert gen.section() in text, "docs/ARCHITECTURE.md's drawing is stale: run scripts/architecture_drawing.py --write"
+
+
+def test_the_drawing_sees_a_play_a_floor_file_and_a_cross_role_read(tmp_path, monkeypatch):
+    # A tree of one playbook and two roles: the play, the floor file it reaches, the role reading another's files and
+    # a task file nothing reaches must each show.
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / "site.yml").write_text(
+        "- name: P\n  hosts: spark\n  roles: [sparkfleet.vllm.alpha]\n"
+        "  tasks:\n    - ansible.builtin.include_role: {name: sparkfleet.vllm.beta, tasks_from: extra.yml}\n")
+    for role, tasks in (("alpha", "- sparkfleet.vllm.widget: {src: \"{{ role_path }}/../beta/files/x\"}\n"
+                                  "- ansible.builtin.include_role: {name: sparkfleet.vllm.sparkfleet, tasks_from: f.yml}\n"),
+                        ("beta", "- ansible.builtin.debug: {msg: hi}\n"), ("sparkfleet", "")):
+        (tmp_path / "roles" / role / "tasks").mkdir(parents=True)
+        (tmp_path / "roles" / role / "tasks" / "main.yml").write_text(tasks or "[]\n")
+    (tmp_path / "roles" / "beta" / "tasks" / "extra.yml").write_text("[]\n")
+    (tmp_path / "roles" / "beta" / "tasks" / "unused.yml").write_text("[]\n")
+    (tmp_path / "roles" / "sparkfleet" / "tasks" / "f.yml").write_text("[]\n")
+    (tmp_path / "roles" / "sparkfleet" / "tasks" / "g.yml").write_text("[]\n")
+    gen = _drawing_script()
+    monkeypatch.setattr(gen, "ROOT", str(tmp_path))
+    out = gen.drawing()
+    assert re.search(r"site\.yml +spark +alpha, beta/extra", out), out
+    assert "widget" in out and "floor: f; reads files of beta" in out
+    assert re.search(r"f\.yml +alpha", out) and re.search(r"g\.yml +DEAD", out)
+    assert "roles/beta/tasks/unused.yml" in out and "roles/beta/tasks/extra.yml" not in out.split("reaches:")[-1]
