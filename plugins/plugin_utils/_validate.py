@@ -1204,21 +1204,6 @@ def check_command_globs(value):
     return value, None
 
 
-def check_port_needs(value):
-    """gpu_cleanup_ports: a list of {port, setting} (preflight builds it; a hand-set one is checked alike)."""
-    if not isinstance(value, list):
-        return None, "must be a list of {port: N, setting: NAME}, e.g. [{port: 6379, setting: sparkfleet_ray_port}]"
-    for item in value:
-        if not isinstance(item, dict) or "port" not in item or set(item) - {"port", "setting"}:
-            return None, "has %r, which is not {port: N, setting: NAME} (only those two keys)" % (item,)
-        port, problem = check_port(item["port"])
-        if problem:
-            return None, "has port %r, which %s" % (item["port"], problem)
-        if "setting" in item and not (is_string(item["setting"]) and _VAR_RE.match(item["setting"])):
-            return None, "has setting %r, which is not a variable name" % (item["setting"],)
-    return value, None
-
-
 def check_text(value):
     """A free text (a prompt): a non-empty string without NUL."""
     if not is_string(value) or not value.strip() or "\0" in value:
@@ -1318,7 +1303,6 @@ ROLE_CHECKS = {
     "gpu_cleanup_stale_commands": check_command_globs,
     "gpu_cleanup_stop_foreign": check_bool,
     "gpu_cleanup_record": check_written_file,
-    "gpu_cleanup_ports": check_port_needs,
     "gpu_cleanup_grace": check_seconds,
     "gpu_cleanup_timeout": check_seconds,
     "gpu_cleanup_mask": check_bool,

@@ -113,6 +113,12 @@ def _with_floor_values(text):
     sparkfleet_cluster_nodes reads each node's sparkfleet_fabric_ip through it."""
     values = {k: str(v) for k, v in _yaml(REPO / "roles" / COMMON / "vars" / "main.yml").items() if k not in NAMES_ONLY}
     values.update({k: str(v) for k, v in _defaults(COMMON).items()})
+    for key, value in list(values.items()):    # a view of another role's settings reads what their defaults read
+        view = re.search(r"role_settings', '(\w+)'", value)
+        if view:
+            theirs = _defaults(view.group(1))
+            values[key] += "\n" + "\n".join(str(theirs[n]) for n in re.findall(r"'(%s_\w+)'" % view.group(1), value)
+                                             if n in theirs)
     seen = set()
     while True:
         new = [k for k in values if k not in seen and _uses(text, k)]

@@ -170,7 +170,7 @@ def test_the_floor_reads_another_role_s_settings_only_through_its_settings_looku
     resolves where that role's defaults are not loaded, e.g. from preflight), each one listed in that lookup's `only`
     and a default of that role; a listed one is read."""
     settings = _floor_settings()
-    assert set(settings) >= {"ray_cluster", "gpu_cleanup", "runtime_image"}
+    assert set(settings) >= {"ray_cluster", "gpu_cleanup", "runtime_image", "vllm_serve", "model_sync"}
     read = {role: set() for role in settings}
     sources = [(path.name, "\n".join(line for _n, line in _code_lines(path)))
                for path in sorted((ROLES / "sparkfleet" / "tasks").glob("*.yml"))]
@@ -189,6 +189,12 @@ def test_the_floor_reads_another_role_s_settings_only_through_its_settings_looku
                 assert role in settings and expr[:match.start()].endswith("_sparkfleet_%s." % role), \
                     "%s reads %s bare: read it as _sparkfleet_%s.%s" % (where, name, role, name)
                 read[role].add(name)
+    # the roles that run where another role's defaults are not loaded read its settings through the same views
+    for path in [p for p in production_yaml() if p.parts[-3] != "sparkfleet"]:
+        text = "\n".join(line for _n, line in _code_lines(path))
+        for role, name in re.findall(r"_sparkfleet_(%s)\.((?:%s)_[a-z0-9_]+)" % ("|".join(settings), "|".join(settings)),
+                                     text):
+            read[role].add(name)
     for role, listed in settings.items():
         defaults = set(yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text()) or {})
         assert read[role] <= listed, "add to _sparkfleet_%s's only: %s" % (role, sorted(read[role] - listed))

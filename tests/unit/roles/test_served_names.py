@@ -54,6 +54,11 @@ def templar(**overrides):
                                                {"host": "spark-2", "ip": "192.168.200.13", "head": False}],
                      sparkfleet_model_dir="/models/qwen3-coder", sparkfleet_image="vllm:0.17.1",
                      ansible_managed="Ansible managed")
+    # the floor's view of vllm_serve's settings (the role_settings lookup: inventory over vllm_serve's defaults,
+    # both loaded here), which healthcheck and qualify read
+    variables["_sparkfleet_vllm_serve"] = {k: "{{ %s }}" % k for k in (
+        "vllm_serve_api_key", "vllm_serve_served_model_name", "vllm_serve_extra_args", "vllm_serve_image",
+        "vllm_serve_model")}
     variables.update(overrides)
     return Templar(loader=DataLoader(), variables=_trusted(variables))
 
@@ -82,8 +87,7 @@ def test_the_start_wait_healthcheck_and_qualify_take_the_first_name(names, first
 
 
 def test_without_a_served_name_the_one_name_is_the_model_id():
-    t = templar()
-    t.available_variables = {k: v for k, v in t.available_variables.items() if k != "vllm_serve_served_model_name"}
+    t = templar()           # vllm_serve's own default for the served name, as the floor's view reads it
     assert render(t, "{{ healthcheck_model }}") == "Qwen/Qwen3-Coder"
     assert render(t, "{{ qualify_model }}") == "Qwen/Qwen3-Coder"
 

@@ -221,11 +221,6 @@ def test_ray_start_args_refuses_unpinned_addresses(node_ip, extra, words, observ
                  id="runtime_image_load_command with a quote"),
     pytest.param("gpu_cleanup_stale_containers", ["-v"], "not a unit or container name",
                  id="gpu_cleanup_stale_containers=[-v]"),
-    pytest.param("gpu_cleanup_ports", [{"port": 0, "setting": "sparkfleet_ray_port"}], "between 1 and 65535",
-                 id="gpu_cleanup_ports=[{port: 0}]"),
-    pytest.param("gpu_cleanup_ports", [{"port": 6379, "setting": "x; sh"}], "not a variable name",
-                 id="gpu_cleanup_ports=[{setting: 'x; sh'}]"),
-    pytest.param("gpu_cleanup_ports", "6379", "list of {port: N, setting: NAME}", id="gpu_cleanup_ports='6379'"),
 ])
 def test_every_role_variable_is_checked_in_preflight(name, value, words, observe):
     message = _one({name: value}, name, words)
