@@ -488,19 +488,29 @@ def _same_subnet(candidates):
     return None
 
 
+# The environment a node's fabric selection gives its units and containers: the one list of these names. The
+# validator refuses an env dict that sets one (plugin_utils/_validate.py OWNED_ENV reads this) and vllm_serve tells
+# vLLM never to carry one from the driver to the workers (roles/vllm_serve/vars/main.yml, tied by a unit test).
+FABRIC_ENV = (
+    ("VLLM_HOST_IP", lambda s: s["ip"]),
+    ("NCCL_SOCKET_IFNAME", lambda s: s["interface"]),
+    ("GLOO_SOCKET_IFNAME", lambda s: s["interface"]),
+    ("TP_SOCKET_IFNAME", lambda s: s["interface"]),
+    ("NCCL_IB_HCA", lambda s: ",".join(s["hca"])),
+    ("UCX_NET_DEVICES", lambda s: ",".join(s["hca_ports"])),
+    ("OMPI_MCA_btl_tcp_if_include", lambda s: s["interface"]),
+    ("NCCL_IB_GID_INDEX", lambda s: None if s.get("nccl_gid_index") is None else str(s["nccl_gid_index"])),
+)
+FABRIC_ENV_KEYS = tuple(name for name, _value in FABRIC_ENV)
+
+
 def fabric_env(selection):
-    """Environment block for systemd units / containers, every value a string."""
-    env = {
-        "VLLM_HOST_IP": selection["ip"],
-        "NCCL_SOCKET_IFNAME": selection["interface"],
-        "GLOO_SOCKET_IFNAME": selection["interface"],
-        "TP_SOCKET_IFNAME": selection["interface"],
-        "NCCL_IB_HCA": ",".join(selection["hca"]),
-        "UCX_NET_DEVICES": ",".join(selection["hca_ports"]),
-        "OMPI_MCA_btl_tcp_if_include": selection["interface"],
-    }
-    if selection.get("nccl_gid_index") is not None:
-        env["NCCL_IB_GID_INDEX"] = str(selection["nccl_gid_index"])
+    """Environment block for systemd units / containers, every value a string (a key without a value is left out)."""
+    env = {}
+    for name, value in FABRIC_ENV:
+        value = value(selection)
+        if value is not None:
+            env[name] = value
     return env
 
 

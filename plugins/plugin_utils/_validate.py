@@ -17,6 +17,7 @@ import math
 import re
 import unicodedata
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _rdma
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_version
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import (
     normal_path,
@@ -456,8 +457,7 @@ def check_min_mtu(value):
 
 # Environment the collection sets itself, per node or from a role variable: an env dict may not override it (name ->
 # what to set instead). The fabric variables come from rdma_facts on each node.
-FABRIC_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
-              "UCX_NET_DEVICES", "OMPI_MCA_btl_tcp_if_include")
+FABRIC_ENV = tuple(name for name in _rdma.FABRIC_ENV_KEYS if name != "VLLM_HOST_IP")  # VLLM_HOST_IP: its own hint
 OWNED_ENV = dict(
     [(name, "rdma_facts sets it on each node from the fabric it finds (set sparkfleet_fabric_interface or fix the"
             " fabric instead)") for name in FABRIC_ENV],
