@@ -353,8 +353,8 @@ def _round_trips_section(report):
     trips = report.get("round_trips") or {}
     if not trips:
         return []
-    return ["  node round trips: %s (%d in all)" % (", ".join("%s %d" % (h, trips[h]) for h in sorted(trips)),
-                                                   sum(trips.values()))]
+    per_node = ", ".join("%s %d" % (h, trips[h]) for h in sorted(trips))
+    return ["  node round trips: %s (%d in all)" % (per_node, sum(trips.values()))]
 
 
 def _failure_section(report):
