@@ -2,13 +2,17 @@
 # B3: a no-op re-run of site.yml on a deployed lab: total wall time, changed count, and where the time goes (per
 # role and per task), optionally side by side with another revision of the collection.
 #
-#   bench/noop_rerun.sh [--deploy] [--runs N] [--baseline REV [--baseline-lab NAME]] [--no-floor] [--top N] [--out DIR]
+#   bench/noop_rerun.sh [--deploy] [--runs N] [--baseline REV | --base DIR [--baseline-lab NAME]] [--status] [--no-floor]
+#                       [--top N] [--out DIR]
 #
 # --deploy      stage the lab (lab/stage.sh) and run site.yml once first (not timed); without it the lab must
 #               already be deployed (a first site.yml run).
 # --runs N      timed re-runs per tree (default 2; the table shows the median run of each tree).
 # --baseline REV  also time REV's site.yml (a detached git worktree), alternating with this tree's, so both see the
 #               same machine load. Both must deploy the same configuration, or each run changes what the other set.
+# --base DIR    the same with an existing checkout DIR (e.g. a worktree of main) instead of a commit.
+# --status      also time playbooks/status.yml after each site.yml run of each tree (its own tables, BENCH-JSON
+#               bench "B3-status"); the issue's goals: site.yml <= 12 s, status.yml <= 6 s, <= 15 round trips per node.
 # --baseline-lab NAME  play REV's tree against the lab NAME (up, deployed by REV: --deploy does it) instead of this
 #               one, when the two trees deploy different configurations; each tree uses its own .venv when it has one.
 # --no-floor    leave out the floors. By default every round also plays this tree's two floors (bench/noop_floor.py,
@@ -23,17 +27,19 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
-deploy=0 runs=2 baseline="" baseline_lab="" top=15 out="" floor=1
+deploy=0 runs=2 baseline="" base_dir="" baseline_lab="" top=15 out="" floor=1 status=0
 while [ $# -gt 0 ]; do
   case $1 in
     --deploy) deploy=1; shift ;;
     --runs) runs=$2; shift 2 ;;
     --baseline) baseline=$2; shift 2 ;;
+    --base) base_dir=$(cd "$2" && pwd); shift 2 ;;
+    --status) status=1; shift ;;
     --baseline-lab) baseline_lab=$2; shift 2 ;;
     --no-floor) floor=0; shift ;;
     --top) top=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) sed -n '2,24p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,28p' "$0" >&2; exit 2 ;;
   esac
 done
 name=${SPARKLAB_NAME:-sfl}
@@ -46,7 +52,7 @@ for n in "$name" ${baseline_lab:+"$baseline_lab"}; do
   [ -f "$st/nhosts" ] || { echo "lab $n is not up: SPARKLAB_NAME=$n lab/labctl up" >&2; exit 1; }
 done
 out=${out:-$(mktemp -d /var/tmp/noop-rerun.XXXXXX)}
-mkdir -p "$out"
+mkdir -p "$out/status"
 log() { printf '[noop_rerun] %s\n' "$*" >&2; }
 
 trees=("current=$repo=$name")
@@ -55,6 +61,10 @@ if [ -n "$baseline" ]; then
   wt=/var/tmp/noop-rerun-base-$rev
   [ -d "$wt" ] || git -C "$repo" worktree add --detach "$wt" "$rev" >/dev/null
   trees=("baseline-$rev=$wt=${baseline_lab:-$name}" "${trees[@]}")
+fi
+if [ -n "$base_dir" ]; then
+  [ -z "$baseline" ] || { echo "--baseline and --base: one of them" >&2; exit 2; }
+  trees=("base-$(git -C "$base_dir" rev-parse --short HEAD)=$base_dir=${baseline_lab:-$name}" "${trees[@]}")
 fi
 
 cold() {  # LAB: close the ssh masters an earlier run left (the lab inventory keeps them in $state/cp for 120 s)
@@ -84,7 +94,7 @@ play() {  # play TREE_DIR LAB LOGFILE [JSON [PLAYBOOK]]: site.yml (or PLAYBOOK) 
 if [ "$deploy" = 1 ]; then
   log "staging the lab and deploying (not timed)"
   for t in "${trees[@]}"; do  # each tree stages and deploys its own lab (one lab: the last tree's deploy counts)
-    IFS== read -r label dir lab <<<"$t"
+    IFS='=' read -r label dir lab <<<"$t"
     SPARKLAB_NAME=$lab "$dir/lab/stage.sh" >&2
     rc=$(play "$dir" "$lab" "$out/deploy-$label.log")
     [ "$rc" = 0 ] || { log "deploy failed (rc $rc): $out/deploy-$label.log"; tail -30 "$out/deploy-$label.log" >&2
@@ -95,10 +105,14 @@ fi
 "$repo/.venv/bin/python" -c 'import sys; sys.path.insert(0, sys.argv[1]); import model_sync as b; print("machine: " + b.machine())' "$here"
 for i in $(seq 1 "$runs"); do
   for t in "${trees[@]}"; do
-    IFS== read -r label dir lab <<<"$t"
+    IFS='=' read -r label dir lab <<<"$t"
     rc=$(play "$dir" "$lab" "$out/$label-$i.log" "$out/$label-$i.json")
     log "$label run $i: rc $rc ($out/$label-$i.log)"
     [ "$rc" = 0 ] || { tail -30 "$out/$label-$i.log" >&2; exit 1; }
+    [ "$status" = 1 ] || continue
+    rc=$(play "$dir" "$lab" "$out/status/$label-$i.log" "$out/status/$label-$i.json" playbooks/status.yml)
+    log "$label status.yml run $i: rc $rc ($out/status/$label-$i.log)"
+    [ "$rc" = 0 ] || { tail -30 "$out/status/$label-$i.log" >&2; exit 1; }
   done
   [ "$floor" = 1 ] || continue
   for kind in empty ping; do  # this tree's floors, in the same round as the runs they stand beside
@@ -118,9 +132,18 @@ rev_of() {  # DIR: its commit, "+changes" when its tracked files differ from it
   echo "$r"
 }
 for t in "${trees[@]}"; do
-  IFS== read -r label dir lab <<<"$t"
+  IFS='=' read -r label dir lab <<<"$t"
   args+=("$label=$out/$label-*.json" --commit "$label=$(rev_of "$dir")" --lab "$label=$lab")
 done
 [ "$floor" = 0 ] || args+=(--floor "empty=$out/floor-empty-*.json" --floor "ping=$out/floor-ping-*.json")
 "$repo/.venv/bin/python" "$here/timetable_report.py" --top "$top" "${args[@]}"
+if [ "$status" = 1 ]; then
+  sargs=()
+  for t in "${trees[@]}"; do
+    IFS='=' read -r label dir lab <<<"$t"
+    sargs+=("$label=$out/status/$label-*.json" --commit "$label=$(rev_of "$dir")" --lab "$label=$lab")
+  done
+  printf '\n== status.yml ==\n'
+  "$repo/.venv/bin/python" "$here/timetable_report.py" --bench B3-status --top "$top" "${sargs[@]}"
+fi
 log "logs and JSON: $out"

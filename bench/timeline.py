@@ -7,7 +7,8 @@ No lab and no hardware: every phase is a low and a high estimate from stated inp
 (/work/shared/DOMAIN.md sections 1, 6 and 9, the README's estimates) and the lab ratio it uses (a figure measured
 side by side on the lab, in bench/RESULTS.md), beside what the same phase took the operators by hand (DOMAIN 1).
 It prints each phase, the launch-to-ready sum (target, issue 8: <= 4 min) and the first deploy's total against the
-operators' day. Change an input here when a measurement on real Sparks (or a new lab run) replaces it.
+operators' day, then an engine restart (issue 44 item 4: 122 s measured) phase by phase with what the collection does
+about each and the expected total. Change an input here when a measurement on real Sparks (or a new lab run) replaces it.
 """
 
 from __future__ import annotations
@@ -81,6 +82,48 @@ OPS_DAY = "many hours (DOMAIN 1: old stack stopped by hand, the model rsynced, S
           "IPs fixed, an OOM kill found after a blind `sleep 600`)"
 
 
+# An engine restart on two Sparks (restart.yml, or a watchdog's restart): measured at 122 s in all by the operators
+# (DOMAIN 6); nothing published splits it. (phase, low s, high s, what the collection does about it, source)
+RESTART = [
+    ("stop: the engine's clean shutdown, the container gone", 2, 10,
+     "`docker stop` through the unit (TimeoutStopSec=90 bounds it); a clean stop frees the ranks' unified memory "
+     "(a SIGKILL leaks it on GB10: DOMAIN 11), so the unit never kills first",
+     "DOMAIN 11 (leaks on kill); the unit file"),
+    ("memory gate: free memory proven before the engine starts", 0, 5,
+     "sparkfleet-must reads the node's free memory (MemAvailable as 0.17.1 reads it) against gpu_memory_utilization "
+     "and waits for the GPU to be free, instead of a start that vLLM refuses or that wedges the host",
+     "DOMAIN 11 (vllm#48140, #46307); README (the unified-memory gate)"),
+    ("engine init and Ray placement", 10, 20,
+     "Ray stays up across an engine restart (only the vLLM unit restarts): placement of 2 bundles and NCCL init over "
+     "the CX7 twins", "DOMAIN 6 (122 s in all)"),
+    ("weight load: 119 GB, each rank its half", 40, 70,
+     "this range assumes the eager loader: vllm_serve_safetensors_load_strategy: eager (checked against the "
+     "image's vLLM; the default, null, leaves vLLM's lazy mmap, DOMAIN's 18 s/shard, up to 702 s); model_sync "
+     "drops the files it wrote from the page cache (DONTNEED) so the loader does not fight it for the GPU's memory; "
+     "`--load-format fastsafetensors` needs the package in the image, which the flag check cannot prove",
+     "DOMAIN 6 (18 s/shard mmap, 10x faster without), DOMAIN 9"),
+    ("profile run and KV cache", 5, 15, "one dummy forward pass; nothing to cut", "DOMAIN 6"),
+    ("CUDA graph capture / torch.compile", 20, 30,
+     "the compile caches are kept on the host (sparkfleet_cache_dir mounted at /root/.cache, never recreated): a "
+     "restart reuses them (130 s when empty: the first start only)", "DOMAIN 6 (20-130 s), DOMAIN 9"),
+    ("API up and a real completion", 2, 5, "vllm_wait polls every second; healthcheck's one-token completion",
+     "DOMAIN 6"),
+]
+RESTART_MEASURED_S = 122   # the operators' 2-node GB10 restart (DOMAIN 6)
+
+
+def restart_rows():
+    return [{"phase": n, "low_s": lo, "high_s": hi, "collection": how, "source": src}
+            for n, lo, hi, how, src in RESTART]
+
+
+def restart_summary(r):
+    low, high = sum(x["low_s"] for x in r), sum(x["high_s"] for x in r)
+    return {"low_s": low, "high_s": high, "measured_s": RESTART_MEASURED_S,
+            "inside": low <= RESTART_MEASURED_S <= high,
+            "largest": max(r, key=lambda x: x["high_s"])["phase"]}
+
+
 def rows():
     out = []
     for name, low, high, ops, how, src, lab in INPUTS:
@@ -100,8 +143,10 @@ def summary(r):
 def main():
     r = rows()
     s = summary(r)
+    rr = restart_rows()
+    rs = restart_summary(rr)
     if "--json" in sys.argv:
-        print(json.dumps(dict(s, rows=r)))
+        print(json.dumps(dict(s, rows=r, restart=dict(rs, rows=rr))))
         return
     for x in r:
         print("%-62s %4d-%4d s  operators %5s  lab ratio: %s  [%s]" % (
@@ -113,7 +158,14 @@ def main():
           "one working run took >= %d s (%.1f min) of machine time, their day %s"
           % (s["first"][0], s["first"][1], s["first"][0] / 60.0, s["first"][1] / 60.0, s["operators_run_s"],
              s["operators_run_s"] / 60.0, s["operators_day"]))
-    print("BENCH-JSON " + json.dumps(dict(s, bench="B7", rows=r, date=datetime.datetime.utcnow().strftime(
+    print("\nan engine restart on two Sparks, phase by phase (the operators measured %d s in all; nothing published "
+          "splits it):" % rs["measured_s"])
+    for x in rr:
+        print("  %-56s %3d-%3d s  %s  [%s]" % (x["phase"], x["low_s"], x["high_s"], x["collection"], x["source"]))
+    print("restart expected: %d-%d s (%.1f-%.1f min); the measured %d s is %s this range; the largest phase: %s"
+          % (rs["low_s"], rs["high_s"], rs["low_s"] / 60.0, rs["high_s"] / 60.0, rs["measured_s"],
+             "inside" if rs["inside"] else "outside", rs["largest"]))
+    print("BENCH-JSON " + json.dumps(dict(s, bench="B7", rows=r, restart=dict(rs, rows=rr), date=datetime.datetime.utcnow().strftime(
         "%Y-%m-%d %H:%M UTC"))))
 
 

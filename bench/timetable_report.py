@@ -64,6 +64,7 @@ def main():
                          "rounds: printed beside it with the ratio to each")
     ap.add_argument("--commit", action="append", default=[], metavar="LABEL=REV", help="the commit LABEL ran")
     ap.add_argument("--lab", action="append", default=[], metavar="LABEL=NAME", help="the lab LABEL ran on")
+    ap.add_argument("--bench", default="B3", help="the name in the BENCH-JSON line (B3: site.yml; B3-status: status.yml)")
     ap.add_argument("series", nargs="+", metavar="LABEL=GLOB")
     args = ap.parse_intermixed_args()
     labels, medians, all_runs = [], [], []
@@ -86,6 +87,11 @@ def main():
     rnames = list(OrderedDict.fromkeys(n for r in role_calls for n in r))
     table("node round trips per role (median run: module runs on the nodes, retries and loop items included)",
           [(n, [r.get(n) for r in role_calls]) for n in rnames], labels, 48)
+
+    host_calls = [by_host(m) for m in medians]
+    hnames = sorted(set(h for r in host_calls for h in r))
+    table("node round trips per node (median run; the issue's goal: 15 or fewer on each)",
+          [(h, [r.get(h) for r in host_calls]) for h in hnames], labels, 48)
 
     print("\n%-28s %s" % ("", " ".join("%14s" % lb[:14] for lb in labels)))
     print("%-28s %s" % ("runs", " ".join("%14d" % len(r) for r in all_runs)))
@@ -116,17 +122,27 @@ def main():
                   % (f["label"], ",".join("%.1f" % x for x in f["runs"]), f["median_s"], f["tasks"],
                      f["round_trips"], labels[-1], last / f["median_s"]))
     print("BENCH-JSON " + json.dumps({"floors": floors,
-        "bench": "B3", "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), "labels": labels,
+        "bench": args.bench, "date": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), "labels": labels,
         "runs": [[round(x["total_seconds"], 1) for x in r] for r in all_runs],
         "median_s": [round(statistics.median(x["total_seconds"] for x in r), 1) for r in all_runs],
         "changed": [max(x["changed"] for x in r) for r in all_runs], "tasks": [len(m["tasks"]) for m in medians],
         "round_trips": [calls(m) for m in medians],
+        "round_trips_by_host": host_calls,
         "load": [[x.get("load", "") for x in r] for r in all_runs],
         "roles": [[[n, round(v, 1)] for n, v in r.items()] for r in roles],
         "role_calls": [[[n, v] for n, v in r.items()] for r in role_calls],
         "commits": dict(c.partition("=")[::2] for c in args.commit),
         "labs": dict(c.partition("=")[::2] for c in args.lab),
         "slowest": [[n, [round(t.get(n, 0.0), 1) for t in tasks]] for n in names[:10]]}))
+
+
+def by_host(run):
+    """{host: module runs on it} of one run (the tasks' calls_by_host summed)."""
+    out = {}
+    for t in run["tasks"]:
+        for host, n in (t.get("calls_by_host") or {}).items():
+            out[host] = out.get(host, 0) + n
+    return out
 
 
 def calls(run):

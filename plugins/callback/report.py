@@ -109,6 +109,7 @@ class CallbackModule(CallbackBase):
         self._ips = {}
         self._answered = set()      # nodes that ran a task in this run
         self._ran = set()           # hosts that ran a task outside the inventory check
+        self._trips = {}            # node -> module runs on it (ssh round trips), retries and loop items included
         self._inventory_ips = None
         self._play = None
         self._playbook = None
@@ -133,6 +134,7 @@ class CallbackModule(CallbackBase):
         self._ips = {}
         self._answered = set()
         self._ran = set()
+        self._trips = {}
         os.environ.pop(RUN_DIR_ENV, None)
         if not self._wanted():
             self._run_dir = None
@@ -158,6 +160,8 @@ class CallbackModule(CallbackBase):
         task = result._task
         if self._play_name != INVENTORY_CHECK_PLAY and status != "skipped":
             self._ran.add(result._host.get_name())
+        if status != "skipped":  # a skipped result's dict need not say so (ansible-core 2.19)
+            self._count_trips(result)
         phase = self._phase(task)
         if phase:
             self._clock.result(result._host.get_name(), phase, status)
@@ -171,6 +175,15 @@ class CallbackModule(CallbackBase):
                 if start:
                     self._captured["vllm_start"] = start
         return task
+
+    def _count_trips(self, result):
+        node, n = _report.round_trips(result._host.get_name(), result._task.action, result._task.loop is not None,
+                                      result._result)
+        if n:
+            self._trips[node] = self._trips.get(node, 0) + n
+
+    def v2_runner_retry(self, result):
+        self._count_trips(result)  # every retry of an until loop ran the module on the node once more
 
     def v2_runner_on_ok(self, result):
         self._answered.add(result._host.get_name())
@@ -258,6 +271,7 @@ class CallbackModule(CallbackBase):
         report["inventory"] = sorted(str(i) for i in (context.CLIARGS.get("inventory") or ()))
         report["check_mode"] = bool(context.CLIARGS.get("check"))
         report["nodes_ran"] = sorted(self._ran)
+        report["round_trips"] = dict(sorted(self._trips.items()))
         refusal = latest_refusal(report)
         try:
             written = _report.write(report, run_dir)

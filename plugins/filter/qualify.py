@@ -75,6 +75,13 @@ def qualify_report(nodes, serving=None, context=None):
         fail("qualify_report", "each host's measurements must be a dict, not so for %s" % ", ".join(bad))
     if context is not None and not isinstance(context, Mapping):
         fail("qualify_report", "context must be a dict, got %r" % (context,))
+    pct = (context or {}).get("margin_pct")
+    if isinstance(pct, str) and pct.isdigit():  # -e qualify_reference_margin=5 arrives as text
+        pct = int(pct)
+        context = dict(context, margin_pct=pct)
+    if pct is not None and (isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 <= pct <= 90):
+        fail("qualify_report", "qualify_reference_margin must be a whole percent from 0 to 90, got %r: set it in the "
+                               "inventory (default 10)" % (pct,))
     section = _qualify.judge(dict(nodes), dict(serving) if serving else None, dict(context or {}))
     section["table"] = _qualify.table(section)
     return section

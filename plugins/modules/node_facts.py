@@ -187,12 +187,17 @@ docker_live_restore:
   type: bool
   sample: false
 units:
-  description: Per unit asked, C(load_state), C(active_state), C(sub_state), C(unit_file_state) and C(need_daemon_reload)
-    (a bool), as C(systemctl show) reports them (an unknown unit has C(load_state=not-found)).
+  description:
+    - Per unit asked, C(load_state), C(active_state), C(sub_state), C(unit_file_state), C(need_daemon_reload) (a bool) and
+      C(result) (C(success), C(exit-code), C(start-limit-hit), ...), as C(systemctl show) reports them (an unknown unit
+      has C(load_state=not-found)).
+    - C(InactiveExitTimestamp) and C(InactiveEnterTimestamp), when the unit last started and last stopped (C("") when
+      never), under the names M(ansible.builtin.systemd_service) returns them, so one read serves a later wait.
   returned: always
   type: dict
   sample: {"sparkfleet-ray.service": {"load_state": "loaded", "active_state": "active", "sub_state": "running",
-           "unit_file_state": "enabled", "need_daemon_reload": false}}
+           "unit_file_state": "enabled", "need_daemon_reload": false, "result": "success",
+           "InactiveExitTimestamp": "Sat 2026-12-05 03:45:57 UTC", "InactiveEnterTimestamp": ""}}
 mounts:
   description: Per mount asked (C(CONTAINER:PATH)), what M(sparkfleet.vllm.container_mount) returns (C(state), C(stale),
     C(msg), the inodes).
@@ -281,7 +286,8 @@ def docker_live_restore(runner):
     return {"true": True, "false": False}.get(answer)
 
 
-UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState", "NeedDaemonReload")
+UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "UnitFileState", "NeedDaemonReload", "Result",
+                   "InactiveExitTimestamp", "InactiveEnterTimestamp")
 
 
 def parse_systemctl_show(text):
@@ -307,7 +313,11 @@ def unit_states(module, runner, names):
         props = shown.get(key, {})
         out[name] = {"load_state": props.get("LoadState") or "not-found", "active_state": props.get("ActiveState"),
                      "sub_state": props.get("SubState"), "unit_file_state": props.get("UnitFileState") or None,
-                     "need_daemon_reload": props.get("NeedDaemonReload") == "yes"}
+                     "need_daemon_reload": props.get("NeedDaemonReload") == "yes",
+                     # systemd_service's names: a unit's last start and stop as vllm_wait's `since` reads them
+                     "result": props.get("Result") or None,
+                     "InactiveExitTimestamp": props.get("InactiveExitTimestamp") or "",
+                     "InactiveEnterTimestamp": props.get("InactiveEnterTimestamp") or ""}
     return out
 
 

@@ -29,6 +29,10 @@ CAPTURED = {
 
 # Tasks that only pull in other tasks: not timed themselves (the tasks they include are).
 INCLUDES = ("include_role", "import_role", "include_tasks", "import_tasks")
+# Actions that run on the controller only: no round trip to a node (the report's "node round trips" leave them out).
+CONTROLLER_ACTIONS = frozenset((
+    "set_fact", "debug", "assert", "fail", "meta", "set_stats", "include_tasks", "import_tasks", "include_role",
+    "import_role", "add_host", "group_by", "validate_argument_spec", "include_vars", "pause", "async_status_local"))
 # Phases that are not part of the deployment: the controller's own check of the inventory (playbooks/inventory_check.yml).
 UNTIMED = ("inventory_check",)
 # The phase whose vllm_wait saw the server start in this run (its startup phases are drawn inside it).
@@ -111,6 +115,22 @@ def capture(action, result):
     if fields is None or not isinstance(result, dict) or result.get("skipped") or result.get("censored"):
         return None
     return short, {k: result[k] for k in fields if k in result}
+
+
+def round_trips(host, action, looped, result):
+    """(node, count): the module runs on a node that one task result stands for, each an ssh exchange (a Python start
+    on the node, become): 0 for an action that runs on the controller, for a skipped result and for a task delegated
+    to the controller; one per loop item that ran; counted against the host a task was delegated to."""
+    result = result if isinstance(result, dict) else {}
+    if (action or "").split(".")[-1] in CONTROLLER_ACTIONS or result.get("skipped"):
+        return host, 0
+    delegated = result.get("_ansible_delegated_vars") or {}
+    node = delegated.get("ansible_delegated_host") or host
+    if delegated and (delegated.get("ansible_connection") == "local" or node in ("localhost", "127.0.0.1")):
+        return node, 0
+    if looped and isinstance(result.get("results"), list):
+        return node, sum(1 for item in result["results"] if isinstance(item, dict) and not item.get("skipped"))
+    return node, 1
 
 
 def vllm_start(fields, host, phase, at_s):
@@ -329,6 +349,14 @@ def _serving_section(report):
     return ["  serving: %s at %s, %s" % (report.get("model"), report["endpoint"], rate)]
 
 
+def _round_trips_section(report):
+    trips = report.get("round_trips") or {}
+    if not trips:
+        return []
+    per_node = ", ".join("%s %d" % (h, trips[h]) for h in sorted(trips))
+    return ["  node round trips: %s (%d in all)" % (per_node, sum(trips.values()))]
+
+
 def _failure_section(report):
     failure = report.get("failure")
     if not failure:
@@ -344,7 +372,7 @@ def _failure_section(report):
 
 # The table after its title line, section by section (each a function of the report dict returning lines).
 SECTIONS = [_phase_table, _startup_section, _transfer_section, _ray_section, _versions_section, _serving_section,
-            _failure_section]
+            _round_trips_section, _failure_section]
 
 
 def table(report):

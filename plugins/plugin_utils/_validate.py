@@ -1284,6 +1284,7 @@ ROLE_CHECKS = {
     "sparkfleet_rdma_sysfs_root": check_read_path,
     "sparkfleet_rdma_dev_dir": check_read_path,
     "sparkfleet_allow_tcp_fallback": check_bool,
+    "sparkfleet_recheck": check_bool,
     "sparkfleet_allow_ray_exposure": check_bool,
     "sparkfleet_manage_host_firewall": check_bool,
     "sparkfleet_image": check_image,

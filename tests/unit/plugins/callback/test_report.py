@@ -101,6 +101,28 @@ def test_report_written_for_the_deploy_with_phases_per_node(deploy_run):
     assert (latest / "timeline.png").stat().st_size > 10000
 
 
+def test_the_report_counts_node_round_trips_per_node(deploy_run):
+    tmp, p = deploy_run
+    report = json.loads((tmp / "reports" / "latest" / "report.json").read_text())
+    # n1: the check and the ignored failure (set_fact and set_stats stay on the controller); n2: those and its sleep.
+    assert report["round_trips"] == {"n1": 2, "n2": 3}
+    assert "node round trips: n1 2, n2 3 (5 in all)" in p.stdout
+
+
+@pytest.mark.parametrize("action,looped,result,expected", [
+    ("ansible.builtin.command", False, {"rc": 0}, ("n1", 1)),
+    ("ansible.builtin.set_fact", False, {"ansible_facts": {}}, ("n1", 0)),
+    ("sparkfleet.vllm.node_facts", False, {"skipped": True}, ("n1", 0)),
+    ("ansible.builtin.stat", True, {"results": [{"stat": {}}, {"skipped": True}, {"stat": {}}]}, ("n1", 2)),
+    ("ansible.builtin.uri", False, {"_ansible_delegated_vars": {"ansible_delegated_host": "n2",
+                                                                "ansible_connection": "ssh"}}, ("n2", 1)),
+    ("ansible.builtin.uri", False, {"_ansible_delegated_vars": {"ansible_delegated_host": "localhost",
+                                                                "ansible_connection": "local"}}, ("localhost", 0)),
+])
+def test_round_trips_of_one_result(action, looped, result, expected):
+    assert _report.round_trips("n1", action, looped, result) == expected
+
+
 def test_status_prints_the_latest_report_table(deploy_run):
     tmp, _p = deploy_run
     # status.yml's first play reads the table from the same directory (its other plays need the cluster).

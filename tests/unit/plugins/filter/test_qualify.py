@@ -155,6 +155,56 @@ def test_below_names_the_likely_cause(kw, figure, cause):
     assert low and cause in low[0]["note"], by(section, figure)
 
 
+@pytest.mark.parametrize("busbw, margin_pct, verdict", [
+    (19.0, None, "as expected"),   # 5 % under 20 GB/s: inside the default 10 % margin
+    (17.5, None, "below"),         # 12.5 % under
+    (19.0, 0, "below"),            # no margin: anything under the range
+    (15.0, 30, "as expected"),
+    (2.9, 85, "below"),            # the half-configured fabric (about 3 GB/s) is flagged up to an 85 % margin
+])
+def test_nccl_is_below_only_past_the_margin(busbw, margin_pct, verdict):
+    nodes, serving, ctx = spark_run(busbw=busbw)
+    if margin_pct is not None:
+        ctx["margin_pct"] = margin_pct
+    section = qualify_report(nodes, serving, ctx)
+    line = by(section, "NCCL all-reduce bus bandwidth")[0]
+    assert line["verdict"] == verdict and line["expected"] == "20-24 GB/s at large messages"
+    shown = 10 if margin_pct is None else margin_pct
+    assert any(row.startswith("  below: more than %g %% under" % shown) for row in section["table"])
+
+
+def test_serving_tokens_beside_their_reference_with_the_margin():
+    nodes, serving, ctx = spark_run(tps=18.5, itl=54.0)   # 7.5 % under 20 tokens/s, 8 % over 50 ms
+    section = qualify_report(nodes, serving, ctx)
+    one = by(section, "output throughput", "1 user")[0]
+    assert one["verdict"] == "as expected" and one["expected"] == "20-40 tokens/s" and "27 tokens/s" in one["source"]
+    assert by(section, "inter-token latency", "1 user")[0]["verdict"] == "as expected"
+    ctx["margin_pct"] = 5
+    section = qualify_report(nodes, serving, ctx)
+    assert by(section, "output throughput", "1 user")[0]["verdict"] == "below"
+    assert by(section, "inter-token latency", "1 user")[0]["verdict"] == "below"
+    # 16 users: the closest published figure is of another model, shown with its source and never judged.
+    sixteen = by(section, "output throughput", "16 users")[0]
+    assert sixteen["expected"].startswith("140 tokens/s") and sixteen["verdict"] == "no reference"
+    assert "another FP8 MoE" in sixteen["source"]
+
+
+def test_ttft_tail_is_shown_as_the_load_test_measured_it():
+    nodes, serving, ctx = spark_run()
+    serving["levels"][0]["ttft_ms"] = {"p50": 180.0, "p99": 420.0}   # serving_bench's own client: mean/p50/p99
+    section = qualify_report(nodes, serving, ctx)
+    assert [ln["value"] for ln in by(section, "time to first token (p99)", "1 user")] == [420.0]
+    assert by(section, "time to first token (p95)") == []
+
+
+@pytest.mark.parametrize("pct", [-1, 91, "ten", True])
+def test_a_bad_margin_is_refused_naming_the_variable(pct):
+    nodes, serving, ctx = spark_run()
+    ctx["margin_pct"] = pct
+    with pytest.raises(AnsibleFilterError, match="qualify_reference_margin must be a whole percent from 0 to 90"):
+        qualify_report(nodes, serving, ctx)
+
+
 def test_socket_transport_line():
     section = qualify_report(*spark_run(transports=("IB", "Socket")))
     t = {ln["where"]: ln for ln in by(section, "NCCL transport")}

@@ -160,7 +160,9 @@ def test_unit_states_from_one_systemctl_show(node):
     result = node({"units": ["sparkfleet-ray", "sparkfleet-vllm.service", "nosuch.service"]})
     u = result["units"]
     assert u["sparkfleet-ray"] == {"load_state": "loaded", "active_state": "active", "sub_state": "running",
-                                   "unit_file_state": "enabled", "need_daemon_reload": False}
+                                   "unit_file_state": "enabled", "need_daemon_reload": False, "result": "success",
+                                   "InactiveExitTimestamp": "Sat 2026-12-05 03:45:57 UTC",
+                                   "InactiveEnterTimestamp": ""}
     assert u["nosuch.service"]["load_state"] == "not-found" and u["nosuch.service"]["unit_file_state"] is None
     assert sum(1 for c in node.calls if c[1] == "show") == 1
 
