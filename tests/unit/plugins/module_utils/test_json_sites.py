@@ -32,7 +32,9 @@ def fifo(tmp_path):
     return str(path)
 
 
-def test_parsers_of_node_output_survive_nesting():
+@pytest.mark.bad_input(name="nested JSON (100000 levels) in a node's output read by a probe, the firewall, a stream, "
+                            "status.yml's markers", expected="skipped or named as unreadable; never a RecursionError")
+def test_parsers_of_node_output_survive_nesting(observe):
     assert "error" in qualify_facts.parse_torch(NESTED)
     with pytest.raises(_image.ProbeError):
         _image.parse_probe(_image.PROBE_MARK + NESTED)
@@ -47,6 +49,7 @@ def test_parsers_of_node_output_survive_nesting():
     assert serving_cause._escalation(NESTED_OBJ, time.time()) is None
     assert _load_test._error_text(b"HTTP/1.1 500 x\r\n\r\n" + NESTED_OBJ.encode()).startswith('{"a"')
     assert _load_test._error_text(b'HTTP/1.1 500 x\r\n\r\n{"error": {"message": "boom"}}') == "boom"
+    observe("13 readers: each skipped the nested document or named it")
 
 
 def test_a_safetensors_header_nested_deep_is_named_not_a_recursion_error():
@@ -112,8 +115,11 @@ def _node_readers():
     return [_model_manifest.read_json_file, _sync_shell.read_json_file, _role_file("sparkfleet_memory").read_json_file]
 
 
-@pytest.mark.parametrize("index", range(3))
-def test_node_scripts_read_json_files_bounded_by_type_and_depth(index, fifo, tmp_path):
+@pytest.mark.bad_input(name="a FIFO, nested JSON or an oversized file where a script on the node reads its JSON "
+                            "(manifest, sync key's allowed commands, memory reports)",
+                       expected="refused by type, depth or size at once; never a hang or a RecursionError")
+@pytest.mark.parametrize("index", range(3), ids=["sparkfleet_model.py", "sync_shell", "sparkfleet_memory.py"])
+def test_node_scripts_read_json_files_bounded_by_type_and_depth(index, fifo, tmp_path, observe):
     read = _node_readers()[index]
     started = time.monotonic()
     with pytest.raises(ValueError, match="not a regular file"):
@@ -130,6 +136,7 @@ def test_node_scripts_read_json_files_bounded_by_type_and_depth(index, fifo, tmp
     assert read(str(big), limit=10000)[:2] == [0, 0]
     with pytest.raises(OSError):
         read(str(tmp_path / "absent"))
+    observe("FIFO, nesting and size refused with ValueError in %.1f s" % (time.monotonic() - started))
 
 
 def test_node_callers_turn_a_fifo_or_nesting_into_nothing(fifo, tmp_path):
