@@ -52,9 +52,9 @@ _HOSTNAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252})$")
 _IPV6 = re.compile(r"^(?:\[[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(?:%[A-Za-z0-9_.-]+)?\]"
                    r"|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(?:%[A-Za-z0-9_.-]+)?)$")
 
-
 # bytes of the allowed-commands file (a few commands)
 JSON_MAX = 1 << 20
+
 
 def read_json_file(path, limit=JSON_MAX):
     """The JSON document in path when it is a regular file of at most limit bytes; OSError or ValueError otherwise.
