@@ -158,8 +158,7 @@ def state_path(unit):
 
 def load_state(unit):
     try:
-        with open(state_path(unit)) as fh:
-            state = json.load(fh)
+        state = _load_memory().read_json_file(state_path(unit))
     except (OSError, ValueError, RecursionError):
         return {}
     return state if isinstance(state, dict) else {}
@@ -813,7 +812,7 @@ def probe(url, model, key, timeout):
         try:
             if json.loads(text).get("choices"):
                 return True, ""
-        except ValueError:
+        except (ValueError, RecursionError, AttributeError):
             pass
         return False, "HTTP 200 without a completion"
     if code is None:
