@@ -5,7 +5,7 @@
 # event, causes cut to 160 characters), from what our units already keep:
 #   - this node's unified memory as the memory gate reads it (sparkfleet_memory.py: meminfo, or the memory cgroup
 #     where one caps the node), so a node's memory is the same figure here, in the gate and in status.yml;
-#   - the memory baselines the gate keeps (on the head: every node's memory at the last start that served);
+#   - the memory baselines the gate keeps (on the head: every node's memory in use at the last start that served);
 #   - the watchdog's supervision log (restarts, failed restarts, escalations, returns, stops) as counters that only
 #     grow (the log itself is trimmed; the counts carry on in a state file);
 #   - escalation markers (/run/sparkfleet/escalated-UNIT);
@@ -112,10 +112,10 @@ def render(state, units, memory=None, baselines=None, names=None, escalated=(), 
     family("sparkfleet_supervision_last_event_timestamp_seconds", "gauge",
            "When the unit's last supervision event happened, with what and why.")
     for unit in units:
-        last = state["last"].get(unit)
-        if last:
-            out.append("sparkfleet_supervision_last_event_timestamp_seconds%s %.1f" % (
-                labels(unit=unit, event=last["event"], cause=last["cause"]), last["time"]))
+        # a unit with no event yet has one too (event "none", time 0): the panels and `sparkfleet top` show it so
+        last = state["last"].get(unit) or {"event": "none", "cause": "", "time": 0}
+        out.append("sparkfleet_supervision_last_event_timestamp_seconds%s %.1f" % (
+            labels(unit=unit, event=last["event"], cause=last["cause"]), last["time"]))
     family("sparkfleet_escalated", "gauge", "1 while the unit is escalated (stopped by supervision until a person acts).")
     for unit in units:
         out.append("sparkfleet_escalated%s %d" % (labels(unit=unit), 1 if unit in escalated else 0))
@@ -129,10 +129,8 @@ def render(state, units, memory=None, baselines=None, names=None, escalated=(), 
         family("sparkfleet_memory_baseline_bytes", "gauge",
                "A node's memory in use at the engine's last start that served (the memory gate's baseline).")
         for ip in sorted(baselines):
-            used = (baselines[ip] or {}).get("used")
-            if isinstance(used, (int, float)):
-                out.append("sparkfleet_memory_baseline_bytes%s %d"
-                           % (labels(baseline_node=names.get(ip, ip), unit=baselines[ip]["_unit"]), used))
+            unit, used = baselines[ip]
+            out.append("sparkfleet_memory_baseline_bytes%s %d" % (labels(baseline_node=names.get(ip, ip), unit=unit), used))
     if disk:
         family("sparkfleet_model_filesystem_avail_bytes", "gauge", "Free space for us on the model's filesystem.")
         out.append("sparkfleet_model_filesystem_avail_bytes%s %d" % (labels(path=disk["path"]), disk["avail"]))
@@ -141,6 +139,19 @@ def render(state, units, memory=None, baselines=None, names=None, escalated=(), 
     family("sparkfleet_textfile_timestamp_seconds", "gauge", "When this file was written.")
     out.append("sparkfleet_textfile_timestamp_seconds %.1f" % (time.time() if now is None else now))
     return "\n".join(out) + "\n"
+
+
+def read_baselines(watchdog_dir, units):
+    """{fabric IP: (unit, bytes used)} from the memory gate's memory-baseline-UNIT.json ({"time", "nodes": {IP: used}}:
+    each node's memory in use at the unit's last start that served)."""
+    out = {}
+    for unit in units:
+        data = read_json(os.path.join(watchdog_dir, "memory-baseline-%s.json" % unit), {})
+        nodes = data.get("nodes") if isinstance(data, dict) else None
+        for ip, used in (nodes.items() if isinstance(nodes, dict) else ()):
+            if isinstance(used, (int, float)) and not isinstance(used, bool) and used >= 0:
+                out[ip] = (unit, int(used))
+    return out
 
 
 def model_disk(path):
@@ -176,12 +187,7 @@ def main(argv=None):
     names = dict((ip, name) for name, _sep, ip in (n.partition("=") for n in a.node) if ip)
     state = read_json(a.state, {}) or {}
     state = count_events(read_events(os.path.join(a.watchdog_dir, "supervision.log")), state, units)
-    baselines = {}
-    for unit in units:
-        nodes = (read_json(os.path.join(a.watchdog_dir, "memory-baseline-%s.json" % unit), {}) or {}).get("nodes")
-        for ip, report in (nodes or {}).items() if isinstance(nodes, dict) else ():
-            if isinstance(report, dict):
-                baselines[ip] = dict(report, _unit=unit)
+    baselines = read_baselines(a.watchdog_dir, units)
     escalated = [u for u in units if os.path.exists(os.path.join(a.run_dir, "escalated-%s" % u))]
     mem = _load_memory(a.memory_lib)
     memory = mem.measure() if mem else None

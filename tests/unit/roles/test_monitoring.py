@@ -233,14 +233,17 @@ def test_rendered_metrics_hold_memory_baselines_and_escalation(tmp_path):
     state = tf.count_events(_entries((10, "sparkfleet-vllm", "restart", 'a "quoted"\ncause ' + "x" * 400)), {}, units)
     memory = {"total": 5 * GiB, "free": GiB, "available": 2 * GiB, "cache": GiB, "shmem": 0, "used": 3 * GiB,
               "unaccounted": 0, "source": "cgroup v2"}
-    text = tf.render(state, units, memory, {"10.99.1.12": {"used": 2 * GiB, "_unit": "sparkfleet-vllm"}},
+    text = tf.render(state, units, memory, {"10.99.1.12": ("sparkfleet-vllm", 2 * GiB)},
                      {"10.99.1.12": "spark-2"}, ["sparkfleet-vllm"], {"path": "/models", "avail": 1, "size": 2}, now=5)
     assert 'sparkfleet_supervision_events_total{event="restart",unit="sparkfleet-vllm"} 1' in text
     assert 'sparkfleet_escalated{unit="sparkfleet-vllm"} 1' in text
     assert 'sparkfleet_escalated{unit="sparkfleet-ray"} 0' in text
+    # a unit without an event yet still has its series (the dashboards and sparkfleet top show "none")
+    assert 'sparkfleet_supervision_last_event_timestamp_seconds{cause="",event="none",unit="sparkfleet-ray"} 0.0' in text
     assert "sparkfleet_memory_used_bytes %d" % (3 * GiB) in text
     assert 'sparkfleet_memory_baseline_bytes{baseline_node="spark-2",unit="sparkfleet-vllm"} %d' % (2 * GiB) in text
-    cause_line = [ln for ln in text.splitlines() if ln.startswith("sparkfleet_supervision_last_event")][0]
+    cause_line = [ln for ln in text.splitlines() if ln.startswith("sparkfleet_supervision_last_event")
+                  and "sparkfleet-vllm" in ln][0]
     assert '\\"quoted\\"\\ncause' in cause_line and len(cause_line) < 300    # escaped, cut to CAUSE_MAX
     if shutil.which("promtool"):
         run = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
@@ -255,8 +258,9 @@ def test_the_script_writes_the_file_atomically_from_the_units_state(tmp_path):
         d.mkdir()
     (wd / "supervision.log").write_text(
         json.dumps({"time": 1.0, "unit": "sparkfleet-ray", "event": "restart", "cause": "raylet gone"}) + "\nnot json\n")
-    (wd / "memory-baseline-sparkfleet-vllm.json").write_text(json.dumps({"time": 1, "nodes": {
-        "10.99.1.11": {"used": 123}, "10.99.1.12": {"used": 456}}}))
+    # as a lab head kept it after a start that served
+    (wd / "memory-baseline-sparkfleet-vllm.json").write_text(
+        '{"nodes": {"10.99.1.11": 821383168, "10.99.1.12": 492290048}, "time": 1796443063.3}')
     (run_dir / "escalated-sparkfleet-vllm").write_text("{}")
     args = ["--dir", str(out), "--state", str(tmp_path / "state" / "s.json"), "--unit", "sparkfleet-ray",
             "--unit", "sparkfleet-vllm", "--node", "spark-1=10.99.1.11", "--node", "spark-2=10.99.1.12",
@@ -265,7 +269,8 @@ def test_the_script_writes_the_file_atomically_from_the_units_state(tmp_path):
     assert tf.main(args) == 0
     text = (out / "sparkfleet.prom").read_text()
     assert 'sparkfleet_supervision_events_total{event="restart",unit="sparkfleet-ray"} 1' in text
-    assert 'sparkfleet_memory_baseline_bytes{baseline_node="spark-2",unit="sparkfleet-vllm"} 456' in text
+    assert 'sparkfleet_memory_baseline_bytes{baseline_node="spark-2",unit="sparkfleet-vllm"} 492290048' in text
+    assert 'sparkfleet_memory_baseline_bytes{baseline_node="spark-1",unit="sparkfleet-vllm"} 821383168' in text
     assert 'sparkfleet_escalated{unit="sparkfleet-vllm"} 1' in text
     assert "sparkfleet_memory_total_bytes " in text and "sparkfleet_model_filesystem_size_bytes{" in text
     assert sorted(p.name for p in out.iterdir()) == ["sparkfleet.prom"]      # no temporary file left
