@@ -43,11 +43,22 @@ ALERTS = [
      "> 0 unless on (node, model_name) sparkfleet:generation_tokens:rate1m > 0", "2m", "critical",
      "The engine on {{ $labels.node }} holds requests but generates no tokens",
      "{{ $value }} requests are running or waiting while no token was generated for two minutes."),
+    # The baseline is a node's memory before the engine starts (what the memory gate waits for): while the engine
+    # serves, its own weights and KV cache are above it. So: above the baseline while no engine serves (what would
+    # refuse or wedge the next start), and, while it serves, growth beyond the last 10 minutes' low (a creep).
     ("SparkfleetMemoryAboveBaseline", "sparkfleet:memory_above_baseline_bytes:by_node",
-     "> scalar(sparkfleet:threshold_memory_above_baseline_bytes)", "2m", "warning",
-     "{{ $labels.node }} holds {{ $value | humanize1024 }}B more unified memory than at the last healthy start",
-     "Memory that the engine does not get back (a leak, a foreign process, tmpfs) is the road to a wedge on GB10: "
-     "find the holder (status.yml, sparkfleet top) before the next start is refused."),
+     '> scalar(sparkfleet:threshold_memory_above_baseline_bytes) unless on () (max(up{job="vllm"}) == 1)', "2m",
+     "warning",
+     "{{ $labels.node }} holds {{ $value | humanize1024 }}B more unified memory than before the engine's last start",
+     "No engine serves, yet the memory has not come back to its baseline (a leak, a foreign process, tmpfs): the "
+     "memory gate will refuse the next start or it will wedge the node. Find the holder (status.yml)."),
+    ("SparkfleetMemoryCreeping",
+     "max by (node) (sparkfleet_memory_used_bytes) - max by (node) (min_over_time(sparkfleet_memory_used_bytes[10m]))",
+     '> scalar(sparkfleet:threshold_memory_above_baseline_bytes) and on () (min_over_time(up{job="vllm"}[10m]) == 1)',
+     "1m", "warning",
+     "{{ $labels.node }}'s unified memory grew {{ $value | humanize1024 }}B while the engine served",
+     "The engine's memory is placed at its start; growth while it serves is another holder (or a leak) taking what "
+     "the engine may need: the road to a wedge on GB10."),
     ("SparkfleetPageCacheCrowding",
      "max by (node) (sparkfleet_memory_cache_bytes) / max by (node) (sparkfleet_memory_total_bytes)",
      "> scalar(sparkfleet:threshold_page_cache_fraction) and on (node) "

@@ -155,13 +155,18 @@ def test_three_alerts_fired_by_lab_knobs_reach_the_webhook(monitored, tmp_path, 
     head, worker = lab.hosts[0], lab.hosts[-1]
     received = tmp_path / "webhook.jsonl"
     received.touch()
+    # A serving engine's own memory is above each node's baseline (taken before it started): the threshold goes
+    # 512 MiB over the larger of the two now, and the worker gets 1 GiB more, so only the worker crosses it.
+    above, err = query(lab, "sparkfleet:memory_above_baseline_bytes:by_node")
+    assert not err and len(above) == len(lab.hosts), above
+    threshold_mb = int(max(float(s["value"][1]) for s in above) / (1 << 20)) + 512
     labctl = str(lab.repo / "lab" / "labctl")
     hook = subprocess.Popen([labctl, "ctl", "--", "python3", "-c", WEBHOOK, str(received), str(WEBHOOK_PORT)])
     t0 = time.time()
     try:
         r, failures = lab.play(tmp_path / "run", "playbooks/monitoring.yml", extravars={
             "monitoring_webhook_url": "http://10.99.0.1:%d/alerts" % WEBHOOK_PORT,
-            "monitoring_alert_memory_above_baseline_mb": 256})
+            "monitoring_alert_memory_above_baseline_mb": threshold_mb})
         assert r["status"] == "successful" and not failures, lab.messages(failures)
 
         def firing():
@@ -172,12 +177,13 @@ def test_three_alerts_fired_by_lab_knobs_reach_the_webhook(monitored, tmp_path, 
                         out.add((alert["labels"]["alertname"], alert["labels"].get("node")))
             return out
 
-        # a paused engine on the head and 768 MiB held on the worker: two alerts, each with its node
+        # the engine paused on the head (no engine serves) and 1 GiB held on the worker: each alert with its node
         lab.labctl("break", "engine-pause", head)
-        lab.labctl("break", "hog", worker, "768")
+        lab.labctl("break", "hog", worker, "1024")
         want = {("SparkfleetEngineDown", head), ("SparkfleetMemoryAboveBaseline", worker)}
         seen = lab.wait_for(lambda: want <= firing(), 300, step=5)
         assert seen is not None, firing()
+        assert ("SparkfleetMemoryAboveBaseline", head) not in firing()
         lab.labctl("fix", "engine-pause", head)
         lab.labctl("fix", "hog", worker)
         # the worker's Ray stopped: its metrics export is gone

@@ -115,24 +115,44 @@ def _run_rule_tests(tmp_path, cases, annotations=False):
 
 
 @needs_promtool
-def test_memory_above_baseline_fires_for_the_node_that_grew_only(tmp_path):
-    series = [
-        ("sparkfleet_memory_used_bytes{%s}" % _NODE, "%d+0x15" % (10 * GiB)),
-        ("sparkfleet_memory_used_bytes{%s}" % _NODE2, "%d+%dx15" % (10 * GiB, GiB)),  # +1 GiB a minute
-        ("sparkfleet_memory_baseline_bytes{%s}" % (_HEAD % "spark-1"), "%d+0x15" % (10 * GiB)),
-        ("sparkfleet_memory_baseline_bytes{%s}" % (_HEAD % "spark-2"), "%d+0x15" % (10 * GiB)),
-    ]
+def test_memory_above_baseline_fires_while_no_engine_serves_for_the_node_that_grew_only(tmp_path):
+    def series(engine_up):
+        return [
+            ("up{%s}" % _VLLM, ("%d+0x15" % engine_up)),
+            ("sparkfleet_memory_used_bytes{%s}" % _NODE, "%d+0x15" % (10 * GiB)),
+            ("sparkfleet_memory_used_bytes{%s}" % _NODE2, "%d+%dx15" % (10 * GiB, GiB)),  # +1 GiB a minute
+            ("sparkfleet_memory_baseline_bytes{%s}" % (_HEAD % "spark-1"), "%d+0x15" % (10 * GiB)),
+            ("sparkfleet_memory_baseline_bytes{%s}" % (_HEAD % "spark-2"), "%d+0x15" % (10 * GiB)),
+        ]
     exp = [{"exp_labels": {"node": "spark-2", "severity": "warning"}}]
-    run = _run_rule_tests(tmp_path, [_case(series, [("SparkfleetMemoryAboveBaseline", [])], at="3m"),
-                                     _case(series, [("SparkfleetMemoryAboveBaseline", exp)], at="8m")])
+    run = _run_rule_tests(tmp_path, [_case(series(0), [("SparkfleetMemoryAboveBaseline", [])], at="3m"),
+                                     _case(series(0), [("SparkfleetMemoryAboveBaseline", exp)], at="8m"),
+                                     # a serving engine's own memory is above the baseline: no alert for it
+                                     _case(series(1), [("SparkfleetMemoryAboveBaseline", [])], at="8m")])
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@needs_promtool
+def test_memory_creeping_while_the_engine_serves(tmp_path):
+    series = [("up{%s}" % _VLLM, "1x30"),
+              ("sparkfleet_memory_used_bytes{%s}" % _NODE, "%dx30" % (90 * GiB)),
+              # flat for 15 minutes, then a foreign holder takes 8 GiB
+              ("sparkfleet_memory_used_bytes{%s}" % _NODE2, "%dx15 %dx15" % (90 * GiB, 98 * GiB))]
+    exp = [{"exp_labels": {"node": "spark-2", "severity": "warning"}}]
+    run = _run_rule_tests(tmp_path, [_case(series, [("SparkfleetMemoryCreeping", [])], at="14m"),
+                                     _case(series, [("SparkfleetMemoryCreeping", exp)], at="18m")])
+    assert run.returncode == 0, run.stdout + run.stderr
+    # the engine restarted within the window (its own memory placed again): no creep
+    restarted = [("up{%s}" % _VLLM, "1x12 0 1x17")] + series[1:]
+    run = _run_rule_tests(tmp_path, [_case(restarted, [("SparkfleetMemoryCreeping", [])], at="18m")])
     assert run.returncode == 0, run.stdout + run.stderr
 
 
 @needs_promtool
 def test_memory_threshold_is_the_variable(tmp_path):
-    series = [("sparkfleet_memory_used_bytes{%s}" % _NODE, "%d+0x15" % (14 * GiB)),
+    series = [("up{%s}" % _VLLM, "0x15"),
+              ("sparkfleet_memory_used_bytes{%s}" % _NODE, "%d+0x15" % (14 * GiB)),
               ("sparkfleet_memory_baseline_bytes{%s}" % (_HEAD % "spark-1"), "%d+0x15" % (10 * GiB))]
-    (tmp_path / "t").mkdir()
     run = _run_rule_tests(tmp_path, [_case(series, [("SparkfleetMemoryAboveBaseline", [])])])   # 4 GiB: not above
     assert run.returncode == 0, run.stdout + run.stderr
     (tmp_path / "thresholds.yml").write_text(_thresholds(monitoring_alert_memory_above_baseline_mb=2048))
