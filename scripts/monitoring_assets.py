@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES = os.path.join(ROOT, "roles", "monitoring", "files")
@@ -116,9 +117,15 @@ def alert_rules():
                        {"name": "sparkfleet-alerts", "rules": alerts}]}
 
 
-def _yaml_scalar(value):
+def _yaml_scalar(value, indent=0):
+    """A JSON string is a valid YAML double-quoted scalar; a long one is a folded block (lines under 120 characters:
+    ansible-lint's yaml rule), which YAML reads back as the same one-line string."""
     if isinstance(value, str):
-        return json.dumps(value)     # a JSON string is a valid YAML double-quoted scalar
+        if len(value) > 80 and "  " not in value and value == value.strip() and "\n" not in value:
+            lines = textwrap.wrap(value, width=max(40, 116 - indent), break_long_words=False,
+                                  break_on_hyphens=False)
+            return ">-\n" + "\n".join(" " * (indent + 2) + line for line in lines)
+        return json.dumps(value)
     return str(value)
 
 
@@ -132,7 +139,7 @@ def to_yaml(data, indent=0):
                 out.append("%s%s:" % (pad, key))
                 out.append(to_yaml(value, indent + 2))
             else:
-                out.append("%s%s: %s" % (pad, key, _yaml_scalar(value)))
+                out.append("%s%s: %s" % (pad, key, _yaml_scalar(value, indent)))
     else:
         for item in data:
             if isinstance(item, dict):

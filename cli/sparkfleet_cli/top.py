@@ -212,10 +212,13 @@ def run(args, console):
     """The top subcommand: 0 once a snapshot was shown; 1 when Prometheus could not be asked."""
     try:
         if args.prometheus:
-            ask = lambda: ask_direct(args.prometheus)  # noqa: E731
+            def ask():
+                return ask_direct(args.prometheus)
         else:
             ssh, port = head_ssh(args.inventory)
-            ask = lambda: ask_over_ssh(ssh, port)  # noqa: E731
+
+            def ask():
+                return ask_over_ssh(ssh, port)
         snap = snapshot(ask())
     except (TopError, subprocess.TimeoutExpired, ValueError) as e:
         console.print("sparkfleet top: %s" % e, markup=False, highlight=False, style="red")

@@ -1415,6 +1415,7 @@ ROLE_CHECKS = {
 }
 ROLE_CHECKS.update((var, check_port) for var in RAY_PORT_FLAGS.values())
 
+
 def check_optional_url(value):
     """Empty, or an http(s) URL (monitoring_webhook_url)."""
     if value == "":

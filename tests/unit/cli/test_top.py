@@ -80,7 +80,9 @@ def test_the_heads_ssh_comes_from_the_inventory():
 
 def test_no_single_head_is_refused():
     inv = dict(INVENTORY, spark_head={"hosts": ["a", "b"]})
-    runner = lambda argv, **kw: types.SimpleNamespace(returncode=0, stdout=json.dumps(inv), stderr="")  # noqa: E731
+
+    def runner(_argv, **_kw):
+        return types.SimpleNamespace(returncode=0, stdout=json.dumps(inv), stderr="")
     with pytest.raises(top.TopError, match="exactly one host in spark_head"):
         top.head_ssh(["inv"], runner=runner)
 

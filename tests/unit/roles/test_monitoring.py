@@ -52,6 +52,12 @@ def test_committed_rules_and_dashboards_are_the_generated_ones():
         assert Path(path).read_text() == text, "%s is stale: run scripts/monitoring_assets.py" % path
 
 
+def test_the_rules_file_reads_back_as_the_rules_built():
+    assets = _assets()
+    assert yaml.safe_load(assets.rules_text()) == assets.alert_rules()
+    assert max(len(line) for line in assets.rules_text().splitlines()) <= 120
+
+
 def test_every_alert_named_in_the_issue_exists():
     names = {a[0] for a in _assets().ALERTS}
     assert {"SparkfleetEngineNotGenerating", "SparkfleetMemoryAboveBaseline", "SparkfleetPageCacheCrowding",
