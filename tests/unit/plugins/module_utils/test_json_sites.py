@@ -60,14 +60,13 @@ def test_a_safetensors_header_nested_deep_is_named_not_a_recursion_error():
 
 
 def test_files_read_on_the_node_refuse_a_fifo_without_blocking(fifo, tmp_path):
-    started = time.monotonic()
+    # a FIFO with no writer blocks an open() for ever: refused by type, before any open (a hang would never return)
     assert transfer_progress._job_ended(fifo) is False
     with pytest.raises(ValueError, match="not a regular file"):
         _model_sync._load_json(fifo)
     changed, _ = _gpu_release.record_stale(fifo, type("Plan", (), {"stale_units": [], "stale_containers": []})(),
                                            check_mode=True)
     assert changed is True
-    assert time.monotonic() - started < 5
     nested = tmp_path / "config.json"
     nested.write_text(NESTED)
     with pytest.raises(ValueError, match="deeper"):
@@ -121,10 +120,8 @@ def _node_readers():
 @pytest.mark.parametrize("index", range(3), ids=["sparkfleet_model.py", "sync_shell", "sparkfleet_memory.py"])
 def test_node_scripts_read_json_files_bounded_by_type_and_depth(index, fifo, tmp_path, observe):
     read = _node_readers()[index]
-    started = time.monotonic()
-    with pytest.raises(ValueError, match="not a regular file"):
+    with pytest.raises(ValueError, match="not a regular file"):   # by type, before an open() that would block
         read(fifo)
-    assert time.monotonic() - started < 5
     nested = tmp_path / "nested.json"
     nested.write_text(NESTED)
     with pytest.raises(ValueError, match="deeper"):
@@ -136,7 +133,7 @@ def test_node_scripts_read_json_files_bounded_by_type_and_depth(index, fifo, tmp
     assert read(str(big), limit=10000)[:2] == [0, 0]
     with pytest.raises(OSError):
         read(str(tmp_path / "absent"))
-    observe("FIFO, nesting and size refused with ValueError in %.1f s" % (time.monotonic() - started))
+    observe("FIFO, nesting and size refused by ValueError (not a regular file, deeper than allowed, too large)")
 
 
 def test_node_callers_turn_a_fifo_or_nesting_into_nothing(fifo, tmp_path):
