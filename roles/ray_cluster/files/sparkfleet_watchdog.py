@@ -1238,7 +1238,9 @@ def save_incident(a, why):
     others = [n for n in nodes[1:]]
     if others and a.address:
         gcs_nodes(a.ray_container, a.address, a.gcs_timeout, {"put": {INCIDENT_KEY: json.dumps(request)}})
-    parts = {head_ip: node_part([(a.container, None), (a.ray_container, ["ray::"])], [a.unit, a.ray_unit])}
+    # the Ray container first: the engine's container may share its PID space (it then lists the ranks too, where py-spy
+    # may lack the rights to read them), and what one container captured is skipped in the next
+    parts = {head_ip: node_part([(a.ray_container, ["ray::"]), (a.container, None)], [a.unit, a.ray_unit])}
     parts[head_ip]["ip"] = head_ip
     missing = dict((ip, name) for name, ip in others)
     while missing and a.address and time.monotonic() - t0 < a.incident_wait:
