@@ -196,3 +196,39 @@ def test_a_silent_worker_bounds_the_wait_and_is_named(wd, monkeypatch):
     assert summary["nodes"]["spark-2"] == "no part within 10 s (its Ray watchdog did not answer)"
     # every rank found waits in its collective: still a collective hang, on what was captured
     assert cause == "collective hang: spark-1 rank 0 waiting in all_reduce"
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_the_liveness_unit_passes_what_an_incident_needs(wd, monkeypatch, gate):
+    """The rendered liveness service's ExecStart, parsed by the watchdog itself: the incident options and the nodes
+    (through the memory gate's options, or their own when the gate is off), and a start timeout that holds the wait."""
+    import shlex
+    import sys
+    import yaml
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from support.units import render, _bool
+    import jinja2
+    nodes = [{"host": "spark-2", "ip": "10.99.1.12", "head": False}, {"host": "spark-1", "ip": "10.99.1.11", "head": True}]
+    common = dict(sparkfleet_cluster_nodes=nodes, sparkfleet_ray_unit="sparkfleet-ray", sparkfleet_head_fabric_ip="10.99.1.11",
+                  sparkfleet_ray_port=6379, vllm_serve_memory_gate=gate, vllm_serve_incidents_keep=10,
+                  vllm_serve_incident_wait=45)
+    role_vars = yaml.safe_load((SCRIPT.parents[2] / "vllm_serve" / "vars" / "main.yml").read_text())
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["quote"] = shlex.quote
+    env.filters["bool"] = _bool
+    incident_args = env.from_string(role_vars["_vllm_serve_incident_args"]).render(**common)
+    unit = render("vllm_serve", "sparkfleet-vllm-watchdog.service.j2", **dict(
+        common, sparkfleet_vllm_unit="sparkfleet-vllm", vllm_serve_liveness_timeout=20, vllm_serve_liveness_failures=2,
+        vllm_serve_liveness_start_grace=900, sparkfleet_api_url="http://10.99.0.11:30000", sparkfleet_api_host="10.99.0.11",
+        sparkfleet_api_port=30000, _vllm_serve_probe_model="m", sparkfleet_config_dir="/etc/sparkfleet",
+        _vllm_serve_memory_args="--node spark-1=10.99.1.11 --node spark-2=10.99.1.12 --ray-container sparkfleet-ray"
+                                " --address 10.99.1.11:6379", _vllm_serve_incident_args=incident_args))
+    start = [line for line in unit.splitlines() if line.startswith("ExecStart=")][0]
+    assert "TimeoutStartSec=%d" % (20 * 2 + 60 + 45 + 60) in unit
+    seen = {}
+    monkeypatch.setitem(wd.main.__globals__, "check_vllm", lambda a: seen.update(a=a) or 0)
+    wd.main(shlex.split(start[len("ExecStart="):])[2:])
+    a = seen["a"]
+    assert a.incidents_keep == 10 and a.incident_wait == 45
+    assert (a.node or a.incident_node) == ["spark-1=10.99.1.11", "spark-2=10.99.1.12"]
+    assert a.address == "10.99.1.11:6379" and a.ray_container == "sparkfleet-ray"
