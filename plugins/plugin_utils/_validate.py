@@ -168,6 +168,7 @@ def unsafe_problem(text):
 INT_CARRIED_MAX = 2 ** 31 - 1
 SECONDS_MAX = 365 * 86400
 COUNT_MAX = 10 ** 6
+INCIDENTS_MAX = 64        # incident directories kept on the head (vllm_serve_incidents_keep)
 # The one spelling of a whole number that bash ($((...)): a leading 0 is octal), systemd, argparse and int() all read
 # alike: digits without blanks, sign or leading zeros (a minus for the checks that take negatives).
 _CAPS = {INT_CARRIED_MAX: "2^31 - 1, the largest number every consumer carries",
@@ -1022,6 +1023,8 @@ SERVING_CHECKS = {
     "vllm_serve_liveness_timeout": check_seconds,
     "vllm_serve_liveness_failures": check_count,
     "vllm_serve_liveness_start_grace": check_seconds,
+    "vllm_serve_incidents_keep": lambda v: check_int(v, 0, INCIDENTS_MAX, "a whole number of incidents"),
+    "vllm_serve_incident_wait": check_seconds,
     "vllm_serve_memory_gate": check_bool,
     "vllm_serve_memory_gate_timeout": check_seconds,
     "vllm_serve_memory_margin": check_share(0.2),
@@ -1392,6 +1395,7 @@ ROLE_CHECKS = {
     "healthcheck_max_tokens": check_count,
     "healthcheck_timeout": check_seconds,
     "healthcheck_status_timeout": check_seconds,
+    "healthcheck_incidents_dir": check_controller_dir,
     "healthcheck_throughput_tokens": check_whole(0, "a number of tokens (0 turns the probe off)", COUNT_MAX),
     "healthcheck_ray_object_mb": check_count,
     "healthcheck_allow_tcp_fallback": check_bool,
