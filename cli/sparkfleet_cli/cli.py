@@ -127,6 +127,20 @@ def parser():
         sp = sub.add_parser(name, help=action.help, description="%s\n\n%s" % (action.help, action.description),
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
         _common(sp)
+    top = sub.add_parser("top", help="a live view of the serving cluster from the head's Prometheus (monitoring role)",
+                         description="Tokens/s, running and waiting requests, TTFT p50/p95, KV cache use, each node's "
+                                     "unified memory against its baseline, Ray on each node, the last restart and why, "
+                                     "the firing alerts. Asks Prometheus on the head over ssh (the inventory's "
+                                     "connection), or at --prometheus URL. Ctrl-C ends it.",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.add_argument("-i", "--inventory", required=True, action="append",
+                     help="inventory file or directory (repeatable), as for ansible-playbook")
+    top.add_argument("--prometheus", metavar="URL", help="ask this Prometheus directly (http://HEAD:9090) instead of "
+                                                         "through ssh to the head")
+    top.add_argument("--interval", type=float, default=5.0, metavar="SECONDS", help="refresh every SECONDS (default 5)")
+    top.add_argument("--once", action="store_true", help="one snapshot, then exit")
+    top.add_argument("--plain", action="store_true", help="plain lines, one snapshot (default when stdout is not a "
+                                                         "terminal)")
     return p
 
 
@@ -337,6 +351,10 @@ class VaultPipe(object):
 def main(argv=None):
     try:
         args = parser().parse_args(argv)
+        if args.action == "top":
+            if args.interval < 1:
+                raise UsageError("sparkfleet top: error: --interval must be at least 1 second")
+            return _top(args)
         base = _check_args(args)
     except UsageError as e:
         sys.stderr.write("%s\n" % e)
@@ -348,6 +366,18 @@ def main(argv=None):
     except KeyboardInterrupt:
         sys.stderr.write("sparkfleet: interrupted\n")
         return EXIT_INTERRUPTED
+
+
+def _top(args):
+    from rich.console import Console  # pylint: disable=import-outside-toplevel
+    from sparkfleet_cli import top  # pylint: disable=import-outside-toplevel
+    here = os.path.dirname(sys.executable)
+    if not shutil.which("ansible-inventory") and os.path.exists(os.path.join(here, "ansible-inventory")):
+        os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+    try:
+        return top.run(args, Console(soft_wrap=True))
+    except KeyboardInterrupt:
+        return EXIT_OK
 
 
 def _run(args, base):

@@ -41,8 +41,15 @@ def _merge(spans):
     return merged
 
 
-def ray_firewall_rules(ports, allow, table="sparkfleet"):
-    """An nft script that replaces our own table: Ray's ports answer loopback and the allowed networks only."""
+_SERVICES = {"ray": ("ray_cluster", "Ray's ports"), "monitoring": ("monitoring", "the monitoring ports")}
+
+
+def ray_firewall_rules(ports, allow, table="sparkfleet", service="ray"):
+    """An nft script that replaces our own table: the service's ports (Ray's by default, or the monitoring role's)
+    answer loopback and the allowed networks only."""
+    if not isinstance(service, str) or service not in _SERVICES:
+        fail(_WHERE, "service must be one of %s, got %r" % (", ".join(sorted(_SERVICES)), service))
+    role, what = _SERVICES[service]
     if not isinstance(ports, (list, tuple)) or not ports:
         fail(_WHERE, "ports must be a non-empty list of ports or ranges, got %r" % (ports,))
     if not isinstance(table, str) or not _NAME.match(table):
@@ -59,22 +66,22 @@ def ray_firewall_rules(ports, allow, table="sparkfleet"):
         except ValueError:
             fail(_WHERE, "%r in allow is not a network (CIDR)" % (net,))
         if parsed.prefixlen == 0:
-            fail(_WHERE, "allow %s would open Ray's ports to every address; name the fabric subnet instead" % parsed)
+            fail(_WHERE, "allow %s would open %s to every address; name the fabric subnet instead" % (parsed, what))
         if str(parsed) not in nets[parsed.version]:
             nets[parsed.version].append(str(parsed))
     elements = ", ".join(str(lo) if lo == hi else "%d-%d" % (lo, hi) for lo, hi in _merge(_span(p) for p in ports))
     allowed = ["    ip saddr { %s } accept" % ", ".join(nets[4])] if nets[4] else []
     allowed += ["    ip6 saddr { %s } accept" % ", ".join(nets[6])] if nets[6] else []
     body = "\n".join([
-        "  set ray_ports {",
+        "  set %s_ports {" % service,
         "    type inet_service; flags interval;",
         "    elements = { %s }" % elements,
         "  }",
         "  chain input {",
         "    type filter hook input priority filter; policy accept;",
-        "    meta l4proto { tcp, udp } th dport @ray_ports jump ray",
+        "    meta l4proto { tcp, udp } th dport @%s_ports jump %s" % (service, service),
         "  }",
-        "  chain ray {",
+        "  chain %s {" % service,
         '    iif "lo" accept',
         "    ct state established,related accept",
     ] + allowed + [
@@ -84,13 +91,13 @@ def ray_firewall_rules(ports, allow, table="sparkfleet"):
     digest = hashlib.sha256(body.encode()).hexdigest()[:16]
     return "\n".join([
         "#!/usr/sbin/nft -f",
-        "# sparkfleet.vllm ray_cluster: Ray's ports answer only loopback and %s. This file replaces the table"
-        % ", ".join(nets[4] + nets[6]),
+        "# sparkfleet.vllm %s: %s answer only loopback and %s. This file replaces the table"
+        % (role, what[0].upper() + what[1:], ", ".join(nets[4] + nets[6])),
         "# inet %s (ours alone) atomically; no other table is read or changed." % table,
         "table inet %s" % table,
         "delete table inet %s" % table,
         "table inet %s {" % table,
-        '  comment "sparkfleet ray firewall %s"' % digest,
+        '  comment "sparkfleet %s firewall %s"' % (service, digest),
         body,
         "}",
         "",

@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-import json
 import time
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import fail
 
 _WHERE = "serving_cause"
@@ -123,7 +123,7 @@ def _model_manifest(text, host):
     """sparkfleet_model.py status's JSON -> sentences: the model changed since the sync (stat), the last scrub found a
     file whose content is not the head's; [] when neither (or nothing was recorded yet)."""
     try:
-        data = json.loads(_text(text).strip() or "{}")
+        data = _json.loads(_text(text).strip() or "{}", "the model status")
     except ValueError:
         return []
     if not isinstance(data, dict):
@@ -144,7 +144,7 @@ def _events(text):
     out = []
     for line in _text(text).splitlines():
         try:
-            entry = json.loads(line)
+            entry = _json.loads(line, "a supervision log line")
         except ValueError:
             continue
         if isinstance(entry, dict) and "time" in entry:
@@ -157,7 +157,7 @@ def _scheduler_stuck(text, now):
     Ray) while a placement group waits with its GPUs free; None otherwise, or when the state is older than 5 minutes
     (the watchdog no longer runs)."""
     try:
-        state = json.loads(_text(text).strip() or "{}")
+        state = _json.loads(_text(text).strip() or "{}", "the watchdog state")
     except ValueError:
         return None
     if not isinstance(state, dict) or "pg_pending_since" not in state or not state.get("cause"):
@@ -171,7 +171,7 @@ def _scheduler_stuck(text, now):
 def _escalation(text, now):
     """The head's /run/sparkfleet/escalated-UNIT (sparkfleet-watchdog's gate) -> what the report says of it, or None."""
     try:
-        entry = json.loads(_text(text).strip() or "null")
+        entry = _json.loads(_text(text).strip() or "null", "the escalation marker")
     except ValueError:
         return None
     if not isinstance(entry, dict) or not entry.get("reason"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import fail
 
 _WHERE = "stale_stack"
@@ -23,7 +24,7 @@ def parse_record(text):
     if isinstance(text, dict):
         text = text.get("stdout", "") if "stdout" in text or "rc" in text else json.dumps(text)
     try:
-        record = json.loads(str(text or "").strip() or "{}")
+        record = _json.loads(str(text or "").strip() or "{}", "the stale-stack record")
     except ValueError:
         record = {}
     if not isinstance(record, dict):

@@ -13,7 +13,7 @@ deployed cluster does not have; torch.distributed's NCCL backend calls the same 
 
 from __future__ import annotations
 
-import json
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 
 MARK = "SPARKFLEET_ALLREDUCE "
 
@@ -102,8 +102,10 @@ def parse(text):
         if at < 0:
             continue
         try:
-            got = json.loads(line[at + len(MARK):])
+            got = _json.loads(line[at + len(MARK):], "an all-reduce line")
         except ValueError:
+            continue
+        if not isinstance(got, dict):
             continue
         if got.get("error"):
             out["error"] = got["error"]

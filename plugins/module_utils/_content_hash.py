@@ -23,17 +23,25 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 HASH_ALGORITHM = "sha256"
 
 HASH_SCRIPT = r'''
-import hashlib, json, os, sys, tempfile
+import hashlib, json, os, stat, sys, tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 root, cache_path = sys.argv[1], sys.argv[2]
 names = [n for n in sys.stdin.buffer.read().decode("utf-8", "surrogateescape").split("\0") if n]
-try:
-    with open(cache_path) as fh:
-        cache = json.load(fh)
+try:  # a regular file, bounded, without blocking on a FIFO; nesting too deep is no cache
+    fd = os.open(cache_path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        raw = os.read(fd, (64 << 20) + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > 64 << 20:
+        raise ValueError("too large")
+    cache = json.loads(raw.decode("utf-8", "replace"))
     if cache.get("root") != os.path.realpath(root) or cache.get("algorithm") != "sha256":
         cache = {}
-except (OSError, ValueError, AttributeError):
+except (OSError, ValueError, AttributeError, RecursionError):
     cache = {}
 entries = cache.get("files", {}) if isinstance(cache.get("files"), dict) else {}
 real_root = os.path.realpath(root)

@@ -67,7 +67,7 @@ def _recv_line(conn, deadline):
             raise BenchError("the peer closed the connection before its header")
         data.extend(got)
     try:
-        return json.loads(data.decode("utf-8"))
+        return _json.loads(data.decode("utf-8", "replace"), "the peer's header")
     except ValueError:
         raise BenchError("the peer sent no test header (not a sparkfleet fabric test)")
 

@@ -42,10 +42,14 @@ import subprocess
 import threading
 import time
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import environ, tail
 
+# One line of the fast-copy script's answers (port, key, offsets of the files it continues; a report): far below.
+LINE_MAX_BYTES = 16 * 1024 * 1024
+
 FAST_SCRIPT = r'''
-import errno, fcntl, hashlib, hmac, json, mmap, os, resource, secrets, select, socket, struct, sys, threading, time
+import errno, fcntl, hashlib, hmac, json, mmap, os, resource, secrets, select, socket, stat, struct, sys, threading, time
 STAGE, MARK, BUF, ALGO = ".sparkfleet-sync", ".sparkfleet-model", 4 << 20, "sha256"
 ALIGN = 4096  # O_DIRECT: buffer, offset and length in whole blocks
 try:  # fallocate(2) with FALLOC_FL_KEEP_SIZE: a file's blocks reserved up front (fewer allocations, a full disk at once)
@@ -190,8 +194,16 @@ def stat_key(st):
 def load_cache(root, real):
     # The hash cache HASH_SCRIPT keeps (module_utils/_content_hash.py): {relpath: [stat key, digest]}.
     try:
-        with open(cache_path(root)) as fh:
-            cache = json.load(fh)
+        fd = os.open(cache_path(root), os.O_RDONLY | os.O_NONBLOCK)  # a FIFO never blocks the receiver
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return {}
+            raw = os.read(fd, (64 << 20) + 1)
+        finally:
+            os.close(fd)
+        if len(raw) > 64 << 20:
+            return {}
+        cache = json.loads(raw.decode("utf-8", "replace"))
         if cache.get("root") == real and cache.get("algorithm") == ALGO and isinstance(cache.get("files"), dict):
             return cache["files"]
     except (OSError, ValueError, AttributeError, RecursionError):
@@ -820,7 +832,7 @@ class LineProc(object):
             self.lines.put(None)
             return None
         try:
-            obj = json.loads(raw.decode("utf-8", "surrogateescape"))
+            obj = _json.loads(raw.decode("utf-8", "surrogateescape"), "the helper's line", LINE_MAX_BYTES)
         except ValueError:
             return self.line(timeout)
         return obj if isinstance(obj, dict) else None

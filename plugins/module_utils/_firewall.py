@@ -12,8 +12,9 @@ of them is dropped, so an accept in our table does not open what ufw denies. Pri
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 
 UFW_COMMENT = "sparkfleet fabric"
 
@@ -163,8 +164,10 @@ def nft_input_drops(ruleset_json, subnet, interface=None, ignore_tables=()):
     and accepts. Our own table and ignore_tables are skipped.
     """
     try:
-        items = json.loads(ruleset_json or "{}").get("nftables", [])
-    except ValueError:
+        items = _json.loads(ruleset_json or "{}", "nft's ruleset").get("nftables", [])
+    except (ValueError, AttributeError):
+        return []
+    if not isinstance(items, list):
         return []
     chains, rules = [], {}
     for item in items:

@@ -16,6 +16,7 @@ import signal
 import tempfile
 import time
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import children_map, describe, parse_stat, read_script
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu_plan import (
     action_text,
@@ -29,6 +30,8 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._ports import list
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text
 
 POLL_S = 0.25
+# The stale-stack record names a few units and containers; more than this is not ours.
+RECORD_MAX_BYTES = 1024 * 1024
 # The ports option of gpu_holders: each port with the setting that chose it (named in messages).
 PORTS_SPEC = dict(type='list', elements='dict', default=[],
                   options=dict(port=dict(type='int', required=True), setting=dict(type='str')))
@@ -98,9 +101,8 @@ def record_stale(path, plan, check_mode=False):
     and only when it differs), for what must stop them before our units start at the next boot. (changed, record)."""
     record = {'units': sorted(plan.stale_units), 'containers': sorted(plan.stale_containers)}
     try:
-        with open(path) as handle:
-            if json.load(handle) == record:
-                return False, record
+        if _json.load_file(path, limit=RECORD_MAX_BYTES) == record:
+            return False, record
     except (IOError, OSError, ValueError):
         pass
     if check_mode:

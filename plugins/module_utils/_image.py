@@ -234,7 +234,7 @@ def parse_probe(stdout):
     for line in reversed((stdout or "").splitlines()):
         if line.startswith(PROBE_MARK):
             try:
-                facts = json.loads(line[len(PROBE_MARK):])
+                facts = _json.loads(line[len(PROBE_MARK):], "the probe's answer")
             except ValueError as exc:
                 raise ProbeError("the probe's answer is not JSON: %s" % exc)
             if not isinstance(facts, dict) or facts.get("format") not in PROBE_FORMATS_READ:
@@ -530,7 +530,7 @@ def parse_progress(text):
     for line in text.replace("\r", "\n").split("\n"):
         if line.startswith(PROGRESS_HEADER):
             try:
-                head = json.loads(line[len(PROGRESS_HEADER):])
+                head = _json.loads(line[len(PROGRESS_HEADER):], "the progress header")
             except ValueError:
                 continue
             state = dict(head, bytes=0, seconds=0.0)

@@ -21,7 +21,11 @@ import ssl
 import time
 from urllib.parse import urlsplit
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._fabric_bench import percentile
+
+# One streamed event or error body of a completion: far below this.
+EVENT_MAX_BYTES = 4 * 1024 * 1024
 
 # Words for prompts: a fixed list, so that a prompt's length in tokens stays close to its length in words.
 WORDS = ("time water people work world house group night point story river music paper field market answer "
@@ -132,8 +136,10 @@ async def _request(url, headers, body, timeout):
                     done = True
                     break
                 try:
-                    obj = json.loads(payload)
+                    obj = _json.loads(payload, "a streamed event", EVENT_MAX_BYTES)
                 except ValueError:
+                    continue
+                if not isinstance(obj, dict):
                     continue
                 if obj.get("error"):
                     result["error"] = str(obj["error"].get("message") if isinstance(obj["error"], dict)
@@ -168,7 +174,9 @@ def _error_text(raw):
     text = raw.decode("utf-8", "replace")
     body = text.split("\r\n\r\n", 1)[-1]
     try:
-        obj = json.loads(body[body.find("{"):]) if "{" in body else {}
+        obj = _json.loads(body[body.find("{"):], "the error body", EVENT_MAX_BYTES) if "{" in body else {}
+        if not isinstance(obj, dict):
+            return body[:300]
         err = obj.get("error")
         msg = err.get("message") if isinstance(err, dict) else (err or obj.get("message"))
         return str(msg or body)[:300]

@@ -24,6 +24,7 @@ import calendar
 import hashlib
 import json
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -32,6 +33,8 @@ import time
 MANIFEST_PATH = "/var/lib/sparkfleet/model-manifest.json"
 SCRUB_PATH = "/var/lib/sparkfleet/model-scrub.json"
 VERSION = 1
+# bytes of the manifest, the scrub report or the hash cache read (a model of 10^5 files is far below)
+JSON_MAX = 64 << 20
 # Kept in step with _sync_shell.py (a unit test holds them together): the sync's staging directory and copy marker
 # are the sync's own, never the model's.
 TEMP_DIR_NAME = ".sparkfleet-sync"
@@ -39,6 +42,34 @@ MARKER_NAME = ".sparkfleet-model"
 STAT_KEYS = ("size", "mtime_ns", "ctime_ns", "inode")
 # Changes named in a sentence at most (the rest counted).
 SHOWN = 3
+
+
+def read_json_file(path, limit=JSON_MAX):
+    """The JSON document in path when it is a regular file of at most limit bytes; OSError or ValueError otherwise.
+
+    Standard library only, so a local copy of module_utils/_json.py's read: opened without blocking (a FIFO's open
+    waits for a writer), checked by fstat on the open file, bounded in bytes, and nesting deeper than the parser
+    follows is a ValueError, never a RecursionError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("%s is not a regular file" % path)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise ValueError("%s is more than %d bytes" % (path, limit))
+    try:
+        return json.loads(b"".join(chunks).decode("utf-8", "replace"))
+    except RecursionError:
+        raise ValueError("%s nests JSON deeper than the parser follows" % path)
 
 
 def _roots(root):
@@ -96,8 +127,7 @@ def cached_hashes(cache_path, root, stats):
     """{relpath: sha256} from model_sync's hash cache (module_utils/_content_hash.py's format) for the files whose
     size, mtime, inode and ctime are still those the hash was taken with: never a hash of another version."""
     try:
-        with open(cache_path) as fh:
-            cache = json.load(fh)
+        cache = read_json_file(cache_path)
     except (OSError, ValueError):
         return {}
     if not isinstance(cache, dict) or cache.get("root") != os.path.realpath(root) or cache.get("algorithm") != "sha256":
@@ -137,9 +167,8 @@ def same_record(old, new):
 def load(path):
     """The manifest at path, or None (absent, unreadable, not ours)."""
     try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except (OSError, ValueError, RecursionError):   # standard library only (it runs on the nodes): nested JSON too
+        data = read_json_file(path)
+    except (OSError, ValueError):   # standard library only (it runs on the nodes): nested JSON too
         return None
     if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("files"), dict):
         return None
@@ -286,8 +315,7 @@ def status(root, manifest_path=MANIFEST_PATH, scrub_path=SCRUB_PATH, node=None):
     compared every file's hash with the head's and sent again what differed)."""
     out = check(root, manifest_path, node)
     try:
-        with open(scrub_path) as fh:
-            last = json.load(fh)
+        last = read_json_file(scrub_path)
         out["scrub"] = last if isinstance(last, dict) else None
     except (OSError, ValueError):
         out["scrub"] = None

@@ -9,11 +9,11 @@ Nothing here runs a command; the module feeds command output in and argv lists o
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import shlex
 import time
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import (
     MARKER_NAME,
     MODEL_FILES,
@@ -116,8 +116,7 @@ def list_files(root, links_out=None):
 
 
 def _load_json(path):
-    with open(path, "rb") as handle:
-        return json.loads(handle.read().decode("utf-8"))
+    return _json.load_file(path)
 
 
 def check_model_dir(root):

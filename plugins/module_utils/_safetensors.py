@@ -12,9 +12,10 @@ a 119 GB model costs kilobytes of I/O.
 
 from __future__ import annotations
 
-import json
 import os
 import struct
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 
 # Same ceiling as the reference implementation: a larger length is corruption, not a header.
 MAX_HEADER_BYTES = 100 * 1000 * 1000
@@ -58,7 +59,7 @@ def parse_header_bytes(prefix, file_size):
     if len(raw) < header_len:
         raise SafetensorsError("could read only %d of %d header bytes" % (len(raw), header_len))
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = _json.loads(raw.decode("utf-8"), "the header", MAX_HEADER_BYTES)
     except (UnicodeDecodeError, ValueError) as exc:
         raise SafetensorsError("header is not valid UTF-8 JSON: %s" % exc)
     if not isinstance(header, dict):

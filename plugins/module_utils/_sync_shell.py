@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import sys
 
 TEMP_DIR_NAME = ".sparkfleet-sync"
@@ -50,6 +51,37 @@ _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252})$")
 _IPV6 = re.compile(r"^(?:\[[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(?:%[A-Za-z0-9_.-]+)?\]"
                    r"|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(?:%[A-Za-z0-9_.-]+)?)$")
+
+# bytes of the allowed-commands file (a few commands)
+JSON_MAX = 1 << 20
+
+
+def read_json_file(path, limit=JSON_MAX):
+    """The JSON document in path when it is a regular file of at most limit bytes; OSError or ValueError otherwise.
+
+    Standard library only, so a local copy of module_utils/_json.py's read: opened without blocking (a FIFO's open
+    waits for a writer), checked by fstat on the open file, bounded in bytes, and nesting deeper than the parser
+    follows is a ValueError, never a RecursionError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("%s is not a regular file" % path)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise ValueError("%s is more than %d bytes" % (path, limit))
+    try:
+        return json.loads(b"".join(chunks).decode("utf-8", "replace"))
+    except RecursionError:
+        raise ValueError("%s nests JSON deeper than the parser follows" % path)
 
 
 def ssh_host_problem(host, what="destination"):
@@ -206,8 +238,7 @@ def main(argv=None):
         return 2
     dest, allowed_file = argv
     try:
-        with open(allowed_file) as handle:
-            fixed = set(str(c) for c in json.load(handle))
+        fixed = set(str(c) for c in read_json_file(allowed_file))
     except (OSError, ValueError, TypeError) as exc:
         sys.stderr.write("sparkfleet sync key: cannot read %s: %s\n" % (allowed_file, exc))
         return 126

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 from ansible.module_utils.common.text.converters import to_text
 from ansible.module_utils.urls import open_url
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text, setting_names_problem
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
@@ -38,6 +39,8 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
     summary as make_summary,
 )
 
+# /v1/models or a one-token completion answers in kilobytes; more is not an answer we read.
+API_MAX_BYTES = 4 * 1024 * 1024
 # journalctl and systemctl print plain text for a parser: no colours, no pager.
 _SYSTEMD_ENV = {"SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": ""}
 # After a failing line, read once more this much later so the rest of the traceback (written in the
@@ -519,7 +522,7 @@ class ApiProbe(object):
             resp = open_url(self.base + path, data=data, headers=self.headers,
                             method="POST" if body is not None else "GET", timeout=min(30.0, self.limit()),
                             validate_certs=self.module.params["validate_certs"])
-            return resp.getcode(), json.loads(to_text(resp.read()))
+            return resp.getcode(), _json.loads(to_text(resp.read(API_MAX_BYTES + 1)), "the API's answer", API_MAX_BYTES)
         except Exception as exc:  # connection refused, HTTP errors, bad JSON: all mean "not ready"
             code = getattr(exc, "code", None)
             return code, to_text(exc)

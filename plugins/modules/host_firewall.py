@@ -159,6 +159,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._firewall import (
     UFW_COMMENT, expand_ports, firewalld_admits, firewalld_zone_for, fix_commands, iptables_input_drops,
@@ -168,6 +169,8 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import parse_
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._ports import describe, ephemeral_range, is_ours, listeners
 
 OUR_TABLE = "sparkfleet"
+# Our state file records a few rules; more than this is not ours.
+STATE_MAX_BYTES = 1024 * 1024
 
 
 class Firewall(object):
@@ -308,8 +311,7 @@ class Firewall(object):
 
     def _recorded(self):
         try:
-            with open(self.p["state_file"]) as handle:
-                return json.load(handle)
+            return _json.load_file(self.p["state_file"], limit=STATE_MAX_BYTES)
         except (OSError, IOError, ValueError):
             return None
 

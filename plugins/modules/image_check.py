@@ -247,8 +247,7 @@ def _inspect(runner, docker, image):
 
 def _read_cache(path):
     try:
-        with open(path) as handle:
-            return json.load(handle)
+        return _json.load_file(path, limit=CONFIG_MAX_BYTES)
     except (OSError, ValueError):
         return None
 

@@ -88,6 +88,7 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._fabric_bench import parse_ibv_devinfo
 
@@ -111,7 +112,7 @@ def parse_torch(text):
     """The probe's last JSON line, or an error naming what it printed."""
     for line in reversed((text or "").strip().splitlines()):
         try:
-            got = json.loads(line)
+            got = _json.loads(line, "the torch probe's line")
         except ValueError:
             continue
         if isinstance(got, dict):

@@ -99,19 +99,21 @@ total:
   type: int
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_progress, progress_summary
+
+# An async job's status file holds a module result: far below this.
+STATUS_MAX_BYTES = 16 * 1024 * 1024
 
 
 def _job_ended(path):
     """An async job's status file holds {"started": 1, "finished": 0, ...} until the module's result replaces it."""
     try:
-        with open(path) as handle:
-            data = json.load(handle)
+        data = _json.load_file(path, "the async job's status file", limit=STATUS_MAX_BYTES)
     except (OSError, ValueError):
         return False  # not written yet, or being written
     return isinstance(data, dict) and "started" not in data

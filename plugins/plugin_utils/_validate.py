@@ -168,6 +168,7 @@ def unsafe_problem(text):
 INT_CARRIED_MAX = 2 ** 31 - 1
 SECONDS_MAX = 365 * 86400
 COUNT_MAX = 10 ** 6
+INCIDENTS_MAX = 64        # incident directories kept on the head (vllm_serve_incidents_keep)
 # The one spelling of a whole number that bash ($((...)): a leading 0 is octal), systemd, argparse and int() all read
 # alike: digits without blanks, sign or leading zeros (a minus for the checks that take negatives).
 _CAPS = {INT_CARRIED_MAX: "2^31 - 1, the largest number every consumer carries",
@@ -1029,6 +1030,8 @@ SERVING_CHECKS = {
     "vllm_serve_liveness_timeout": check_seconds,
     "vllm_serve_liveness_failures": check_count,
     "vllm_serve_liveness_start_grace": check_seconds,
+    "vllm_serve_incidents_keep": lambda v: check_int(v, 0, INCIDENTS_MAX, "a whole number of incidents"),
+    "vllm_serve_incident_wait": check_seconds,
     "vllm_serve_memory_gate": check_bool,
     "vllm_serve_memory_gate_timeout": check_seconds,
     "vllm_serve_memory_margin": check_share(0.2),
@@ -1060,7 +1063,8 @@ SERVING_PINNED = pinned_flags(("gpu_memory_utilization", "max_model_len", "load_
 
 
 # Secrets: their value never appears in a message.
-SECRET_NAMES = frozenset(("vllm_serve_api_key", "healthcheck_api_key", "ray_cluster_auth_token", "model_sync_hf_token"))
+SECRET_NAMES = frozenset(("vllm_serve_api_key", "healthcheck_api_key", "ray_cluster_auth_token", "model_sync_hf_token",
+                          "monitoring_webhook_url"))
 
 
 def _shown(name, value):
@@ -1401,6 +1405,7 @@ ROLE_CHECKS = {
     "healthcheck_max_tokens": check_count,
     "healthcheck_timeout": check_seconds,
     "healthcheck_status_timeout": check_seconds,
+    "healthcheck_incidents_dir": check_controller_dir,
     "healthcheck_throughput_tokens": check_whole(0, "a number of tokens (0 turns the probe off)", COUNT_MAX),
     "healthcheck_ray_object_mb": check_count,
     "healthcheck_allow_tcp_fallback": check_bool,
@@ -1408,6 +1413,54 @@ ROLE_CHECKS = {
     "healthcheck_tool_call_max_tokens": check_count,
 }
 ROLE_CHECKS.update((var, check_port) for var in RAY_PORT_FLAGS.values())
+
+
+def check_optional_url(value):
+    """Empty, or an http(s) URL (monitoring_webhook_url)."""
+    if value == "":
+        return value, None
+    return check_url(value)
+
+
+def check_number_between(low, high, what):
+    def check(value):
+        f, problem = _number(value, "[%g, %g], %s" % (low, high, what))
+        if problem is None and not low <= f <= high:
+            return None, "must be between %g and %g (%s)" % (low, high, what)
+        return (None, problem) if problem else (f, None)
+    return check
+
+
+def check_cidr_list_or_empty(value):
+    """Extra source networks (CIDR); an empty list is fine."""
+    if value == []:
+        return [], None
+    nets, problem = check_cidr_list(value)
+    if problem is None and any(n.prefixlen == 0 for n in nets):
+        return None, "opens the port to every address; list the networks that need it"
+    return nets, problem
+
+
+ROLE_CHECKS.update({
+    # roles/monitoring
+    "sparkfleet_monitoring": check_bool,
+    "monitoring_exporters_only": check_bool,
+    "monitoring_prometheus_port": check_port,
+    "monitoring_alertmanager_port": check_port,
+    "monitoring_node_exporter_port": check_port,
+    "monitoring_allow": check_cidr_list_or_empty,
+    "monitoring_firewall_table": check_nft_table,
+    "monitoring_scrape_interval": check_whole(1, "a whole number of seconds", 300),
+    "monitoring_retention_days": check_whole(1, "a whole number of days", 90),
+    "monitoring_retention_size_mb": check_whole(64, "a whole number of MiB", 65536),
+    "monitoring_webhook_url": check_optional_url,
+    "monitoring_alert_memory_above_baseline_mb": check_whole(1, "a whole number of MiB", 1 << 20),
+    "monitoring_alert_page_cache_fraction": check_number_between(0, 1, "a share of a node's memory"),
+    "monitoring_alert_kv_cache_fraction": check_number_between(0, 1, "a share of the KV cache"),
+    "monitoring_alert_queue_time_seconds": check_number_between(0, SECONDS_MAX, "seconds"),
+    "monitoring_alert_disk_free_fraction": check_number_between(0, 1, "a share of the filesystem"),
+    "monitoring_textfile_interval": check_whole(5, "a whole number of seconds", 300),
+})
 # The variables checked on the head only (the API, the engine, the model state and the checks of the served API are
 # the head's).
 HEAD_ONLY_PREFIXES = ("vllm_serve_", "healthcheck_", "sparkfleet_api_", "sparkfleet_model_state_file")
@@ -1416,7 +1469,8 @@ HEAD_ONLY_PREFIXES = ("vllm_serve_", "healthcheck_", "sparkfleet_api_", "sparkfl
 def _ports_problems(good):
     """Two of Ray's ports (or the API's) on one number, and a worker range upside down."""
     problems = []
-    names = ["sparkfleet_ray_port", "sparkfleet_api_port"] + sorted(RAY_PORT_FLAGS.values())
+    names = (["sparkfleet_ray_port", "sparkfleet_api_port"] + sorted(RAY_PORT_FLAGS.values())
+             + ["monitoring_prometheus_port", "monitoring_alertmanager_port", "monitoring_node_exporter_port"])
     seen = {}
     lo, hi = good.get("ray_cluster_min_worker_port"), good.get("ray_cluster_max_worker_port")
     for name in names:

@@ -133,6 +133,39 @@ def test_a_containerd_image_store_worker_gets_the_image_once(lab, image, tmp_pat
         lab.labctl("fix", "containerd-store", worker)
 
 
+@pytest.mark.long
+@pytest.mark.fault(name="head and worker on Docker 28 (Debian sid's 28.5.2, API 1.51) with the containerd image store",
+                   expected="the head saves with `docker save --platform linux/amd64` (API >= 1.48), the worker gets the"
+                            " image once, the second run reports changed=0")
+def test_a_docker_28_head_saves_one_platform(lab, image, tmp_path):
+    worker = lab.hosts[1]
+    try:
+        for h in (HEAD, worker):
+            lab.labctl("break", "docker28", h)
+            assert lab.sh(h, "docker version --format '{{.Server.Version}} {{.Server.APIVersion}}'").stdout.startswith(
+                "28."), h
+            lab.sh(h, "docker image rm -f %s 2>/dev/null; true" % image)
+        # the containerd store does not see what the classic one held: the head gets the image as stage.sh gives it
+        tar = "/var/tmp/sparklab/share/sparklab-vllm-runtime-%s.tar" % image.split(":", 1)[1]
+        imported = lab.host_exec(HEAD, "docker", "import", "--change",
+                                 "ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                 "--change", 'ENTRYPOINT ["vllm", "serve"]', tar, image, timeout=600)
+        assert imported.returncode == 0, imported.stderr
+        assert image_id(lab, worker, image) is None
+        r, failures = lab.play(tmp_path / "first", "playbooks/runtime_image.yml")
+        assert r["status"] == "successful" and not failures, lab.messages(failures)
+        sync = transfer(r)
+        assert sync["save_args"] == ["--platform", "linux/amd64"], sync["save_args"]
+        assert [x["name"] for x in sync["results"] if x["changed"]] == [worker]
+        assert image_id(lab, worker, image)
+        again, failures = lab.play(tmp_path / "again", "playbooks/runtime_image.yml")
+        assert again["status"] == "successful" and not failures, lab.messages(failures)
+        assert lab.changed_total(again) == 0, again["stats"]
+    finally:
+        for h in (HEAD, worker):
+            lab.labctl("fix", "docker28", h, check=False)
+
+
 def test_model_download_runs_hf_in_the_image_once_the_image_is_on_the_head(lab, image, tmp_path):
     model = "/models/sparklab-tiny"
     for h in lab.hosts:

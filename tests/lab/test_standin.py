@@ -222,16 +222,6 @@ def test_corrupt_shard_fault_text_is_a_library_text():
 
 
 # ------------------------------------------------------------------ metrics + generation
-def test_metrics_are_prometheus_text_with_vllm_prefix():
-    text = formats.render_metrics("qwen", {"prompt_tokens": 3, "generation_tokens": 12,
-                                           "success": {"length": 2}})
-    samples = [l for l in text.splitlines() if not l.startswith("#")]
-    assert all(l.startswith("vllm:") for l in samples)
-    assert 'vllm:generation_tokens_total{engine="0",model_name="qwen"} 12.0' in samples
-    assert 'vllm:request_success_total{engine="0",model_name="qwen",finished_reason="length"} 2.0' in samples
-    assert "# TYPE vllm:prompt_tokens counter" in text
-
-
 def test_generated_words_are_deterministic_and_count_exactly():
     ids = [a + b for a, b in zip(formats.seed_ids("hello", 0, 7), formats.seed_ids("hello", 1, 7))]
     text = formats.words_from_ids(ids)

@@ -15,14 +15,15 @@ class FakeEngine:
         self.dead = dead
         self.fail = fail
         self.calls = []
-        self.stats = {"running": 0, "waiting": 0, "prompt_tokens": 0, "generation_tokens": 0,
-                      "success": {"length": 0, "stop": 0, "abort": 0}}
+        self.stats = {"running": 0, "waiting": 0, "kv_tokens": 0}
 
-    def generate(self, prompt, count):
+    def generate(self, prompt, count, timing=None):
         self.calls.append((prompt, count))
         if self.fail:
             self.dead = True
             return None
+        if timing is not None:
+            timing.update(queue_s=0.03, step_s=0.4)
         return list(range(count))
 
 
@@ -115,6 +116,21 @@ def test_metrics_count_served_tokens():
     assert status == 200
     assert 'vllm:generation_tokens_total{engine="0",model_name="tiny"} 4.0' in text
     assert 'vllm:prompt_tokens_total{engine="0",model_name="tiny"} 2.0' in text
+    # the engine's measured 0.03 s queue and 0.4 s step for 4 tokens: first token at 0.13 s, then 0.1 s apart
+    assert 'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="tiny"} 0.0' in text
+    assert 'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.25",model_name="tiny"} 1.0' in text
+    assert 'vllm:inter_token_latency_seconds_count{engine="0",model_name="tiny"} 3.0' in text
+    assert 'vllm:request_queue_time_seconds_sum{engine="0",model_name="tiny"} 0.03' in text
+    assert 'vllm:request_success_total{engine="0",finished_reason="length",model_name="tiny"} 1.0' in text
+
+
+def test_metrics_do_not_move_without_requests():
+    st = _state(FakeEngine())
+    text = call(st, "GET", "/metrics")[1]
+    assert 'vllm:generation_tokens_total{engine="0",model_name="tiny"} 0.0' in text
+    assert 'vllm:e2e_request_latency_seconds_count{engine="0",model_name="tiny"} 0.0' in text
+    call(st, "POST", "/v1/completions", {"model": "tiny", "prompt": "x"}, key="wrong")  # refused: 401, not counted
+    assert call(st, "GET", "/metrics")[1] == text
 
 
 @pytest.mark.parametrize("body", [{"model": "tiny"}, {"model": "tiny", "prompt": "x", "max_tokens": 0}])

@@ -30,14 +30,22 @@ def _is_clock_call(node):
 
 
 def _reads_clock(node, derived):
-    for sub in ast.walk(node):
-        if _is_clock_call(sub):
-            return True
-        if isinstance(sub, ast.Name) and sub.id in derived:
-            return True
-        if (isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Constant)
-                and sub.slice.value in RESULT_TIMES):
-            return True
+    """Whether an expression is a clock reading, or arithmetic on one: a call of the clock, a name derived from one, a
+    result's elapsed, and +, -, *, /, round(), abs(), float(), int(), min(), max() of those. A reading passed into
+    another call (restarts_since(lab, t0)) gives that call's result, not a time."""
+    if _is_clock_call(node):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id in derived
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value in RESULT_TIMES
+    if isinstance(node, ast.BinOp):
+        return _reads_clock(node.left, derived) or _reads_clock(node.right, derived)
+    if isinstance(node, ast.UnaryOp):
+        return _reads_clock(node.operand, derived)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+            "round", "abs", "float", "int", "min", "max"):
+        return any(_reads_clock(a, derived) for a in node.args)
     return False
 
 

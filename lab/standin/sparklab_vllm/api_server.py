@@ -21,8 +21,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from . import RELEASE, STANDIN_MARKER, __version__
 from . import parsers
 from .cli import non_default_args
+from .metrics import EngineMetrics
 from .formats import (UNAUTHORIZED_BODY, Logger, PrefixedStream, api_key_allows, error_body, log_line,
-                      process_prefix, render_metrics, tokenize, words_from_ids)
+                      process_prefix, tokenize, words_from_ids)
 
 ROUTES = [("/openapi.json", "GET, HEAD"), ("/docs", "GET, HEAD"), ("/docs/oauth2-redirect", "GET, HEAD"),
           ("/redoc", "GET, HEAD"), ("/tokenize", "POST"), ("/detokenize", "POST"), ("/metrics", "GET"),
@@ -38,8 +39,7 @@ class EngineClient:
         self.conn = conn
         self.lock = threading.Lock()
         self.dead = False
-        self.stats = {"running": 0, "waiting": 0, "prompt_tokens": 0, "generation_tokens": 0,
-                      "success": {"length": 0, "stop": 0, "abort": 0}}
+        self.stats = {"running": 0, "waiting": 0, "kv_tokens": 0}
         threading.Thread(target=self._monitor, daemon=True).start()
 
     def _monitor(self):
@@ -49,13 +49,17 @@ class EngineClient:
             Logger("core_client.py").error(
                 565, "Engine core proc %s died unexpectedly, shutting down client.", self.proc.name)
 
-    def generate(self, prompt, count):
+    def generate(self, prompt, count, timing=None):
+        """The generated token ids, or None once the engine is dead; timing gets queue_s and step_s (seconds)."""
         if self.dead:
             return None
+        arrived = time.monotonic()
         self.stats["waiting"] += 1
         with self.lock:
+            scheduled = time.monotonic()
             self.stats["waiting"] -= 1
             self.stats["running"] += 1
+            self.stats["kv_tokens"] = len(tokenize(prompt)) + count
             try:
                 self.conn.send(("generate", prompt, count))
                 deadline = float(os.environ.get("SPARKLAB_STEP_TIMEOUT_S", "30")) + 15
@@ -66,6 +70,10 @@ class EngineClient:
                 kind, payload = "dead", None
             finally:
                 self.stats["running"] -= 1
+                self.stats["kv_tokens"] = 0
+                if timing is not None:
+                    timing["queue_s"] = scheduled - arrived
+                    timing["step_s"] = time.monotonic() - scheduled
         if kind != "ok":
             self.dead = True
             return None
@@ -78,6 +86,13 @@ def _engine_dead_log():
             "for the root cause.")
     sys.stdout.write(log_line("ERROR", "async_llm.py", 480, text) + "\n")
     sys.stdout.flush()
+
+
+def _metrics(state):
+    """The server's EngineMetrics (vLLM 0.17.1's series), made on first use."""
+    if "metrics" not in state:
+        state["metrics"] = EngineMetrics(state["max_model_len"])
+    return state["metrics"]
 
 
 def make_handler(state):
@@ -128,7 +143,11 @@ def make_handler(state):
             elif path == "/version":
                 self._send(200, {"version": __version__})
             elif path == "/metrics":
-                self._send(200, render_metrics(state["served"][0], dict(engine.stats, kv_usage=0.0)),
+                stats = engine.stats
+                # one request at a time holds the KV cache: its prompt and requested tokens against the model length
+                kv_usage = min(1.0, stats.get("kv_tokens", 0) / float(state["max_model_len"]))
+                self._send(200, _metrics(state).render(state["served"][0], running=stats["running"],
+                                                       waiting=stats["waiting"], kv_usage=kv_usage),
                            "text/plain; version=0.0.4; charset=utf-8")
             elif path == "/v1/models":
                 data = [{"id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm",
@@ -209,7 +228,8 @@ def make_handler(state):
                     "BadRequestError", 400))
                 return
             engine = state["engine"]
-            ids = engine.generate(prompt, max_tokens)
+            timing = {}
+            ids = engine.generate(prompt, max_tokens, timing)
             if ids is None:
                 if not state.get("dead_logged"):
                     state["dead_logged"] = True
@@ -218,9 +238,8 @@ def make_handler(state):
                 state["on_engine_dead"]()
                 return
             text = words_from_ids(ids)
-            engine.stats["prompt_tokens"] += p_tokens
-            engine.stats["generation_tokens"] += len(ids)
-            engine.stats["success"]["length"] += 1
+            _metrics(state).observe_request(p_tokens, len(ids), max_tokens, timing.get("queue_s", 0.0),
+                                            timing.get("step_s", 0.0), finish="length")
             usage = {"prompt_tokens": p_tokens, "total_tokens": p_tokens + len(ids),
                      "completion_tokens": len(ids), "prompt_tokens_details": None}
             now = int(time.time())
@@ -422,7 +441,7 @@ def run_server(args):
             linger = float(os.environ.get("SPARKLAB_DEAD_LINGER_S", "2"))
             threading.Timer(linger, server.shutdown).start()
 
-    state = {"engine": engine, "served": served, "model": args.model, "max_model_len": max_model_len, "args": args,
+    state = {"engine": engine, "metrics": EngineMetrics(max_model_len), "served": served, "model": args.model, "max_model_len": max_model_len, "args": args,
              "api_keys": api_keys, "access_log": not args.disable_uvicorn_access_log, "on_engine_dead": on_engine_dead}
     server.RequestHandlerClass = make_handler(state)
     sys.stdout.write("INFO:     Started server process [%d]\nINFO:     Waiting for application startup.\n"

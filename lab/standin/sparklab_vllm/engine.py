@@ -246,6 +246,11 @@ class EngineCore:
     # ------------------------------------------------------------ serving
     def step(self, prompt, count):
         timeout = _env_float("SPARKLAB_STEP_TIMEOUT_S", 30)
+        from . import hang
+        if hang.armed():
+            # `labctl break collective-hang`: this step hangs in the ranks (which consume the flags); a real engine
+            # waits for it for ever (no step timeout in vLLM's Ray executor), so /health keeps answering
+            timeout = None
         results = self.run_all("step", prompt, count, timeout=timeout)
         return results[0]
 

@@ -311,34 +311,3 @@ SAFETENSOR_ERRORS = {
     "incomplete": "Error while deserializing header: incomplete metadata, file not fully covered",
     "info": "Error while deserializing header: invalid shape, data type, or offset for tensor",
 }
-
-
-# ---------------------------------------------------------------- metrics
-def render_metrics(model_name, stats):
-    """Prometheus text exposition of the vllm: metrics the collection reads."""
-    labels = 'engine="0",model_name="%s"' % model_name
-    out = []
-
-    def metric(name, kind, help_text, samples):
-        out.append("# HELP %s %s" % (name, help_text))
-        out.append("# TYPE %s %s" % (name, kind))
-        for suffix, extra, value in samples:
-            lab = labels + ("," + extra if extra else "")
-            out.append("%s%s{%s} %s" % (name, suffix, lab, float(value)))
-
-    metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
-           [("", "", stats.get("running", 0))])
-    metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
-           [("", "", stats.get("waiting", 0))])
-    metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
-           [("", "", stats.get("kv_usage", 0.0))])
-    metric("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.",
-           [("_total", "", stats.get("prompt_tokens", 0))])
-    metric("vllm:generation_tokens", "counter", "Number of generation tokens processed.",
-           [("_total", "", stats.get("generation_tokens", 0))])
-    metric("vllm:request_success", "counter", "Count of successfully processed requests.",
-           [("_total", 'finished_reason="%s"' % r, stats.get("success", {}).get(r, 0))
-            for r in ("abort", "length", "stop")])
-    metric("vllm:num_preemptions", "counter", "Cumulative number of preemption from the engine.",
-           [("_total", "", 0)])
-    return "\n".join(out) + "\n"

@@ -76,6 +76,10 @@ class RayWorkerWrapper:
                  world, rank, init_method)
         timeout = datetime.timedelta(seconds=_env_float("SPARKLAB_GLOO_TIMEOUT_S", 120))
         dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world, timeout=timeout)
+        # the group every request step all-reduces in while `labctl break collective-hang` is armed (hang.py): its
+        # waiting ranks block for as long as NCCL would, not the gloo timeout above (a collective call on every rank)
+        from .hang import HANG_TIMEOUT_S
+        self.hang_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=HANG_TIMEOUT_S))
         from .nccl import init_comm
         self.transport = init_comm(rank, world)  # the NCCL communicator: its interface and NET/IB or NET/Socket
         log.info(1411, "rank %d in world size %d is assigned as DP rank 0, PP rank %d, PCP rank 0, TP rank %d, "
@@ -200,6 +204,11 @@ class RayWorkerWrapper:
         import torch
         import torch.distributed as dist
         from .formats import seed_ids
+        from . import hang
         x = torch.tensor(seed_ids(prompt, self.rank, max(count, 1)), dtype=torch.int64)
-        dist.all_reduce(x)
+        armed = hang.armed() and hang.fire()     # one hang per `labctl break collective-hang`
+        if armed == "spin":
+            sys.stdout.flush()
+            hang.spin_barrier([False] * (self.world - 1))   # never returns: the peers wait in the all-reduce below
+        dist.all_reduce(x, group=self.hang_group if armed else None)
         return x.tolist()[:count]

@@ -13,6 +13,7 @@ GiB = float(1 << 30)
 NO_LIMIT = 1 << 60                # a cgroup "limit" at or above this is none (v1 prints 9223372036854771712)
 READ_MAX = 1 << 20                # bytes read from any one kernel file
 MAX_FILES = 8192                  # files of a model directory whose page cache is dropped (39-53 shards; HF extras)
+JSON_MAX = 16 << 20               # bytes of one of our state files (reports, baselines)
 HOLDERS = 5                       # biggest processes named per node
 
 
@@ -235,10 +236,37 @@ def human_step(verdicts):
     return "read journalctl -u the vLLM unit on the head for why the engine did not serve, fix it, then run site.yml"
 
 
+def read_json_file(path, limit=JSON_MAX):
+    """The JSON document in path when it is a regular file of at most limit bytes; OSError or ValueError otherwise.
+
+    Standard library only, so a local copy of module_utils/_json.py's read: opened without blocking (a FIFO's open
+    waits for a writer), checked by fstat on the open file, bounded in bytes, and nesting deeper than the parser
+    follows is a ValueError, never a RecursionError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("%s is not a regular file" % path)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise ValueError("%s is more than %d bytes" % (path, limit))
+    try:
+        return json.loads(b"".join(chunks).decode("utf-8", "replace"))
+    except RecursionError:
+        raise ValueError("%s nests JSON deeper than the parser follows" % path)
+
+
 def load_json(path, default=None):
     try:
-        with open(path) as fh:
-            value = json.load(fh)
+        value = read_json_file(path)
         return value if isinstance(value, dict) else default
     except (OSError, ValueError, RecursionError):
         return default

@@ -18,6 +18,8 @@
 #       vLLM's unit is active, but no token comes back: N real one-token completions in a row failed within their
 #       deadline -> restart the unit. A start that has not served yet is not judged before --start-grace seconds (an
 #       11-minute weight load is not killed). The API key is read from the root-only env file, never an argument.
+#       With --incidents-keep N, before restarting an engine whose container runs (not paused), an incident is saved on
+#       the head: every node's engine and Ray worker stacks and their evidence (see save_incident), the newest N kept.
 #   sparkfleet-watchdog record --unit U     (the units' ExecStopPost: why the unit stopped, from systemd's variables)
 # Run by the sparkfleet-*-watchdog timers. Every restart and stop is one JSON line in
 # /var/lib/sparkfleet/watchdog/supervision.log (what playbooks/status.yml shows as "last restarts and why"; best effort) and in the
@@ -158,8 +160,7 @@ def state_path(unit):
 
 def load_state(unit):
     try:
-        with open(state_path(unit)) as fh:
-            state = json.load(fh)
+        state = _load_memory().read_json_file(state_path(unit))
     except (OSError, ValueError, RecursionError):
         return {}
     return state if isinstance(state, dict) else {}
@@ -408,10 +409,14 @@ def check_ray(a):
         return 0
     ranks = engine_ranks(a.container) if procs is not None else False
     ops = memory_ops(a, ranks) if getattr(a, "model_dir", None) else None
+    if not a.head:      # a worker answers the head's incident requests (save_incident)
+        ops = dict(ops or {}, get=list((ops or {}).get("get") or []) + [INCIDENT_KEY])
     gcs = gcs_nodes(a.container, a.address, a.timeout, *([ops] if ops else [])) \
         if procs is not None and "raylet" in procs else {"ok": None}
     if ops:
         obey_drop_request(state, gcs, ranks)
+    if not a.head and procs is not None:
+        answer_incident(a, state, gcs)
     orphan = orphan_verdict(a.node_ip, state, gcs)
     if alive_in(gcs, a.node_ip) and gcs.get("cluster"):
         state["cluster"] = gcs["cluster"]            # the cluster this run of the unit is alive in
@@ -813,7 +818,7 @@ def probe(url, model, key, timeout):
         try:
             if json.loads(text).get("choices"):
                 return True, ""
-        except ValueError:
+        except (ValueError, RecursionError, AttributeError):
             pass
         return False, "HTTP 200 without a completion"
     if code is None:
@@ -895,9 +900,380 @@ def check_vllm(a):
                 run(["docker", "unpause", a.container], timeout=30)   # a paused container cannot be stopped
             if not state.get("served"):
                 detail += "; never served %d s after its start" % age
-            restart(a.unit, "engine stopped generating: " + detail, state)
+            extra = {}
+            if a.incidents_keep > 0 and paused.strip() == "false" and run(
+                    ["docker", "inspect", "-f", "{{.State.Running}}", a.container], timeout=30)[1].strip() == "true":
+                # its processes are alive: their stacks say where it hangs, before the restart ends them
+                extra["incident"], cause = save_incident(a, detail)
+                detail += "; %s; incident %s" % (cause, extra["incident"] or "not written")
+            restart(a.unit, "engine stopped generating: " + detail, state, **extra)
     save_state(a.unit, state)
     return 0
+
+
+# --------------------------------------------------------------------------- incidents (a hang caught with its evidence)
+# When the liveness timer restarts an engine whose processes are alive (it answers /health but generates nothing), it
+# first saves an incident on the head under INCIDENT_DIR/<UTC time>-<cause>/: the Python stacks of every engine and Ray
+# worker process on every node (py-spy, where the image has it), their NCCL_*/RAY_*/... environment without secrets,
+# the last lines of each node's units, memory, process table and dmesg tail. Every part is bounded in size and time (a
+# stuck py-spy never holds the restart back) and only the newest --incidents-keep are kept. The other nodes' parts
+# travel as the memory reports do: the head puts a request into Ray's internal KV (namespace sparkfleet, key
+# incident-request); each worker's Ray watchdog answers at its next check with its part under incident:<id>:<ip>.
+INCIDENT_DIR = os.environ.get("SPARKFLEET_INCIDENT_DIR", "/var/lib/sparkfleet/incidents")
+INCIDENT_KEY = "incident-request"
+INCIDENT_PREFIX = "incident:"
+INCIDENT_REQUEST_MAX_AGE = 300      # seconds a request is answered (a worker whose timer was stopped meanwhile: never)
+PART_BUDGET = 25                    # seconds one node's capture may take (its py-spy dumps together)
+SPY_TIMEOUT = 8                     # seconds one py-spy dump may take
+PART_MAX = 100000                   # characters of one node's encoded part (one argument of the GCS program)
+STACK_MAX = 12000                   # characters kept of one process's stack
+TEXT_MAX = 32000                    # characters kept of one log, the process table or dmesg
+PROCS_MAX = 32                      # processes dumped per container
+SECRET_NAME = re.compile(r"KEY|TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|AUTH|COOKIE", re.I)
+SECRET_ARG = re.compile(r"(?i)(-{1,2}[\w.-]*(?:key|token|password|passwd|secret|credential)[\w.-]*(?:=|\s+))\S+")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", "all_to_all", "recv", "send",
+               "wait", "synchronize")
+SPIN_CPU = 50                       # % of a core a rank's process used over the sample: spinning, not waiting
+
+# Sent to a container's Python (docker exec --privileged: py-spy needs ptrace): its processes whose command line holds
+# one of the marks (none: every process), each one's CPU use over one second, state, wait channel, environment
+# (NCCL_*, RAY_*, ... without secret names) and py-spy dump, within the budget. One JSON line.
+PROC_PROGRAM = r'''
+import json, os, re, shutil, subprocess, sys, time
+marks, budget, per, limit, most = json.loads(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+skip = set(json.loads(sys.argv[6])) if len(sys.argv) > 6 else set()
+end = time.monotonic() + budget
+secret = re.compile(r"KEY|TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|AUTH|COOKIE", re.I)
+prefixes = ("NCCL_", "RAY_", "GLOO_", "VLLM_", "UCX_", "TORCH_", "CUDA_", "PYTHON")
+def read(path):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+def ticks(pid):
+    text = read("/proc/%d/stat" % pid).decode("utf-8", "replace")
+    try:
+        f = text[text.rindex(")") + 2:].split()
+        return int(f[11]) + int(f[12]), f[0]
+    except (ValueError, IndexError):
+        return None, "?"
+procs = []
+for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+    if pid == os.getpid() or pid == os.getppid():
+        continue
+    cmd = read("/proc/%d/cmdline" % pid).replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    if cmd and (not marks or any(m in cmd for m in marks)) and "%d %s" % (pid, cmd) not in skip:
+        procs.append({"pid": pid, "cmd": cmd})
+procs = procs[:most]
+first = dict((p["pid"], ticks(p["pid"])[0]) for p in procs)
+t0 = time.monotonic()
+time.sleep(1.0)
+dt = time.monotonic() - t0
+hz = os.sysconf("SC_CLK_TCK")
+here = os.path.dirname(os.path.realpath(sys.executable))
+spy = shutil.which("py-spy") or next((c for c in (os.path.join(here, "py-spy"), "/opt/venv/bin/py-spy",
+                                                  "/usr/local/bin/py-spy") if os.access(c, os.X_OK)), None)
+for p in procs:
+    t, p["state"] = ticks(p["pid"])
+    p["cpu"] = round(100.0 * (t - first[p["pid"]]) / hz / dt) if None not in (t, first[p["pid"]]) else None
+    p["wchan"] = read("/proc/%d/wchan" % p["pid"]).decode("utf-8", "replace")[:64]
+    env = {}
+    for item in read("/proc/%d/environ" % p["pid"]).split(b"\0"):
+        k, sep, v = item.decode("utf-8", "replace").partition("=")
+        if sep and k.startswith(prefixes) and not secret.search(k):
+            env[k] = v[:300]
+    p["env"] = env
+    left = end - time.monotonic()
+    p["stack"] = ""
+    if spy is None:
+        p["stack_error"] = "py-spy is not in this image"
+    elif left < 1:
+        p["stack_error"] = "not dumped: the capture's %d s were spent" % budget
+    else:
+        try:
+            r = subprocess.run([spy, "dump", "--pid", str(p["pid"])], capture_output=True, text=True,
+                               timeout=min(per, left))
+            p["stack"] = r.stdout[:limit]
+            if r.returncode != 0:
+                p["stack_error"] = ("py-spy exit %d: %s" % (r.returncode, r.stderr.strip()))[:300]
+        except subprocess.TimeoutExpired:
+            p["stack_error"] = "py-spy gave no stack within %d s" % min(per, left)
+        except OSError as e:
+            p["stack_error"] = "py-spy did not run: %s" % e
+print(json.dumps({"spy": spy, "processes": procs}))
+sys.stdout.flush()
+'''
+
+
+def redact(text):
+    """Command lines and logs with the values of secret-looking options (--api-key X, --token=X) replaced."""
+    return SECRET_ARG.sub(lambda m: m.group(1) + "<redacted>", text)
+
+
+def tail(text, limit=TEXT_MAX):
+    return text if len(text) <= limit else "[... %d characters cut]\n" % (len(text) - limit) + text[-limit:]
+
+
+def container_part(container, marks, budget, skip=()):
+    """{"processes": [...], "spy": path or None} of the container, or {"error": why}. skip: "PID CMDLINE" of processes
+    already captured in another container of the node (the engine's container shares the Ray container's PID space)."""
+    if budget < 2:
+        return {"error": "not captured: no time left"}
+    t0 = time.monotonic()
+    args = [container, "python3", "-", json.dumps(marks or []), str(max(budget - 2, 1)), str(SPY_TIMEOUT),
+            str(STACK_MAX), str(PROCS_MAX), json.dumps(sorted(skip))]
+    rc, out, err = run(["docker", "exec", "-i", "--privileged"] + args, timeout=budget + 10, stdin=PROC_PROGRAM)
+    if rc == 126:
+        # a host that cannot grant the exec its capabilities ("unable to apply caps"): without them py-spy still reads
+        # a process of the same user where ptrace is not restricted (Yama's ptrace_scope 0 or absent)
+        left = budget - (time.monotonic() - t0)
+        args[4] = str(max(left - 2, 1))
+        rc, out, err = run(["docker", "exec", "-i"] + args, timeout=left + 10, stdin=PROC_PROGRAM)
+    for line in reversed(out.splitlines()):
+        if line.startswith("{"):
+            try:
+                got = json.loads(line)
+            except (ValueError, RecursionError):
+                break
+            if isinstance(got, dict):
+                for p in got.get("processes") or []:
+                    p["key"] = "%s %s" % (p.get("pid"), p.get("cmd", ""))
+                    p["cmd"] = redact(str(p.get("cmd", "")))[:400]
+                    p["container"] = container
+                return got
+            break
+    return {"error": "no capture in %s (rc %d): %s" % (container, rc, err.strip()[-200:])}
+
+
+def node_part(containers, units, budget=PART_BUDGET):
+    """This node's part of an incident: each container's processes (container_part), each unit's last journal lines,
+    memory, the process table and dmesg's tail, all bounded; within about budget seconds."""
+    end = time.monotonic() + budget
+    part = {"host": os.uname()[1], "time": round(now(), 1), "containers": {}, "journal": {}}
+    seen = set()
+    for container, marks in containers:
+        got = part["containers"][container] = container_part(container, marks, end - time.monotonic(), seen)
+        for p in got.get("processes") or []:
+            seen.add(p.pop("key", ""))
+    for unit in units:
+        rc, out, err = run(["journalctl", "-u", unit + ".service", "-n", "200", "--no-pager", "-o", "short-iso"],
+                           timeout=10)
+        part["journal"][unit] = redact(tail(out if rc == 0 else "journalctl: %s" % err.strip()))
+    meminfo = ""
+    try:
+        with open("/proc/meminfo") as fh:
+            meminfo = fh.read()
+    except OSError as e:
+        meminfo = "/proc/meminfo: %s" % e
+    part["memory"] = tail(run(["free", "-b"], timeout=10)[1] + "\n" + meminfo)
+    part["ps"] = redact(tail(run(["ps", "-eo", "pid,ppid,stat,pcpu,rss,etimes,args", "--sort=-pcpu"], timeout=10)[1]))
+    rc, out, err = run(["dmesg", "--ctime"], timeout=10)
+    part["dmesg"] = tail(out if rc == 0 else "dmesg: %s" % err.strip(), 16000)
+    return part
+
+
+def encode_part(part):
+    """The part as one KV value (zlib + base64), under PART_MAX characters: stacks, then texts, shortened if needed."""
+    import base64
+    import zlib
+    for stack_max, text_max in ((STACK_MAX, TEXT_MAX), (3000, 8000), (800, 2000), (0, 500)):
+        for c in part.get("containers", {}).values():
+            for p in c.get("processes") or []:
+                p["stack"] = p.get("stack", "")[:stack_max]
+        for key in ("ps", "memory", "dmesg"):
+            part[key] = tail(part.get(key, ""), text_max)
+        part["journal"] = dict((k, tail(v, text_max)) for k, v in part.get("journal", {}).items())
+        blob = base64.b64encode(zlib.compress(json.dumps(part).encode(), 9)).decode()
+        if len(blob) <= PART_MAX:
+            return blob
+    return base64.b64encode(zlib.compress(json.dumps({"host": part.get("host"), "error": "too big"}).encode())).decode()
+
+
+def decode_part(blob):
+    import base64
+    import zlib
+    try:
+        raw = zlib.decompressobj().decompress(base64.b64decode(blob), 1 << 24)     # 16 MiB at most
+        part = json.loads(raw.decode("utf-8", "replace"))
+    except (ValueError, zlib.error, RecursionError, TypeError):
+        return None
+    return part if isinstance(part, dict) else None
+
+
+def answer_incident(a, state, gcs):
+    """A worker's Ray watchdog: the head asked for an incident (a fresh request it has not answered): capture this
+    node's part and put it into the KV for the head."""
+    if not gcs.get("ok"):
+        return
+    try:
+        req = json.loads((gcs.get("kv") or {}).get(INCIDENT_KEY) or "null")
+    except (ValueError, RecursionError):
+        return
+    if not isinstance(req, dict) or not isinstance(req.get("id"), str) or req["id"] == state.get("incident_seen"):
+        return
+    if not isinstance(req.get("time"), (int, float)) or not 0 <= now() - req["time"] < INCIDENT_REQUEST_MAX_AGE:
+        return
+    state["incident_seen"] = req["id"]
+    part = node_part([(a.container, ["ray::"])], [a.unit], min(PART_BUDGET, int(req.get("budget") or PART_BUDGET)))
+    part["ip"] = a.node_ip
+    answer = gcs_nodes(a.container, a.address, a.timeout,
+                       {"put": {"%s%s:%s" % (INCIDENT_PREFIX, req["id"], a.node_ip): encode_part(part)}})
+    log_event(a.unit, "incident-part", "sent this node's part of incident %s" % req["id"], by="watchdog",
+              sent=bool(answer.get("ok")))
+
+
+def py_frames(stack):
+    """(active, frames) of a py-spy dump's main thread (the first thread when none is named MainThread): whether py-spy
+    saw it running (not idle in a wait), and its frames innermost first [(function, file:line)]."""
+    threads, cur = [], None
+    for line in stack.splitlines():
+        if line.startswith("Thread "):
+            cur = {"main": '"MainThread"' in line, "frames": [], "active": "(active" in line}
+            threads.append(cur)
+        elif cur is not None and line.startswith("    ") and line.strip().endswith(")") and " (" in line:
+            fn, _sep, where = line.strip().rpartition(" (")
+            cur["frames"].append((fn, where[:-1]))
+    main = [t for t in threads if t["main"]] or threads
+    return (main[0]["active"], main[0]["frames"]) if main else (False, [])
+
+
+def rank_processes(parts, nodes):
+    """[(node name, rank, process)] in vLLM's rank order: the engine's (head's) node first, then by IP; in a node by
+    PID."""
+    head_ip = nodes[0][1]
+    order = sorted(nodes, key=lambda n: (n[1] != head_ip, n[1]))
+    out = []
+    for name, ip in order:
+        part = parts.get(ip) or {}
+        procs = []
+        for c in (part.get("containers") or {}).values():
+            procs += [p for p in c.get("processes") or [] if any(m in p.get("cmd", "") for m in RANK_MARKS)]
+        for p in sorted(procs, key=lambda p: p.get("pid", 0)):
+            out.append((name, len(out), p))
+    return out
+
+
+def hang_cause(parts, nodes):
+    """(slug, sentence) from the ranks' stacks: 'collective hang: spark-2 rank 1 spinning in f (file), spark-1 rank 0
+    waiting in all_reduce' when one rank burns its core outside the collective its peers wait in."""
+    ranks = rank_processes(parts, nodes)
+    if not ranks:
+        return "stopped-generating", "engine stopped generating; no rank process found on any node"
+    said, spinning, waiting, unknown = [], 0, 0, 0
+    for name, r, p in ranks:
+        active, frames = py_frames(p.get("stack", ""))
+        if not frames:
+            unknown += 1
+            said.append("%s rank %d: no stack (%s; cpu %s%%, state %s)" % (
+                name, r, p.get("stack_error") or "empty dump", p.get("cpu"), p.get("state")))
+            continue
+        # py-spy names a method Class.method (Python >= 3.11): the collective is the name's last part
+        coll = next((fn.rsplit(".", 1)[-1] for fn, _where in frames if fn.rsplit(".", 1)[-1] in COLLECTIVES), None)
+        # spinning: it burns its core, or py-spy caught it running (a loaded node gives a spinner only part of one)
+        busy = active or (isinstance(p.get("cpu"), (int, float)) and p["cpu"] >= SPIN_CPU)
+        fn, where = frames[0]
+        if busy and coll is None:
+            spinning += 1
+            said.append("%s rank %d spinning in %s (%s)" % (name, r, fn, where.rsplit("/", 1)[-1].split(":")[0]))
+        elif coll is not None:
+            waiting += 1
+            said.append("%s rank %d waiting in %s" % (name, r, coll))
+        else:
+            said.append("%s rank %d in %s (%s)" % (name, r, fn, where.rsplit("/", 1)[-1]))
+    spin_first = sorted(said, key=lambda s: " spinning in " not in s)
+    if waiting and (spinning or waiting == len(ranks)):
+        return "collective-hang", "collective hang: " + ", ".join(spin_first)
+    return "stopped-generating", "engine stopped generating: " + ", ".join(spin_first)
+
+
+def write_text(path, text):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
+def write_part(d, part):
+    """One node's part as files in d: stacks.txt, env.txt, journal-<unit>.txt, memory.txt, ps.txt, dmesg.txt."""
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    stacks, env = [], []
+    for name, c in sorted((part.get("containers") or {}).items()):
+        if c.get("error"):
+            stacks.append("== container %s: %s\n" % (name, c["error"]))
+            continue
+        for p in c.get("processes") or []:
+            stacks.append("== %s pid %s cpu %s%% state %s wchan %s: %s\n%s%s\n" % (
+                name, p.get("pid"), p.get("cpu"), p.get("state"), p.get("wchan") or "-", p.get("cmd", ""),
+                p.get("stack", ""), ("(%s)\n" % p["stack_error"]) if p.get("stack_error") else ""))
+            env.append("== %s pid %s: %s\n%s\n" % (name, p.get("pid"), p.get("cmd", "")[:120], "".join(
+                "%s=%s\n" % kv for kv in sorted((p.get("env") or {}).items()))))
+    write_text(os.path.join(d, "stacks.txt"), "".join(stacks) or "(no process captured)\n")
+    write_text(os.path.join(d, "env.txt"), "".join(env))
+    for unit, text in sorted((part.get("journal") or {}).items()):
+        write_text(os.path.join(d, "journal-%s.txt" % re.sub(r"[^\w.@-]", "_", unit)), text)
+    for key in ("memory", "ps", "dmesg"):
+        write_text(os.path.join(d, key + ".txt"), str(part.get(key, "")))
+
+
+def prune_incidents(keep):
+    """Only the newest keep incident directories stay (their names start with the UTC time)."""
+    import shutil
+    try:
+        names = sorted(n for n in os.listdir(INCIDENT_DIR) if re.match(r"^\d{8}T\d{6}Z-", n))
+    except OSError:
+        return
+    for n in names[:max(len(names) - keep, 0)]:
+        shutil.rmtree(os.path.join(INCIDENT_DIR, n), ignore_errors=True)
+
+
+def save_incident(a, why):
+    """Capture every node's part (the head's here, the others' through the KV) and write the incident; its directory, or
+    None when nothing could be written. Bounded by --incident-wait seconds for the other nodes' parts."""
+    nodes = parse_nodes(a.node or a.incident_node) or [(os.uname()[1], "")]
+    head_name, head_ip = nodes[0]
+    t0 = time.monotonic()
+    ident = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    request = {"id": ident, "time": round(now(), 1), "budget": PART_BUDGET}
+    others = [n for n in nodes[1:]]
+    if others and a.address:
+        gcs_nodes(a.ray_container, a.address, a.gcs_timeout, {"put": {INCIDENT_KEY: json.dumps(request)}})
+    # the Ray container first: the engine's container may share its PID space (it then lists the ranks too, where py-spy
+    # may lack the rights to read them), and what one container captured is skipped in the next
+    parts = {head_ip: node_part([(a.ray_container, ["ray::"]), (a.container, None)], [a.unit, a.ray_unit])}
+    parts[head_ip]["ip"] = head_ip
+    missing = dict((ip, name) for name, ip in others)
+    while missing and a.address and time.monotonic() - t0 < a.incident_wait:
+        got = gcs_nodes(a.ray_container, a.address, a.gcs_timeout,
+                        {"get": ["%s%s:%s" % (INCIDENT_PREFIX, ident, ip) for ip in missing]})
+        for key, blob in (got.get("kv") or {}).items():
+            ip = key.rsplit(":", 1)[-1]
+            part = decode_part(blob)
+            if ip in missing and part is not None:
+                parts[ip] = part
+                del missing[ip]
+        if missing:
+            time.sleep(3)
+    slug, cause = hang_cause(parts, nodes)
+    d = os.path.join(INCIDENT_DIR, "%s-%s" % (ident, slug))
+    try:
+        os.makedirs(d, mode=0o700)
+        for name, ip in nodes:
+            if ip in parts:
+                write_part(os.path.join(d, name), parts[ip])
+        summary = {"id": ident, "time": request["time"], "cause": cause, "class": slug, "why": why,
+                   "unit": a.unit, "seconds": round(time.monotonic() - t0, 1),
+                   "nodes": dict((name, "captured" if ip in parts else
+                                  "no part within %d s (its Ray watchdog did not answer)" % a.incident_wait)
+                                 for name, ip in nodes),
+                   "stacks_by": sorted(set(str(c.get("spy")) for p in parts.values()
+                                           for c in (p.get("containers") or {}).values() if "spy" in c))}
+        write_text(os.path.join(d, "incident.json"), json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        write_text(os.path.join(d, "cause.txt"), cause + "\n")
+    except OSError as e:
+        sys.stderr.write("sparkfleet-watchdog: incident %s not written (%s); restarting anyway\n" % (d, e))
+        return None, cause
+    prune_incidents(a.incidents_keep)
+    return d, cause
 
 
 # --------------------------------------------------------------------------- ExecStopPost
@@ -956,6 +1332,13 @@ def main(argv=None):
     v.add_argument("--ray-unit", default="sparkfleet-ray", help="the head's Ray unit (vLLM requires it)")
     v.add_argument("--start-grace", type=int, default=1800,
                    help="seconds a start that has not served yet is left alone (weight loading)")
+    v.add_argument("--incidents-keep", type=int, default=0,
+                   help="save an incident before restarting an engine whose processes are alive; keep the newest N"
+                        " (0: none)")
+    v.add_argument("--incident-wait", type=int, default=45,
+                   help="seconds to wait for the other nodes' parts of an incident")
+    v.add_argument("--incident-node", action="append", default=[],
+                   help="NAME=FABRIC_IP of every node, the head first (when --node is not given)")
     for p in (v, sub.add_parser("gate")):
         p.add_argument("--node", action="append", default=[], help="NAME=FABRIC_IP of every node, the head first")
         p.add_argument("--ray-container", default="sparkfleet-ray", help="the head's Ray container (its GCS client)")

@@ -116,5 +116,5 @@ def test_the_healthcheck_reads_the_startup_log_unless_vllm_serve_did(status, rec
     t = task("healthcheck", "Read the startup log")
     variables = {"sparkfleet_recheck": recheck}
     if status is not None:
-        variables["vllm_serve_status"] = status
+        variables["sparkfleet_vllm_startup"] = status
     assert holds(t, **variables) is reads

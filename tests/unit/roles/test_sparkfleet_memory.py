@@ -203,7 +203,7 @@ def vllm_args(wd, **kw):
               env_file="/nonexistent", timeout=20, failures=2, start_grace=1800,
               node=["spark-1=10.99.1.11", "spark-2=10.99.1.12"], ray_container="sparkfleet-ray",
               address="10.99.1.11:6379", gcs_timeout=20, model_dir="/models/m", utilization=0.5, margin=0.02,
-              tolerance=0.05, max_age=60)
+              tolerance=0.05, max_age=60, incidents_keep=0, incident_wait=45, incident_node=[])
     ns.update(kw)
     return wd.main.__globals__["argparse"].Namespace(**ns)
 

@@ -46,7 +46,7 @@ class Node:
         monkeypatch.setattr(wd, "unit_run", lambda unit: (self.running, self.start))
         monkeypatch.setattr(wd.time, "monotonic", lambda: self.clock)
         monkeypatch.setattr(wd, "container_processes", lambda c: self.procs)
-        monkeypatch.setattr(wd, "gcs_nodes", lambda c, a, t: self.gcs)
+        monkeypatch.setattr(wd, "gcs_nodes", lambda c, a, t, ops=None: self.gcs)
 
     def run(self, argv, timeout=60, stdin=None):
         self.wd.calls.append(argv)
@@ -82,7 +82,8 @@ def ray_args(wd, head=False, node_ip="10.99.1.12"):
 def vllm_args(wd, start_grace=1800):
     return wd.main.__globals__["argparse"].Namespace(
         unit="sparkfleet-vllm", container="sparkfleet-vllm", url="http://10.99.0.11:30000", model="m",
-        env_file="/nonexistent", timeout=20, failures=2, start_grace=start_grace, ray_unit="sparkfleet-ray", node=[])
+        env_file="/nonexistent", timeout=20, failures=2, start_grace=start_grace, ray_unit="sparkfleet-ray", node=[],
+        incidents_keep=0, incident_wait=45, incident_node=[])
 
 
 # --------------------------------------------------------------------------- Ray

@@ -71,3 +71,24 @@ def test_nft_accepts_the_script(tmp_path):
     script.write_text(ray_firewall_rules(ROLE_PORTS, ["10.99.1.0/24", "fd00::/64"]))
     p = subprocess.run(["nft", "-c", "-f", str(script)], capture_output=True, text=True, check=False)  # -c: checks only
     assert p.returncode == 0, p.stderr
+
+
+def test_the_monitoring_table_is_its_own_beside_rays():
+    script = ray_firewall_rules([9100, 9090, 9093], ["10.99.1.0/24", "10.99.0.11/24"], table="sparkfleet_monitoring",
+                                service="monitoring")
+    assert "# sparkfleet.vllm monitoring: The monitoring ports answer only loopback and 10.99.1.0/24, 10.99.0.0/24." \
+        in script
+    assert "table inet sparkfleet_monitoring {" in script and "th dport @monitoring_ports jump monitoring" in script
+    assert "elements = { 9090, 9093, 9100 }" in script and "ray" not in script.replace("sparkfleet", "")
+    assert re.search(r'comment "sparkfleet monitoring firewall [0-9a-f]{16}"', script)
+    with pytest.raises(AnsibleFilterError, match="service must be one of monitoring, ray"):
+        ray_firewall_rules([9100], ["10.0.0.0/8"], service="grafana")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("nft"), reason="nft -c needs nft and root")
+def test_nft_accepts_the_monitoring_script(tmp_path):
+    script = tmp_path / "fw.nft"
+    script.write_text(ray_firewall_rules([9090, 9093, 9100], ["10.99.1.0/24"], table="sparkfleet_monitoring",
+                                         service="monitoring"))
+    p = subprocess.run(["nft", "-c", "-f", str(script)], capture_output=True, text=True, check=False)
+    assert p.returncode == 0, p.stderr
