@@ -45,7 +45,8 @@ def _config_line(a, max_model_len):
         "pipeline_parallel_size=%d, data_parallel_size=1, disable_custom_all_reduce=%s, quantization=None, "
         "enforce_eager=%s, kv_cache_dtype=%s, device_config=cuda, seed=0, served_model_name=%s, "
         "enable_prefix_caching=%s, enable_chunked_prefill=True, pooler_config=None"
-        % (__version__, a["model"], _speculative_shown(a.get("speculative_config")), a["tokenizer"] or a["model"], a["tokenizer_mode"], bool(a["trust_remote_code"]),
+        % (__version__, a["model"], _speculative_shown(a.get("speculative_config")),
+           a["tokenizer"] or a["model"], a["tokenizer_mode"], bool(a["trust_remote_code"]),
            max_model_len, a["load_format"], a["tensor_parallel_size"], a["pipeline_parallel_size"],
            bool(a["disable_custom_all_reduce"]), bool(a["enforce_eager"]), a["kv_cache_dtype"],
            a["served_model_name"][0], a["enable_prefix_caching"] is not False))
