@@ -18,7 +18,10 @@ import re
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 
 PROBE_MARK = "SPARKFLEET-IMAGE-PROBE "
-PROBE_FORMAT = 3
+PROBE_FORMAT = 4
+# Answers parse_probe reads: format 3 (before the package imports) lacks "packages"; a recipe item needing a package is
+# then not used. The module's cache only keeps answers of PROBE_FORMAT, so a cached format 3 is asked again.
+PROBE_FORMATS_READ = (3, 4)
 
 # What our own scripts run inside the runtime image besides `vllm serve`, by the interpreter each of them finds there,
 # and what that interpreter must import: (how it is found, what it imports, who runs it). "python3" is the first
@@ -32,6 +35,11 @@ IMAGE_INTERPRETERS = (
     ("ray", ("ray", "ray.scripts.scripts:main"),
      "the Ray unit (--entrypoint ray: ray start) and the head watchdog's ray status"),
 )
+
+# Packages a `vllm serve` flag needs beyond vLLM itself, which the probe imports under the interpreter the image's `vllm`
+# command runs under (the one the engine runs): --load-format fastsafetensors parses on every 0.17.x but fails at
+# weight load without the fastsafetensors package (vLLM imports it lazily).
+PROBE_PACKAGES = ("fastsafetensors",)
 
 # Run inside the image by the interpreter its `vllm` command runs under (LAUNCHER below), never "the first python3 on
 # PATH": an image may put a system python without vLLM first (NGC images, a venv image with /usr/bin early on PATH).
@@ -94,6 +102,13 @@ for key, modules, manager in (
     except Exception as e:
         out[key + "_error"] = "%%s: %%s" %% (type(e).__name__, e)
 @INTERPRETERS@
+out["packages"] = {}
+for name in PACKAGES:
+    try:
+        found = __import__(name)
+        out["packages"][name] = {"version": str(getattr(found, "__version__", "") or "") or None}
+    except Exception as e:
+        out["packages"][name] = {"error": "%%s: %%s" %% (type(e).__name__, e)}
 sys.stdout.write("\n%s" + json.dumps(out, sort_keys=True) + "\n")
 ''' % (PROBE_FORMAT, PROBE_MARK)
 
@@ -167,8 +182,8 @@ for use, needs in USES:
         entry.update(_imports(argv, list(needs)))
     out["interpreters"].append(entry)
 '''
-PROBE = PROBE.replace("@INTERPRETERS@", "CHECK = %r\nUSES = %r\n" % (
-    _CHECK, [(use, list(needs)) for use, needs, _who in IMAGE_INTERPRETERS]) + _INTERPRETERS)
+PROBE = PROBE.replace("@INTERPRETERS@", "PACKAGES = %r\nCHECK = %r\nUSES = %r\n" % (
+    list(PROBE_PACKAGES), _CHECK, [(use, list(needs)) for use, needs, _who in IMAGE_INTERPRETERS]) + _INTERPRETERS)
 
 # `docker run --entrypoint sh IMAGE -c LAUNCHER sparkfleet-probe PROBE`: find the `vllm` command on the image's PATH
 # and run the probe under the interpreter its first line names (`#!/opt/venv/bin/python3`, `#!/usr/bin/env python3`,
@@ -222,7 +237,7 @@ def parse_probe(stdout):
                 facts = _json.loads(line[len(PROBE_MARK):], "the probe's answer")
             except ValueError as exc:
                 raise ProbeError("the probe's answer is not JSON: %s" % exc)
-            if not isinstance(facts, dict) or facts.get("format") != PROBE_FORMAT:
+            if not isinstance(facts, dict) or facts.get("format") not in PROBE_FORMATS_READ:
                 raise ProbeError("the probe's answer has an unknown format: %r" % (line[:200],))
             return facts
     raise ProbeError("the image printed no probe answer (is there a `vllm` command, or python3, on its PATH?)")
@@ -545,3 +560,58 @@ def progress_summary(state):
         if total > done:
             text += ", about %d s left" % int((total - done) / rate + 0.5)
     return text
+
+
+# ------------------------------------------------------------------------------------------- serving recipe
+def recipe_verdicts(facts, recipe, serve_args=None, architectures=None):
+    """Which items of a serving recipe this image proves, each item's verdict in order.
+
+    recipe: [{variable, args, packages, architectures}]: the words an item adds after `vllm serve`, the packages its
+    flags need inside the image (PROBE_PACKAGES), and the model architectures it is for (empty: any model). Returns
+    [{variable, args, used, why}]: used items are proven (every flag and value accepted by the image's vLLM, every
+    package importable by its interpreter, the model one it is for); why names what was missing, else ''. An item
+    whose flag serve_args already sets is not used (the operator's own setting wins). The model's architectures
+    unknown (its config not there yet) do not drop an item: the check once the model is there decides.
+    """
+    flags = facts.get("flags")
+    version = facts.get("vllm")
+    packages = facts.get("packages")
+    given = set(flag for flag, _value in argv_flags(serve_args))
+    out = []
+    for item in recipe or []:
+        args = [str(a) for a in item.get("args") or []]
+        why = []
+        mine = [flag for flag, _value in argv_flags(args)]
+        already = [f for f in mine if f in given]
+        if already:
+            why.append("%s is set already by the command line's own settings, which are kept"
+                       % ", ".join(already))
+        elif flags is None:
+            why.append("could not read `vllm serve`'s arguments (%s)" % facts.get("flags_error"))
+        else:
+            why.extend(_flag_problems(flags, args, version))
+        for name in item.get("packages") or []:
+            found = (packages or {}).get(name)
+            if packages is None:
+                why.append("the probe did not ask for the %s package" % name)
+            elif not found or found.get("error"):
+                why.append("the image's vLLM (%s) cannot import %s (%s)" % (
+                    facts.get("executable") or "python3", name,
+                    (found or {}).get("error") or "not probed"))
+        wanted = [str(a) for a in item.get("architectures") or []]
+        if wanted and architectures and not any(a in wanted for a in architectures):
+            why.append("the model's architectures %s are none of %s" % (list(architectures), ", ".join(wanted)))
+        out.append({"variable": str(item.get("variable") or ""), "args": args, "used": not why,
+                    "why": "; ".join(why)})
+    return out
+
+
+def recipe_args(verdicts):
+    """The words the proven items add after `vllm serve`, in the recipe's order."""
+    return [w for v in verdicts if v["used"] for w in v["args"]]
+
+
+def recipe_warning(image, verdict):
+    """The warning for an item the image does not prove: the variable, the flags dropped and why."""
+    return ("%s: %s dropped (%s): %s; vLLM starts without it. Turn %s off to silence this, or use an image "
+            "that has it" % (image, verdict["variable"], " ".join(verdict["args"]), verdict["why"], verdict["variable"]))

@@ -52,6 +52,38 @@ options:
     type: list
     elements: str
     default: []
+  recipe:
+    description:
+      - Optional flags (a serving recipe), each used only where this image proves it, else dropped with a warning
+        naming its variable, its flags and what the image lacks; never a failure.
+      - An item is used when the image's vLLM accepts each of its flags and values, the interpreter the image's
+        C(vllm) command runs under imports each of its O(recipe[].packages), the model is one of its
+        O(recipe[].architectures) (when the model's config is there), and O(serve_args) does not set its flag already.
+      - The words of the items used come back in RV(recipe_args), to be added after O(serve_args).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      variable:
+        description: The setting the item comes from, named in the warning and in RV(recipe).
+        type: str
+        required: true
+      args:
+        description: The words it adds after C(vllm serve), for example C([--kv-cache-dtype, fp8]).
+        type: list
+        elements: str
+        required: true
+      packages:
+        description:
+          - Python packages its flags need inside the image (the probe imports C(fastsafetensors)).
+        type: list
+        elements: str
+        default: []
+      architectures:
+        description: Model architectures it is for (C(config.json) C(architectures)); empty, any model.
+        type: list
+        elements: str
+        default: []
   model_config:
     description:
       - Path of the model's C(config.json) on this node; its C(architectures) must be in vLLM's registry.
@@ -148,6 +180,29 @@ interpreters:
       interpreter: /usr/bin/python3
       python: 3.11.2
       missing: {"ray": "ModuleNotFoundError: No module named 'ray'"}
+recipe:
+  description: Each O(recipe) item's verdict, in order - its variable, its words, whether it is used and, when not, why.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - {variable: vllm_serve_kv_cache_dtype, args: [--kv-cache-dtype, fp8], used: true, why: ""}
+    - variable: vllm_serve_fast_loader
+      args: [--load-format, fastsafetensors]
+      used: false
+      why: "the image's vLLM (/opt/venv/bin/python3) cannot import fastsafetensors (ModuleNotFoundError: No module named
+        'fastsafetensors')"
+recipe_args:
+  description: The words of the O(recipe) items used, to add after O(serve_args).
+  returned: success
+  type: list
+  elements: str
+  sample: [--enable-prefix-caching, --kv-cache-dtype, fp8]
+packages:
+  description: The packages the probe imported under the image's vLLM interpreter, each with its version or its error.
+  returned: success
+  type: dict
+  sample: {fastsafetensors: {error: "ModuleNotFoundError: No module named 'fastsafetensors'"}}
 model_architectures:
   description: The model's C(architectures) (empty when the config was not there).
   returned: success
@@ -178,7 +233,8 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Ru
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import check_setting_names, render_text, setting_names_option
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import (
-    LAUNCHER, LOADER_ADVICE, PROBE, PROBE_FORMAT, ProbeError, image_id_key, judge, parse_probe, summary)
+    LAUNCHER, LOADER_ADVICE, PROBE, PROBE_FORMAT, ProbeError, image_id_key, judge, parse_probe, recipe_args,
+    recipe_verdicts, recipe_warning, summary)
 
 
 def _inspect(runner, docker, image):
@@ -241,6 +297,11 @@ def main():
         argument_spec=dict(
             image=dict(type="str", required=True),
             serve_args=dict(type="list", elements="str", default=[]),
+            recipe=dict(type="list", elements="dict", default=[], options=dict(
+                variable=dict(type="str", required=True),
+                args=dict(type="list", elements="str", required=True),
+                packages=dict(type="list", elements="str", default=[]),
+                architectures=dict(type="list", elements="str", default=[]))),
             model_config=dict(type="path"),
             require_model=dict(type="bool", default=False),
             min_vllm_version=dict(type="str"),
@@ -282,10 +343,16 @@ def main():
     archs = _model_architectures(module, p["model_config"], p["require_model"])
     problems = judge(facts, serve_args=p["serve_args"], architectures=archs,
                      min_vllm_version=p["min_vllm_version"], min_ray_version=p["min_ray_version"])
+    verdicts = recipe_verdicts(facts, p["recipe"], serve_args=p["serve_args"], architectures=archs)
+    if not problems:
+        for verdict in verdicts:
+            if not verdict["used"]:
+                module.warn(recipe_warning(p["image"], verdict))
     result = dict(changed=False, image=p["image"], image_id=image_id, vllm_version=facts.get("vllm"),
                   ray_version=facts.get("ray"), vllm_entrypoint=facts.get("vllm_entrypoint"),
                   python=facts.get("executable"), interpreters=facts.get("interpreters") or [],
-                  model_architectures=archs, problems=problems, cached=cached,
+                  model_architectures=archs, problems=problems, cached=cached, recipe=verdicts,
+                  recipe_args=recipe_args(verdicts), packages=facts.get("packages") or {},
                   probe_seconds=seconds)
     if problems:
         module.fail_json(

@@ -1009,6 +1009,13 @@ SERVING_CHECKS = {
     "vllm_serve_allow_open_api": check_bool,
     "vllm_serve_load_format": check_optional_string,
     "vllm_serve_safetensors_load_strategy": check_optional_string,
+    # the serving recipe (each item is also proven against the image before use: image_check's recipe)
+    "vllm_serve_prefix_caching": check_bool,
+    "vllm_serve_kv_cache_dtype": lambda v: check_optional_string(v) if v is None or is_string(v) else (
+        None, "must be a KV cache dtype such as fp8 (null: vLLM's default), not %s" % type(v).__name__),
+    "vllm_serve_mtp_tokens": lambda v: check_int(v, 0, MTP_TOKENS_MAX, "a whole number of draft tokens (0: no MTP)"),
+    "vllm_serve_fast_loader": check_bool,
+    "vllm_serve_max_num_seqs": lambda v: check_optional_count(v),
     "vllm_serve_extra_args": None,  # checked with the pinned flags below
     "vllm_serve_engine_ready_timeout": check_seconds,
     "vllm_serve_env": check_env,
@@ -1048,6 +1055,9 @@ SERVING_CHECKS = {
     "vllm_serve_failure_log_bytes": lambda v: check_int(v, 65536, None, "a number of bytes"),
     "vllm_serve_failure_log_files": check_count,
 }
+# MTP draft tokens per step: Qwen3.5 checkpoints carry one MTP layer; vLLM reuses it for more draft tokens, each with a
+# falling acceptance rate (the published gains are at 1-3).
+MTP_TOKENS_MAX = 8
 # The role variables the role passes to vllm_serve_args as keys (so extra args may not set their flags).
 SERVING_PINNED = pinned_flags(("gpu_memory_utilization", "max_model_len", "load_format", "safetensors_load_strategy"))
 

@@ -271,3 +271,54 @@ def test_hf_download_writes_the_lab_model(tmp_path, monkeypatch, capsys):
     cfg = json.load(open(tmp_path / "m" / "config.json"))
     assert cfg["architectures"] == ["Qwen3_5MoeForConditionalGeneration"]
     assert (tmp_path / "m" / "model.safetensors.index.json").exists()
+
+
+# ------------------------------------------------------------------ the serving recipe (issue 44 item 2)
+def test_serve_accepts_the_serving_recipe_flags_as_0_17_1_does():
+    args = cli.parse(["serve", "/models/m", "--enable-prefix-caching", "--kv-cache-dtype", "fp8",
+                      "--speculative-config", '{"method":"mtp","num_speculative_tokens":1}', "--max-num-seqs", "64",
+                      "--load-format", "fastsafetensors"])
+    assert args.enable_prefix_caching is True and args.kv_cache_dtype == "fp8" and args.max_num_seqs == 64
+    assert args.speculative_config == {"method": "mtp", "num_speculative_tokens": 1}
+    assert args.load_format == "fastsafetensors"  # the parser takes it in any image; the load needs the package
+
+
+def test_a_kv_cache_dtype_0_17_1_does_not_list_is_refused_by_the_parser(capsys):
+    code, _out, err = _run_cli(["serve", "m", "--kv-cache-dtype", "fp4"], capsys)
+    assert code == 2 and "argument --kv-cache-dtype: invalid choice: 'fp4'" in err
+
+
+def test_the_per_model_mtp_name_is_rewritten_to_mtp_with_a_warning(capsys):
+    from sparklab_vllm.api_server import speculative_error
+    args = cli.parse(["serve", "m", "--speculative-config", '{"method":"qwen3_5_mtp","num_speculative_tokens":1}'])
+    assert speculative_error(args) is None
+    assert args.speculative_config["method"] == "mtp"
+    out = capsys.readouterr()
+    assert "method `qwen3_5_mtp` is deprecated and replaced with mtp." in out.out + out.err
+
+
+@pytest.mark.parametrize("spec, why", [
+    ('{"method":"qwen3_6_mtp","num_speculative_tokens":1}', "qwen3_6_mtp"),
+    ('{"method":"mtp","num_speculative_tokens":0}', "num_speculative_tokens"),
+    ('"mtp"', "JSON object"),
+])
+def test_a_speculative_config_0_17_1_refuses_fails_the_start(spec, why):
+    from sparklab_vllm.api_server import speculative_error
+    refused = speculative_error(cli.parse(["serve", "m", "--speculative-config", spec]))
+    assert refused and why in refused
+
+
+def test_fastsafetensors_without_its_package_fails_at_weight_load(tmp_path, monkeypatch):
+    import builtins
+    from sparklab_vllm.worker import RayWorkerWrapper
+    real_import = builtins.__import__
+
+    def no_fastsafetensors(name, *a, **kw):
+        if name == "fastsafetensors":
+            raise ImportError("No module named 'fastsafetensors'")
+        return real_import(name, *a, **kw)
+    monkeypatch.setattr(builtins, "__import__", no_fastsafetensors)
+    w = RayWorkerWrapper()
+    w.rank, w.world = 0, 1
+    with pytest.raises(ModuleNotFoundError, match="fastsafetensors"):
+        w.load_model(str(tmp_path), "", -1, False, "fastsafetensors")

@@ -283,6 +283,30 @@ def make_handler(state):
     return Handler
 
 
+def speculative_error(args):
+    """vLLM's refusal of --speculative-config (None when it takes it); a per-model MTP name is rewritten to "mtp" in
+    args with vLLM's deprecation warning, as 0.17.1 does."""
+    spec = args.speculative_config
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        return "ValueError: speculative_config must be a JSON object, got %r" % (spec,)
+    method = spec.get("method")
+    if method in RELEASE["speculative_mtp_aliases"]:
+        Logger("speculative.py").warning(
+            303, "method `%s` is deprecated and replaced with mtp.", method)
+        spec["method"] = method = "mtp"
+    if method not in RELEASE["speculative_methods"]:
+        return ("pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig\nmethod\n  "
+                "Input should be %s [type=literal_error, input_value=%r]" % (
+                    " or ".join(repr(m) for m in RELEASE["speculative_methods"] + RELEASE["speculative_mtp_aliases"]),
+                    method))
+    n = spec.get("num_speculative_tokens")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        return "ValueError: num_speculative_tokens must be a positive integer, got %r" % (n,)
+    return None
+
+
 def _model_config(model):
     cfg_path = os.path.join(model, "config.json")
     if not os.path.isdir(model):
@@ -327,6 +351,13 @@ def run_server(args):
     Logger("scheduler.py").info(230, "Chunked prefill is enabled with max_num_batched_tokens=%d.",
                                 args.max_num_batched_tokens or 8192)
     api_keys = args.api_key or ([os.environ["VLLM_API_KEY"]] if os.environ.get("VLLM_API_KEY") else [])
+    refused = speculative_error(args)
+    if refused:
+        # vLLM builds its SpeculativeConfig with the engine config, before the port or the engine
+        sys.stdout.write("Traceback (most recent call last):\n  File \"vllm/config/speculative.py\", in "
+                         "__post_init__\n%s\n" % refused)
+        sys.stdout.flush()
+        return 1
     refused = parsers.startup_error(args)
     if refused:
         # vLLM checks the parser names before it binds the port or starts the engine

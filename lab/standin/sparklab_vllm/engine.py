@@ -39,16 +39,25 @@ def _env_float(name, default):
 
 def _config_line(a, max_model_len):
     return (
-        "Initializing a V1 LLM engine (v%s) with config: model='%s', speculative_config=None, tokenizer='%s', "
+        "Initializing a V1 LLM engine (v%s) with config: model='%s', speculative_config=%s, tokenizer='%s', "
         "skip_tokenizer_init=False, tokenizer_mode=%s, revision=None, tokenizer_revision=None, trust_remote_code=%s, "
         "dtype=torch.bfloat16, max_seq_len=%d, download_dir=None, load_format=%s, tensor_parallel_size=%d, "
         "pipeline_parallel_size=%d, data_parallel_size=1, disable_custom_all_reduce=%s, quantization=None, "
         "enforce_eager=%s, kv_cache_dtype=%s, device_config=cuda, seed=0, served_model_name=%s, "
         "enable_prefix_caching=%s, enable_chunked_prefill=True, pooler_config=None"
-        % (__version__, a["model"], a["tokenizer"] or a["model"], a["tokenizer_mode"], bool(a["trust_remote_code"]),
+        % (__version__, a["model"], _speculative_shown(a.get("speculative_config")),
+           a["tokenizer"] or a["model"], a["tokenizer_mode"], bool(a["trust_remote_code"]),
            max_model_len, a["load_format"], a["tensor_parallel_size"], a["pipeline_parallel_size"],
            bool(a["disable_custom_all_reduce"]), bool(a["enforce_eager"]), a["kv_cache_dtype"],
            a["served_model_name"][0], a["enable_prefix_caching"] is not False))
+
+
+def _speculative_shown(spec):
+    """How vLLM's engine config line shows the speculative config (None, or its method and token count)."""
+    if not spec:
+        return "None"
+    return "SpeculativeConfig(method=%r, model=None, num_spec_tokens=%s)" % (
+        spec.get("method"), spec.get("num_speculative_tokens"))
 
 
 class EngineCore:
@@ -196,7 +205,7 @@ class EngineCore:
         shards = self._num_shards()
         fault_shard = int(os.environ.get("SPARKLAB_FAULT_SHARD", max(shards // 2, 0)))
         bar_all = os.environ.get("SPARKLAB_BAR_RANKS", "all") == "all"
-        self.run_all("load_model", a["model"], self.fault, fault_shard, bar_all)
+        self.run_all("load_model", a["model"], self.fault, fault_shard, bar_all, a.get("load_format") or "auto")
         t_init = time.time()
         kv = min(self.run_all("determine_available_memory", a["gpu_memory_utilization"]))
         block = a["block_size"] or 16

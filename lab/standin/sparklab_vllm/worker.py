@@ -107,10 +107,18 @@ class RayWorkerWrapper:
         return True
 
     # ---------------------------------------------------------------- weights
-    def load_model(self, model, fault, fault_shard, bar_all_ranks):
+    def load_model(self, model, fault, fault_shard, bar_all_ranks, load_format="auto"):
         runner = Logger("gpu_model_runner.py")
         t0 = time.time()
         runner.info(3562, "Starting to load model %s...", model)
+        if load_format == "fastsafetensors":
+            # vLLM 0.17.1 parses --load-format fastsafetensors whatever the image holds; its weight iterator imports
+            # the package only here, at load, so an image without it fails minutes into the start
+            try:
+                __import__("fastsafetensors")
+            except ImportError as exc:
+                raise ModuleNotFoundError("No module named 'fastsafetensors' (--load-format fastsafetensors needs "
+                                          "the fastsafetensors package: %s)" % exc) from None
         shards = list_shards(model)
         if not shards:
             raise RuntimeError("Cannot find any model weights with `%s`" % model)

@@ -42,11 +42,16 @@ def holds(t, **variables):
     return all(env.from_string("{{ (%s) | bool }}" % c.strip()).render(**scope) is True for c in conditions)
 
 
+RECIPE = [{"variable": "vllm_serve_kv_cache_dtype", "args": ["--kv-cache-dtype", "fp8"]},
+          {"variable": "vllm_serve_max_num_seqs", "args": ["--max-num-seqs", "64"]}]
+
+
 def image_vars(**over):
     checked = {"image": "vllm:1", "model_architectures": ["Qwen3_5MoeForCausalLM"], "failed": False}
     v = {"sparkfleet_recheck": False, "vllm_serve_image": "vllm:1", "vllm_serve_model": "/models/m",
          "_vllm_serve_args_cfg": {"args": ARGS}, "sparkfleet_image_check": checked,
-         "_vllm_serve_image_checked": {"serve_args": ARGS, "model_config": "/models/m/config.json"}}
+         "_vllm_serve_recipe": RECIPE,
+         "_vllm_serve_image_checked": {"serve_args": ARGS, "model_config": "/models/m/config.json", "recipe": RECIPE}}
     v.update(over)
     return v
 
@@ -58,6 +63,7 @@ def image_vars(**over):
     ({"sparkfleet_image_check": {"image": "vllm:0", "model_architectures": ["X"], "failed": False}}, True),
     ({"_vllm_serve_args_cfg": {"args": ARGS + ["--max-num-seqs", "4"]}}, True),                          # other flags
     ({"vllm_serve_model": "/models/other"}, True),
+    ({"_vllm_serve_recipe": RECIPE[:1]}, True),                                                          # other recipe
     ({"sparkfleet_image_check": {"skipped": True}}, True),
 ])
 def test_vllm_serve_asks_the_image_again_only_when_the_answer_could_differ(over, asks):

@@ -135,3 +135,33 @@ def test_a_python3_on_path_without_ray_fails_naming_the_interpreter_and_who_runs
     assert "cannot import ray" in r["msg"] and "sparkfleet-wait gpus" in r["msg"] and "sparkfleet-ray-guard" in r["msg"]
     assert "PATH finds its venv's python3 first" in r["hint"]
     assert [i["use"] for i in r["interpreters"]] == ["python3", "ray"]
+
+
+RECIPE = [{"variable": "vllm_serve_kv_cache_dtype", "args": ["--kv-cache-dtype", "fp8"]},
+          {"variable": "vllm_serve_mtp_tokens", "args": ["--speculative-config", '{"method":"mtp","num_speculative_tokens":1}'],
+           "architectures": ["Qwen3_5MoeForConditionalGeneration"]},
+          {"variable": "vllm_serve_fast_loader", "args": ["--load-format", "fastsafetensors"],
+           "packages": ["fastsafetensors"]}]
+
+
+def test_the_recipe_keeps_what_the_image_proves_and_warns_naming_what_it_drops(run_module, docker, monkeypatch):
+    said = []
+    monkeypatch.setattr(image_check.AnsibleModule, "warn", lambda self, text: said.append(text))
+    res = run_module(image_check, docker.args(recipe=RECIPE))
+    assert res["problems"] == [] and not res.get("failed")
+    assert res["recipe_args"] == ["--kv-cache-dtype", "fp8", "--speculative-config",
+                                  '{"method":"mtp","num_speculative_tokens":1}']
+    assert [x["used"] for x in res["recipe"]] == [True, True, False]
+    assert "error" in res["packages"]["fastsafetensors"]
+    warned = [w for w in said if "vllm_serve_fast_loader dropped" in w]
+    assert len(warned) == 1 and "cannot import fastsafetensors" in warned[0], said
+    assert warned[0].startswith("sparklab/vllm-runtime:x: ") and len(said) == 1
+
+
+def test_an_older_image_drops_a_value_its_parser_lacks_without_failing(run_module, docker, monkeypatch):
+    monkeypatch.setenv("FAKE_PROBE", os.path.join(FIX, "standin-0.10.2.out"))
+    res = run_module(image_check, docker.args(recipe=[{"variable": "vllm_serve_kv_cache_dtype",
+                                                       "args": ["--kv-cache-dtype", "fp9"]}],
+                                              serve_args=ARGV[:5], min_vllm_version=None))
+    assert res["recipe"][0]["used"] is False and "not 'fp9'" in res["recipe"][0]["why"]
+    assert res["recipe_args"] == []

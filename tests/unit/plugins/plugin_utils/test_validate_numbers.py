@@ -118,7 +118,8 @@ def test_the_bounds_are_in_the_argument_specs():
             continue
         check = v.SERVING_CHECKS.get(name) or v.ROLE_CHECKS[name]
         high = None
-        for bound in (v.SECONDS_MAX, v.COUNT_MAX, v.INT_CARRIED_MAX, 65535, 64, 300, 90, 65536, 1 << 20):
+        for bound in (v.SECONDS_MAX, v.COUNT_MAX, v.INT_CARRIED_MAX, 65535, 64, 300, 90, 65536, 1 << 20,
+                      v.MTP_TOKENS_MAX):
             if check(bound)[1] is None and check(bound + 1)[1] is not None:
                 high = bound
                 break
