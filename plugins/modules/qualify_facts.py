@@ -84,8 +84,6 @@ rdma_ports:
   sample: {rocep1s0f1: {port: 1, state: PORT_ACTIVE, active_mtu: 4096, max_mtu: 4096, link_layer: Ethernet}}
 """
 
-import json
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json

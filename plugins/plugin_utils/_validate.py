@@ -992,6 +992,10 @@ def extra_args_argv(extra, pinned, flags=None, booleans=None, aliases=None):
     return words, problems
 
 
+def check_optional_count(value):
+    return (None, None) if value is None or value == "" else check_int(value, 1, COUNT_MAX, "a whole number")
+
+
 # ---------------------------------------------------------------- the vllm_serve role's variables
 
 SERVING_CHECKS = {
@@ -1015,7 +1019,7 @@ SERVING_CHECKS = {
         None, "must be a KV cache dtype such as fp8 (null: vLLM's default), not %s" % type(v).__name__),
     "vllm_serve_mtp_tokens": lambda v: check_int(v, 0, MTP_TOKENS_MAX, "a whole number of draft tokens (0: no MTP)"),
     "vllm_serve_fast_loader": check_bool,
-    "vllm_serve_max_num_seqs": lambda v: check_optional_count(v),
+    "vllm_serve_max_num_seqs": check_optional_count,
     "vllm_serve_extra_args": None,  # checked with the pinned flags below
     "vllm_serve_engine_ready_timeout": check_seconds,
     "vllm_serve_env": check_env,
@@ -1284,10 +1288,6 @@ def check_ansible_version(value):
     if not is_string(value) or parse_version(value) is None:
         return None, "must be a version string such as \"2.19.0\""
     return value, None
-
-
-def check_optional_count(value):
-    return (None, None) if value is None or value == "" else check_int(value, 1, COUNT_MAX, "a whole number")
 
 
 ROLE_CHECKS = {

@@ -119,10 +119,14 @@ def node_commands(monkeypatch):
     AnsibleModule."""
     def install(answer, **options):
         fake = NodeCommands(answer, **options)
-        monkeypatch.setattr(basic.AnsibleModule, "run_command",
-                            lambda self, argv, **kwargs: fake.run(self, argv, **kwargs))
-        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
-                            lambda self, name, required=False, opt_dirs=None: fake.bin_path(self, name))
+
+        def run_command(module, argv, **kwargs):
+            return fake.run(module, argv, **kwargs)
+
+        def get_bin_path(module, name, required=False, opt_dirs=None):
+            return fake.bin_path(module, name, required, opt_dirs)
+        monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", get_bin_path)
         return fake
     return install
 

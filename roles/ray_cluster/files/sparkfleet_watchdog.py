@@ -1234,7 +1234,7 @@ def save_incident(a, why):
     t0 = time.monotonic()
     ident = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     request = {"id": ident, "time": round(now(), 1), "budget": PART_BUDGET}
-    others = [n for n in nodes[1:]]
+    others = list(nodes[1:])
     if others and a.address:
         gcs_nodes(a.ray_container, a.address, a.gcs_timeout, {"put": {INCIDENT_KEY: json.dumps(request)}})
     # the Ray container first: the engine's container may share its PID space (it then lists the ranks too, where py-spy

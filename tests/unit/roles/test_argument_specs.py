@@ -117,8 +117,8 @@ def _with_floor_values(text):
         view = re.search(r"role_settings', '(\w+)'", value)
         if view:
             theirs = _defaults(view.group(1))
-            values[key] += "\n" + "\n".join(str(theirs[n]) for n in re.findall(r"'(%s_\w+)'" % view.group(1), value)
-                                             if n in theirs)
+            listed = re.findall(r"'(%s_\w+)'" % view.group(1), value)
+            values[key] += "\n" + "\n".join(str(theirs[n]) for n in listed if n in theirs)
     seen = set()
     while True:
         new = [k for k in values if k not in seen and _uses(text, k)]

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 import jinja2
-import jinja2.nodes as nodes
+from jinja2 import nodes
 import pytest
 import yaml
 
@@ -67,7 +67,7 @@ def loaded_names(source):
     for call in tree.find_all(nodes.Call):     # lookup('vars', 'name') / lookup('ansible.builtin.vars', ...)
         args = [a.value for a in call.args if isinstance(a, nodes.Const)]
         if isinstance(call.node, nodes.Name) and call.node.name in ("lookup", "query", "q") and args \
-                and str(args[0]).split(".")[-1] == "vars":
+                and str(args[0]).rsplit(".", maxsplit=1)[-1] == "vars":
             found.update(str(a) for a in args[1:])
     return found
 

@@ -64,9 +64,9 @@ def test_files_read_on_the_node_refuse_a_fifo_without_blocking(fifo, tmp_path):
     assert transfer_progress._job_ended(fifo) is False
     with pytest.raises(ValueError, match="not a regular file"):
         _model_sync._load_json(fifo)
-    changed, _ = _gpu_release.record_stale(fifo, type("Plan", (), {"stale_units": [], "stale_containers": []})(),
-                                           check_mode=True)
-    assert changed is True
+    recorded = _gpu_release.record_stale(fifo, type("Plan", (), {"stale_units": [], "stale_containers": []})(),
+                                         check_mode=True)
+    assert recorded[0] is True
     nested = tmp_path / "config.json"
     nested.write_text(NESTED)
     with pytest.raises(ValueError, match="deeper"):

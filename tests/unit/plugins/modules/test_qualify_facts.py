@@ -17,7 +17,10 @@ SPARK_DEVINFO = open(os.path.join(FIXTURES, "ibv_devinfo_spark.txt")).read()
 def node(node_commands):
     """A node: `bins` are the tools on it; `answer(argv)` gives (rc, out, err) for each command."""
     state = {"bins": {"docker", "timeout"}, "answer": None}
-    fake = node_commands(lambda cmd: state["answer"](cmd), bins=state["bins"], unwrap=False)
+
+    def answer(cmd):          # the test sets state["answer"] after the fixture returns
+        return state["answer"](cmd)
+    fake = node_commands(answer, bins=state["bins"], unwrap=False)
     state["calls"] = fake.ran
     return state
 
