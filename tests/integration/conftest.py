@@ -171,12 +171,12 @@ class Lab:
 
     def services(self, host):
         """What a deployment owns on a host: unit files, their states, running containers (IDs: a restart shows).
-        The watchdogs' oneshot services are named without their state, their timers without their sub-state (running
-        while the service runs): the timers start them every few seconds. Fields, not systemctl's columns (their width
-        follows the widest value listed)."""
+        The watchdogs' and the monitoring textfile's oneshot services are named without their state, their timers
+        without their sub-state (running while the service runs): the timers start them every few seconds. Fields,
+        not systemctl's columns (their width follows the widest value listed)."""
         return self.sh(host, "sha256sum /etc/systemd/system/sparkfleet-*.service 2>/dev/null; "
                              "systemctl list-units 'sparkfleet-*' --all --no-legend --plain 2>/dev/null"
-                             " | awk '$1 ~ /-watchdog[.]service$/ {print $1; next}"
+                             " | awk '$1 ~ /-(watchdog|monitoring-textfile)[.]service$/ {print $1; next}"
                              " $1 ~ /[.]timer$/ {print $1, $2, $3; next} {print $1, $2, $3, $4}'; "
                              "docker ps --no-trunc --format '{{.ID}} {{.Image}} {{.Status}}' | sed 's/Up .*/Up/'").stdout
 

@@ -24,6 +24,9 @@ TABLE = "inet sparkfleet"
 # Ray's ports as ray_cluster pins them (GCS, node/object manager, agents, metrics, client server, dashboard) and the
 # edges of its worker range: scanned even when nothing listens there at the moment.
 RAY_PORTS = [6379, 6380, 6381, 6382, 6383, 6384, 6385, 8265, 10001, 10002, 19999]
+# The monitoring role's ports (on by default, roles/monitoring/defaults/main.yml): they answer the head's management
+# network by design (Prometheus, Alertmanager, the node exporter), and nothing else there does.
+MONITORING_PORTS = [9090, 9093, 9100]
 # Where a non-root user could find a secret we wrote: our trees, logs, temp and home directories.
 READABLE_TREES = ["/etc", "/run", "/tmp", "/var/log", "/var/lib/sparkfleet", "/var/cache/sparkfleet", "/var/tmp",
                   "/home", "/usr/local", "/opt"]
@@ -99,13 +102,14 @@ def deployed(lab, tmp_path_factory):
 
 
 # --------------------------------------------------------------------------- what the management side reaches
-def test_only_ssh_and_the_api_answer_on_the_head_from_the_management_side(lab, deployed, observe):
+def test_only_ssh_the_api_and_monitoring_answer_on_the_head_from_the_management_side(lab, deployed, observe):
     listening = listening_ports(lab, HEAD)
     assert {22, API_PORT, 6379, 6380, 6381, 10001} <= set(listening), listening  # Ray does listen: the scan is real
     states = scan(lab, "ctl", MGMT_IP, sorted(set(listening) | set(RAY_PORTS)))
     answering = sorted(p for p, s in states.items() if s == "open")
     observe("from the control namespace to %s: %d ports tried, answering: %s" % (MGMT_IP, len(states), answering))
-    assert answering == [22, API_PORT], states
+    assert answering == sorted([22, API_PORT] + [p for p in MONITORING_PORTS if p in listening]), states
+    assert not set(answering) & set(RAY_PORTS), states
 
 
 def test_the_workers_ray_ports_answer_the_fabric_subnet_only(lab, deployed):
