@@ -113,6 +113,21 @@ _AFTER_READY_RE = re.compile(r"rrno|in use|vLLM API server version|non-default a
 _COLLECTIVE_WORDS = ("atchdog", "ollective", "NCCL", "Cuda failure", "ncclRemote", "remote process", "NET/IB")
 _COLLECTIVE_RE = CAUSE["collective_failed"].strong
 
+# The memory gate's refusal of a start (roles/ray_cluster/files/sparkfleet_watchdog.py's refuse(): ExecStartPre exit 3,
+# systemd starts the unit again, and the gate escalates at the last refusal itself) and the first line of each gate run.
+# systemd's words after a refusal ("Control process exited", "Scheduled restart job") end that start, not the engine.
+GATE_REFUSED_RE = re.compile(r"memory gate: not starting the engine yet .*\(refusal (\d{1,6}) of (\d{1,6}) before escalating\)")
+GATE_RUN_RE = re.compile(r"^memory gate: ")
+
+
+def gate_refusal(text):
+    """True for the gate's refusal of a start that is not its last, False for another gate line, else None."""
+    m = GATE_REFUSED_RE.search(text)
+    if m:
+        return int(m.group(1)) < int(m.group(2))
+    return False if GATE_RUN_RE.match(text) else None
+
+
 _NEW_RUN_RE = re.compile(r"vLLM API server version|non-default args:|^args: Namespace\(")
 
 # Lines that look alarming but are expected on one-GPU-per-node Ray clusters and elsewhere.
@@ -279,6 +294,7 @@ class VllmLogParser(object):
         self.lines_seen = 0
         self.attempts = 0
         self.previous_failure = None
+        self.gate_refused = False   # the memory gate refused the latest start (not its last refusal)
         self._reset_attempt()
 
     # ----- state -----
@@ -438,6 +454,12 @@ class VllmLogParser(object):
                 self.phase_first_ts.setdefault(self.phase, line.ts)
             self.last_ts = line.ts
 
+        if "memory gate: " in text:
+            refused = gate_refusal(text)
+            if refused is not None:
+                self.gate_refused = refused
+                if refused:
+                    return      # our own word, not the engine's: systemd starts the unit again
         # A new server run in the same log (restart by systemd or docker).
         if ("args" in text or "version" in text) and _NEW_RUN_RE.search(text) and (self.confirmed or PHASE_INDEX[self.phase] >= PHASE_INDEX["engine_init"]):
             self._new_attempt(line)
@@ -594,6 +616,8 @@ class VllmLogParser(object):
             self._confirm()
             marker = True
         elif _SYSTEMD_EXIT_RE.search(text):
+            if self.gate_refused and not self.confirmed:
+                return          # the end of a start the memory gate refused, not of an engine
             self.exit_lines.append(self._ev(line))
             self._confirm()
             marker = True

@@ -35,6 +35,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import r
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
     PHASE_INDEX,
     VllmLogParser,
+    gate_refusal,
     scrub,
     summary as make_summary,
 )
@@ -326,6 +327,8 @@ class JournalSource(object):
         self.last_run = last_run
         self.skipped = 0
         self.error = None
+        self.refused = False    # the gate refused the last start read (not its last refusal)
+        self.sub_state = None
         self.journalctl = self.runner.bin("journalctl")
         self.systemctl = self.runner.bin("systemctl", required=False)
 
@@ -365,10 +368,23 @@ class JournalSource(object):
                 self.cursor = ln[len("-- cursor: "):].strip()
             elif ln.strip() != "-- No entries --":
                 keep.append(ln)
+                self._note_gate(ln)
         text = "\n".join(keep)
         if text and not text.endswith("\n"):
             text += "\n"
         return text
+
+    def _note_gate(self, line):
+        if "memory gate: " in line:
+            refused = gate_refusal(line)
+            self.refused = self.refused if refused is None else refused
+
+    def retrying_after_refusal(self):
+        """The last run read ended in the memory gate's refusal (not its last), and systemd starts the unit again:
+        the next start says what happened (it serves, the gate refuses again, or it escalates; the gate counts its
+        refusals and escalates at the last itself, so following is bounded by the gate). Seen in CI: the deploy's
+        wait answered engine_exited ("Scheduled restart job") a few seconds before the gate's escalation."""
+        return self.sub_state == "auto-restart" and self.refused
 
     def alive(self):
         if not self.systemctl:
@@ -380,7 +396,7 @@ class JournalSource(object):
             return None, None
         props = dict(ln.split("=", 1) for ln in res.stdout.splitlines() if "=" in ln)
         active = props.get("ActiveState", "")
-        sub = props.get("SubState", "")
+        sub = self.sub_state = props.get("SubState", "")
         gone = active in ("failed", "inactive") or sub in ("auto-restart", "failed", "dead")
         ev = "systemd: %s ActiveState=%s SubState=%s Result=%s ExecMainStatus=%s" % (
             self.unit, active, sub, props.get("Result", ""), props.get("ExecMainStatus", ""))
@@ -390,6 +406,8 @@ class JournalSource(object):
             if restarts < CLEAN_RESTARTS_FOLLOWED:
                 return True, ev     # ended cleanly, and systemd starts it again: its next start tells
             ev += " NRestarts=%d (each run ended cleanly, without a known failure)" % restarts
+        if props.get("Result") == "exit-code" and self.retrying_after_refusal():
+            return True, ev         # the memory gate refused this start: systemd starts it again
         return (not gone), ev
 
     def last_write(self):
@@ -781,6 +799,8 @@ class StartupWaiter(object):
                 jp.feed(tail_lines(text, _line_budget(self.p["max_bytes"]))[0])
             if alive is not False or jp.failed:
                 break
+        if alive is False and not jp.failed and self.journal.retrying_after_refusal():
+            alive = True        # the gate refused this start (read just now): follow the next one
         jp.finish()
         if alive is False:
             jp.settle(final=True)
@@ -801,6 +821,8 @@ class StartupWaiter(object):
             if not self.parser.failed and self.source.kind == "journal":
                 time.sleep(_JOURNAL_LAG_S)      # its last lines may reach journald just after the unit ended
                 self.pull()
+                if not self.parser.failed and self.source.retrying_after_refusal():
+                    return False    # the memory gate refused this start: systemd starts the unit again
             self.parser.finish()
             self.parser.settle(final=True)
             if not self.parser.failed and self.source.kind == "docker" and self.journal is not None:

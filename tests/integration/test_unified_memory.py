@@ -337,12 +337,6 @@ def test_rays_memory_monitor_kills_a_loading_rank_unless_the_deploy_turns_it_off
     assert r["status"] == "successful" and not failures, lab.messages(failures)[-2000:]
 
 
-# long since CI on 982578a (5 Dec): the gate refused and escalated (the escalation record is right), but the deploy's
-# wait read the refused start's "Scheduled restart job" first and answered engine_exited instead of
-# supervision_escalated (the same race as stop 47's, on an exit-code end this time). Runs in scripts/faults.sh until
-# vllm_wait follows a gate-refused start to the escalation. CI keeps the gate's refusals and their escalation through
-# test_a_leaking_worker_escalates_instead_of_looping.
-@pytest.mark.long
 @pytest.mark.fault(name="an engine start that would take more unified memory than the nodes have (utilization 0.95),"
                         " every node set to freeze past its memory (wedge) and Ray's memory monitor off (the deploy's"
                         " setting)",

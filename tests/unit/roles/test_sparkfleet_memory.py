@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _vllm_log
+
 FILES = Path(__file__).resolve().parents[3] / "roles" / "ray_cluster" / "files"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "memory"
 GiB = 1 << 30
@@ -611,7 +613,10 @@ def test_a_gpu_wait_that_ends_short_is_a_bounded_refusal_not_a_start_for_ever(wd
     del c.reports["10.99.1.12"]
     a = gate_args(wd, tmp_path, timeout=0, gpu_wait=["sparkfleet-ray", "2", "600"])
     assert wd.gate(a) == 3 and wd.gate(a) == 3 and marker(tmp_path) is None
-    assert "short of 2 GPUs after 600 s" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "short of 2 GPUs after 600 s" in err
+    # vllm_wait follows a refused start to the next one by these words (plugins/module_utils/_vllm_log.py)
+    assert [m.groups() for m in map(_vllm_log.GATE_REFUSED_RE.search, err.splitlines()) if m] == [("1", "3"), ("2", "3")]
     assert wd.gate(a) == 3
     m = marker(tmp_path)
     assert m["reason"].startswith("3 start(s) in 60 min found the cluster did not have the engine's GPUs") and m["memory"]

@@ -921,3 +921,71 @@ def test_a_crash_that_systemd_restarts_is_still_engine_exited_at_once(run_module
     res = run_module(vllm_wait, {"unit": "sparkfleet-vllm", "timeout": 10, "poll_interval": 0.1})
     assert res["failure"]["class"] == "engine_exited"
     assert any("Result=exit-code" in ln for ln in res["failure"]["evidence"])
+
+
+# The memory gate's refusal as sparkfleet_watchdog.py's refuse() writes it (tests/unit/roles/test_sparkfleet_memory.py
+# holds the two together), with systemd's words around it (systemd 252, the lab's).
+_GATE_REFUSED = (
+    "Starting sparkfleet-vllm.service - sparkfleet vLLM API (Qwen/Qwen3.5-122B-A10B-FP8)...\n"
+    "memory gate: waiting up to 600 s for sparkfleet-ray to run and Ray's cluster to have 2 GPU(s)\n"
+    "sparkfleet-watchdog: memory gate: not starting the engine yet (spark-2: 3.1 GiB short of the 60.2 GiB the engine"
+    " takes); systemd tries again (refusal 1 of 3 before escalating)\n"
+    "sparkfleet-vllm.service: Control process exited, code=exited, status=3/NOTIMPLEMENTED\n"
+    "sparkfleet-vllm.service: Failed with result 'exit-code'.\n"
+    "sparkfleet-vllm.service: Scheduled restart job, restart counter is at 1.\n")
+
+
+def _refused_then(later_body, later_state, after=3, refusal=_GATE_REFUSED):
+    """A unit whose memory gate refused its start (ExecStartPre exit 3, Restart=always): systemd is about to start
+    it again; from the ``after``-th look on, the next start has happened: its journal and its state."""
+    seen = {"n": 0}
+
+    def systemctl(args):
+        if "InvocationID" in args:
+            return 0, _INVOCATION + "\n", ""
+        seen["n"] += 1
+        if seen["n"] < after:
+            return 0, "ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=0\nNRestarts=1\n", ""
+        return 0, later_state, ""
+
+    def journalctl(args):
+        body = refusal + (later_body if seen["n"] >= after else "")
+        if "short-unix" in args:
+            return 0, "%.6f spark-1 vllm[2211]: last line\n" % time.time(), ""
+        return 0, body + "-- cursor: s=1\n", ""
+    return systemctl, journalctl
+
+
+@pytest.mark.parametrize("container", [None, "vllm"])
+def test_a_start_the_memory_gate_refused_is_followed_to_the_escalation(run_module, fake_bins, container):
+    # Seen in CI: the deploy's wait answered engine_exited ("Scheduled restart job, restart counter is at 1") a few
+    # seconds after the gate refused the deploy's start, and before the next start's gate escalated.
+    systemctl, journalctl = _refused_then(
+        _text("fail_supervision_escalated_memory_journal.log"),
+        "ActiveState=failed\nSubState=failed\nResult=exit-code\nExecMainStatus=0\nNRestarts=2\n")
+    fake_bins({"journalctl": journalctl, "systemctl": systemctl, "docker": _no_such_container})
+    args = {"unit": "sparkfleet-vllm", "timeout": 10, "poll_interval": 0.1}
+    if container:
+        args["container"] = container
+    res = run_module(vllm_wait, args)
+    assert res["failure"]["class"] == "supervision_escalated", res["failure"]
+
+
+def test_a_start_the_gate_refused_is_followed_to_a_start_that_serves(run_module, fake_bins):
+    systemctl, journalctl = _refused_then(
+        "memory gate: spark-1 ok; spark-2 ok\n" + _text("ok_v1_011_journal.log"),
+        "ActiveState=active\nSubState=running\nResult=success\nExecMainStatus=0\nNRestarts=1\n")
+    fake_bins({"journalctl": journalctl, "systemctl": systemctl})
+    res = run_module(vllm_wait, {"unit": "sparkfleet-vllm", "timeout": 10, "poll_interval": 0.1})
+    assert res.get("ready") and not res.get("failure"), res
+
+
+def test_the_gates_last_refusal_is_not_followed(run_module, fake_bins):
+    # The gate escalates at its last refusal itself; a refusal that says it is the last and no escalation after it
+    # (a gate of another version) ends the wait as engine_exited, not a wait to the deadline.
+    systemctl, journalctl = _refused_then("", "ActiveState=activating\nSubState=auto-restart\nResult=exit-code\n"
+                                          "ExecMainStatus=0\nNRestarts=3\n",
+                                          refusal=_GATE_REFUSED.replace("refusal 1 of 3", "refusal 3 of 3"))
+    fake_bins({"journalctl": journalctl, "systemctl": systemctl})
+    res = run_module(vllm_wait, {"unit": "sparkfleet-vllm", "timeout": 10, "poll_interval": 0.1})
+    assert res["failure"]["class"] == "engine_exited"
