@@ -1,4 +1,5 @@
-"""Rules the tests keep themselves (issue 43 item 5): no assert times itself; one stand-in for node commands.
+"""Rules the tests keep themselves (issue 43 item 5): no assert times itself; one stand-in for node commands; one
+way to run ansible-playbook (tests/unit/support/playbook.py).
 
 CI and this machine are shared 2-core boxes whose load swings from 1 to 16: a bound on how long something took is
 either loose enough to test nothing or a flake. A test judges what the code decided instead (no wait at all, the
@@ -160,3 +161,41 @@ def test_the_stand_in_check_sees_a_hand_rolled_fake():
     assert _patches_run_command(
         "def f(monkeypatch):\n    monkeypatch.setattr(basic.AnsibleModule, 'run_command', lambda *a, **k: (0, '', ''))\n",
         "<t>") == [2]
+
+
+_PROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output"}
+
+
+def _starts_ansible_playbook(source, filename):
+    """Lines where ``source`` starts ansible-playbook through subprocess itself (the program's name in the call)."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _PROCESS_CALLS
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "subprocess"
+                and any(isinstance(n, ast.Constant) and isinstance(n.value, str)
+                        and n.value.rstrip("/").endswith("ansible-playbook")
+                        for a in node.args[:1] for n in ast.walk(a))):
+            found.append(node.lineno)
+    return found
+
+
+def test_unit_tests_run_ansible_playbook_one_way():
+    # tests/unit/support/playbook.py's run_playbook: the repository's ansible.cfg, none of the caller's ANSIBLE_* or
+    # SPARKFLEET_* settings, the report under the test's directory, a bound. (test_first_hour.py runs the
+    # ansible-playbook of a fresh venv as a new user would, through its own shell helper: that is its subject.)
+    offenders = {}
+    for path in (ROOT / "tests" / "unit").rglob("*.py"):
+        if path == ROOT / "tests" / "unit" / "support" / "playbook.py":
+            continue
+        lines = _starts_ansible_playbook(path.read_text(encoding="utf-8"), str(path))
+        if lines:
+            offenders[str(path.relative_to(ROOT))] = lines
+    assert not offenders, "run ansible-playbook through tests/unit/support/playbook.py's run_playbook: %s" % offenders
+
+
+@pytest.mark.parametrize("snippet", [
+    "import subprocess\nsubprocess.run([str(BIN / 'ansible-playbook'), '-i', 'h', 'p.yml'])\n",
+    "import subprocess\nsubprocess.Popen([os.path.join(d, 'ansible-playbook'), 'p.yml'], env=e)\n",
+])
+def test_the_runner_check_sees_a_home_made_runner(snippet):
+    assert _starts_ansible_playbook(snippet, "<t>") == [2]

@@ -8,22 +8,18 @@ no node.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import run_playbook
 
 REPO = Path(__file__).resolve().parents[3]
-BIN = Path(sys.executable).parent
 
 
 def _play(inventory, playbook, tmp_path, *args):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", SPARKFLEET_REPORT_DIR=str(tmp_path / "r"))
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), *args, str(REPO / playbook)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=180, env=env, check=False)
+    proc = run_playbook(REPO / playbook, *args, inventory=inventory, cwd=tmp_path, report_dir=tmp_path / "r")
     return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
 
 

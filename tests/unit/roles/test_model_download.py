@@ -7,12 +7,10 @@ empty model directory as incomplete, as on a fresh head."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import local_inventory, run_playbook
 
 REPO = Path(__file__).resolve().parents[3]
 TOKEN = "hf_FAKEtoken41secret"
@@ -46,12 +44,8 @@ def _run(tmp_path, docker_body, timeout=20):
       ansible.builtin.include_tasks: %(tasks)s
 """ % {"fake": fake, "model": model, "token": TOKEN, "timeout": timeout,
        "tasks": REPO / "roles" / "model_sync" / "tasks" / "download.yml"})
-    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    localhost: {ansible_connection: local, "
-                                        "ansible_python_interpreter: %s}\n" % sys.executable)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "SPARKFLEET_"))}
-    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", SPARKFLEET_REPORT_DIR=str(tmp_path / "r"))
-    p = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "hosts.yml", "play.yml", "-v"],
-                       cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180, check=False)
+    p = run_playbook("play.yml", "-v", inventory=local_inventory(tmp_path / "hosts.yml"), cwd=tmp_path,
+                     report_dir=tmp_path / "r")
     return p.returncode, p.stdout + p.stderr
 
 

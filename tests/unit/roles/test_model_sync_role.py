@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import run_playbook
 
 REPO = Path(__file__).resolve().parents[3]
 TASKS = REPO / "roles" / "model_sync" / "tasks" / "main.yml"
@@ -53,11 +51,7 @@ def test_a_quote_in_the_model_dir_never_breaks_the_keys_forced_command(tmp_path,
         "tasks": [{"ansible.builtin.set_fact": {"_model_sync_pub_key": pub}},
                   {"ansible.builtin.copy": {"content": _authorized_line(), "dest": str(tmp_path / "line")}}],
     }]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-c", "local", "-i", "localhost,",
-                           "-e", "ansible_python_interpreter=%s" % sys.executable, str(playbook)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120, env=env, check=False)
+    proc = run_playbook(playbook, local=True, timeout=120, report_dir=tmp_path / "r")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = (tmp_path / "line").read_text()
     assert line.startswith('restrict,agent-forwarding,from="10.99.1.0/24",command="')

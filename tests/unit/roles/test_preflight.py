@@ -10,13 +10,12 @@ That the later plays of site.yml never start is tested on the lab
 from __future__ import annotations
 
 import getpass
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import run_playbook
 
 REPO = Path(__file__).resolve().parents[3]
 PLAYBOOK = REPO / "playbooks" / "preflight.yml"
@@ -54,11 +53,8 @@ def _inventory(tmp_path, extra_vars=None, groups=None, host_vars=None):
 
 
 def _preflight(inventory, *extra):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCALHOST_WARNING="0")
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-                           str(PLAYBOOK), "--skip-tags", "fabric,access", *extra], cwd=REPO, capture_output=True, text=True, timeout=120, env=env,
-                          check=False)
+    proc = run_playbook(PLAYBOOK, "--skip-tags", "fabric,access", *extra, inventory=inventory, timeout=120,
+                        report_dir=Path(inventory).parent / "r")
     return proc.returncode, proc.stdout + proc.stderr
 
 

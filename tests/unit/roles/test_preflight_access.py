@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
-import os
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import jinja2
 import pytest
 import yaml
+from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import run_playbook
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -109,11 +107,7 @@ def test_check_mode_keeps_the_named_cannot_be_reached_message(tmp_path):
         "    sparkfleet_head_fabric_ip: 127.0.0.1\n    sparkfleet_image: x\n    preflight_ping_timeout: 3\n"
         "  tasks:\n    - name: Access\n      ansible.builtin.include_tasks: %s\n"
         % (REPO / "roles" / "preflight" / "tasks" / "access.yml"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inv), str(play),
-                        "--check"], cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180,
-                       check=False)
+    p = run_playbook(play, "--check", inventory=inv, cwd=tmp_path)
     out = " ".join(p.stdout.split())
     assert p.returncode == 2, out[-2000:]
     assert "n1 (127.0.0.1) cannot be reached as nobody" in out and "Check the node is up" in out, out[-2000:]

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
+from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import run_playbook
 
 REPO = Path(__file__).resolve().parents[3]
 TASKS = REPO / "roles" / "ray_cluster" / "tasks" / "main.yml"
@@ -44,11 +42,7 @@ def test_the_join_wait_retries_until_the_cluster_is_whole(tmp_path):
             {"ansible.builtin.copy": {"content": "{{ ends | to_json }}", "dest": str(out)}},
         ],
     }]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-c", "local", "-i", "localhost,",
-                           "-e", "ansible_python_interpreter=%s" % sys.executable, str(playbook)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120, env=env, check=False)
+    proc = run_playbook(playbook, local=True, timeout=120, report_dir=tmp_path / "r")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = json.loads(out.read_text())
     assert {case[0]: bool(e) for case, e in zip(CASES, got)} == {case[0]: case[2] for case in CASES}

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 from ansible_collections.sparkfleet.vllm.plugins.callback.default import retry_line
+from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import local_inventory, run_playbook
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
@@ -39,14 +38,8 @@ PLAYBOOK = """
 
 def test_a_poll_with_a_summary_prints_it_instead_of_failed_retrying(tmp_path):
     (tmp_path / "waits.yml").write_text(PLAYBOOK)
-    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    localhost: {ansible_connection: local, "
-                                        "ansible_python_interpreter: %s}\n" % sys.executable)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "SPARKFLEET_"))}
-    env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               SPARKFLEET_REPORT_DIR=str(tmp_path / "r"))
-    p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "hosts.yml",
-                        "waits.yml"], cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180,
-                       check=False)
+    p = run_playbook("waits.yml", inventory=local_inventory(tmp_path / "hosts.yml"), cwd=tmp_path,
+                     report_dir=tmp_path / "r")
     out = p.stdout
     assert p.returncode == 0, out[-3000:] + p.stderr[-2000:]
     waits = out.split("TASK [Wait for the shards]")[1].split("TASK [Wait without a summary]")[0]

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _report
+from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import run_playbook as run_ansible_playbook
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 BIN = os.path.dirname(sys.executable)
@@ -67,12 +68,9 @@ def run_playbook(tmp_path, name, playbook, extra_env=None, args=()):
         "nodes:\n  hosts:\n    n1: {ansible_connection: local, ansible_python_interpreter: %s}\n"
         "    n2: {ansible_connection: local, ansible_python_interpreter: %s}\n"
         "spark:\n  children:\n    spark_head:\n      hosts:\n        n1:\n" % (sys.executable, sys.executable))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update({"ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "SPARKFLEET_REPORT_DIR": str(tmp_path / "reports"),
-                "ANSIBLE_CALLBACKS_ENABLED": "sparkfleet.vllm.report", "ANSIBLE_NOCOLOR": "1"})
-    env.update(extra_env or {})
-    return subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), *args, name],
-                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180, check=False)
+    return run_ansible_playbook(name, *args, inventory=tmp_path / "hosts.yml", cwd=tmp_path,
+                                report_dir=tmp_path / "reports",
+                                env=dict({"ANSIBLE_CALLBACKS_ENABLED": "sparkfleet.vllm.report"}, **(extra_env or {})))
 
 
 @pytest.fixture(scope="module")
@@ -128,12 +126,8 @@ def test_status_prints_the_latest_report_table(deploy_run):
     # status.yml's first play reads the table from the same directory (its other plays need the cluster).
     (tmp / "status_only.yml").write_text("- name: Status\n  ansible.builtin.import_playbook: %s\n"
                                          % os.path.join(ROOT, "playbooks", "status.yml"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), SPARKFLEET_REPORT_DIR=str(tmp / "reports"),
-               ANSIBLE_NOCOLOR="1")
     # Only the first play matters here (the cluster's plays fail without a cluster, after it).
-    r = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp / "hosts.yml"), "status_only.yml"],
-                       cwd=str(tmp), env=env, capture_output=True, text=True, timeout=180, check=False)
+    r = run_ansible_playbook("status_only.yml", inventory=tmp / "hosts.yml", cwd=tmp, report_dir=tmp / "reports")
     out = r.stdout
     assert "sparkfleet report: site.yml successful" in out, out[-3000:]
     assert "model_sync" in out and "41.5 tokens/s" in out
@@ -331,12 +325,8 @@ def test_the_chart_path_is_in_the_artifacts_and_printed(serve_run):
 
 def test_an_empty_run_fails_and_still_writes_its_report(tmp_path):
     """`site.yml -i /nonexistent`: non-zero, the report names the failure, no matplotlib warning, no chart."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update({"ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "SPARKFLEET_REPORT_DIR": str(tmp_path / "r"),
-                "ANSIBLE_NOCOLOR": "1"})
-    p = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "nonexistent"),
-                        os.path.join(ROOT, "site.yml")], cwd=str(tmp_path), env=env, capture_output=True, text=True,
-                       timeout=180, check=False)
+    p = run_ansible_playbook(os.path.join(ROOT, "site.yml"), inventory=tmp_path / "nonexistent", cwd=tmp_path,
+                             report_dir=tmp_path / "r")
     out = p.stdout + p.stderr
     assert p.returncode != 0, out[-3000:]
     assert "number sections" not in out and "Traceback" not in out, out[-3000:]
@@ -376,11 +366,8 @@ def test_status_does_not_show_another_inventory_s_report(deploy_run, tmp_path):
     (tmp_path / "other.yml").write_text("spark:\n  children:\n    spark_head:\n      hosts:\n"
                                         "        n1: {ansible_connection: local, ansible_python_interpreter: %s}\n"
                                         % sys.executable)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), SPARKFLEET_REPORT_DIR=str(tmp / "reports"),
-               ANSIBLE_NOCOLOR="1")
-    r = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "other.yml"), "status_only.yml"],
-                       cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180, check=False)
+    r = run_ansible_playbook("status_only.yml", inventory=tmp_path / "other.yml", cwd=tmp_path,
+                             report_dir=tmp / "reports")
     out = " ".join(r.stdout.split())
     assert "sparkfleet report: site.yml successful" not in out, out[-3000:]
     assert "is of another inventory (%s), not shown" % (tmp / "hosts.yml") in out, out[-3000:]
@@ -457,12 +444,9 @@ def test_a_node_that_went_away_is_the_run_s_one_failure_not_ray_s_late_error(tmp
         "nodes:\n  hosts:\n    n1: {ansible_connection: local, ansible_python_interpreter: %s}\n"
         "    n2: {ansible_connection: ssh, ansible_host: 127.0.0.1, ansible_port: 1, ansible_user: nobody}\n"
         % sys.executable)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update({"ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "SPARKFLEET_REPORT_DIR": str(tmp_path / "reports"),
-                "ANSIBLE_CALLBACKS_ENABLED": "sparkfleet.vllm.report", "ANSIBLE_NOCOLOR": "1",
-                "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp_path / "cp"), "ANSIBLE_TIMEOUT": "5"})
-    p = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), "site.yml"],
-                       cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180, check=False)
+    p = run_ansible_playbook("site.yml", inventory=tmp_path / "hosts.yml", cwd=tmp_path, report_dir=tmp_path / "reports",
+                             env={"ANSIBLE_CALLBACKS_ENABLED": "sparkfleet.vllm.report",
+                                  "ANSIBLE_SSH_CONTROL_PATH_DIR": tmp_path / "cp", "ANSIBLE_TIMEOUT": "5"})
     assert p.returncode != 0
     out = p.stdout + p.stderr
     line = [ln for ln in out.splitlines() if ln.startswith("sparkfleet: ")]

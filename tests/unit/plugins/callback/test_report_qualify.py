@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
+from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import run_playbook
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
-BIN = os.path.dirname(sys.executable)
 
 # The role's last steps on made-up measurements: the real filter, set_stats as the role publishes it.
 PLAYBOOK = """
@@ -45,11 +44,8 @@ def run(tmp_path, name):
     (tmp_path / name).write_text(PLAYBOOK)
     (tmp_path / "hosts.yml").write_text(
         "all:\n  hosts:\n    n1: {ansible_connection: local, ansible_python_interpreter: %s}\n" % sys.executable)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update({"ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "SPARKFLEET_REPORT_DIR": str(tmp_path / "reports"),
-                "ANSIBLE_CALLBACKS_ENABLED": "sparkfleet.vllm.report", "ANSIBLE_NOCOLOR": "1"})
-    return subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), name],
-                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180, check=False)
+    return run_playbook(name, inventory=tmp_path / "hosts.yml", cwd=tmp_path, report_dir=tmp_path / "reports",
+                        env={"ANSIBLE_CALLBACKS_ENABLED": "sparkfleet.vllm.report"})
 
 
 def test_the_qualify_section_is_written_and_printed(tmp_path):

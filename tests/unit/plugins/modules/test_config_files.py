@@ -11,6 +11,7 @@ import stat
 import pytest
 
 from ansible_collections.sparkfleet.vllm.plugins.modules import config_files
+from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import local_inventory, run_playbook
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 MY_GROUP = grp.getgrgid(os.getgid()).gr_name
@@ -182,9 +183,6 @@ def test_bad_line_entries_are_refused_before_anything_is_touched(run_module, tmp
 def test_check_diff_through_ansible_shows_plain_files_and_hides_secrets(tmp_path):
     """Issue 41.6: `content` is no_log, so through Ansible every diff read VALUE_SPECIFIED_IN_NO_LOG_PARAMETER (the
     run_module harness above skips Ansible's masking). A real ansible-playbook --check --diff, as the roles call it."""
-    import subprocess
-    import sys
-    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
     etc = tmp_path / "etc"
     etc.mkdir()
     (etc / "unit.service").write_text("[Unit]\nDescription=old\n")
@@ -201,14 +199,9 @@ def test_check_diff_through_ansible_shows_plain_files_and_hides_secrets(tmp_path
           - {path: "%(etc)s/vllm.env", content: "VLLM_API_KEY=sk-new-secret-41\\n", mode: "0600", diff: false}
           - {path: "%(etc)s/other.conf", content: "key sk-new-secret-41 leaked?\\n", mode: "0644"}
 """ % {"etc": etc})
-    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    localhost: {ansible_connection: local, "
-                                        "ansible_python_interpreter: %s}\n" % sys.executable)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "SPARKFLEET_"))}
-    env.update(ANSIBLE_CONFIG=os.path.join(root, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_CALLBACKS_ENABLED="sparkfleet.vllm.progress", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default")
-    p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "hosts.yml",
-                        "play.yml", "--check", "--diff", "-v"], cwd=str(tmp_path), env=env, capture_output=True,
-                       text=True, timeout=180, check=False)
+    p = run_playbook("play.yml", "--check", "--diff", "-v", inventory=local_inventory(tmp_path / "hosts.yml"),
+                     cwd=tmp_path, env={"ANSIBLE_CALLBACKS_ENABLED": "sparkfleet.vllm.progress",
+                                        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default"})
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-3000:]
     assert "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER" not in out.split("TASK [Write]")[1].split("unit.service", 1)[1][:400]
