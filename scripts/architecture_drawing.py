@@ -6,7 +6,8 @@ Three parts, each read from the files Ansible runs:
              files it reaches in a role (include_role/import_role tasks_from); then the other entry playbooks
   roles      per role: the collection's modules its tasks call, the floor's task files it runs, the files it reads
              from another role's folder (role_path/../<role>/...), the roles it includes
-  floor      roles/sparkfleet/tasks/*.yml and who runs each; a task file no play or role reaches is marked dead
+  floor      roles/sparkfleet/tasks/*.yml and who runs each; a task file no play or role reaches is marked dead;
+             its files/ (the node scripts two roles' units run) and the roles that write them
 
   scripts/architecture_drawing.py           # print the drawing
   scripts/architecture_drawing.py --write   # put it into docs/ARCHITECTURE.md between its markers
@@ -70,6 +71,7 @@ class Role(object):
         self.name = name
         self.dir = os.path.join(ROOT, "roles", name)
         self.modules, self.floor, self.includes, self.cross, self.own = set(), set(), set(), set(), set()
+        self.writes_floor_scripts = False
         tasks_dir = os.path.join(self.dir, "tasks")
         self.task_files = sorted(f[:-4] for f in os.listdir(tasks_dir) if f.endswith(".yml")) \
             if os.path.isdir(tasks_dir) else []
@@ -79,6 +81,8 @@ class Role(object):
                 for f in files:
                     text = open(os.path.join(base, f), encoding="utf-8", errors="replace").read()
                     self.cross.update(r for r in CROSS_ROLE.findall(text) if r != name)
+                    self.writes_floor_scripts = self.writes_floor_scripts or (
+                        sub == "tasks" and "_sparkfleet_unit_scripts" in text)
         for f in self.task_files:
             for task in _tasks(_load(os.path.join(tasks_dir, f + ".yml"))):
                 self._task(task)
@@ -189,6 +193,12 @@ def drawing():
     out.append("the floor (roles/sparkfleet, every role's dependency): its task files and who runs them")
     for f in floor.task_files:
         out.append("  %-21s %s" % (f + ".yml", ", ".join(sorted(users.get(f, ()))) or "DEAD: reached by nothing"))
+    files_dir = os.path.join(ROOT, "roles", "sparkfleet", "files")
+    if os.path.isdir(files_dir):
+        writers = sorted(r.name for r in roles if r.name != "sparkfleet" and r.writes_floor_scripts)
+        out.append("  files/ (the scripts two roles' units run: _sparkfleet_unit_scripts), written by %s:"
+                   % (", ".join(writers) or "nothing"))
+        out.append("    " + ", ".join(sorted(os.listdir(files_dir))))
     reached = {(r.name, "main") for r in roles} | {(r.name, f) for r in roles for f in r.own}
     reached |= {tuple(i.split("/")) for r in roles for i in r.includes}
     for name in os.listdir(os.path.join(ROOT, "playbooks")):

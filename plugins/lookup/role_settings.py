@@ -36,6 +36,14 @@ options:
     type: list
     elements: str
     default: []
+  derived:
+    description:
+      - Also read the roles' C(vars/main.yml), the values each role derives from its settings (its server's flags,
+        for example), templated the same way over the same variables, so that a caller outside the role reads them
+        as the role derives them and never restates them. They are returned with the settings under C(values)
+        (name them in O(only)); they are never counted as C(defaulted).
+    type: bool
+    default: false
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
 """
@@ -119,20 +127,25 @@ class LookupModule(LookupBase):
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise AnsibleLookupError("role_settings: names must be a list of variable names, got %r" % (names,))
         variables = dict(variables or {})
-        defaults = {}
+        defaults, derived_vars = {}, {}
         for role in roles:
-            path = os.path.join(ROLES_DIR, role, "defaults", "main.yml")
-            data = self._loader.load_from_file(path, trusted_as_template=True) or {}
-            if not isinstance(data, dict):
-                raise AnsibleLookupError("role_settings: %s is not a mapping of variables" % path)
-            defaults.update(data)
+            parts = [("defaults", defaults)] + ([("vars", derived_vars)] if self.get_option("derived") else [])
+            for part, into in parts:
+                path = os.path.join(ROLES_DIR, role, part, "main.yml")
+                if part == "vars" and not os.path.isfile(path):
+                    continue
+                data = self._loader.load_from_file(path, trusted_as_template=True) or {}
+                if not isinstance(data, dict):
+                    raise AnsibleLookupError("role_settings: %s is not a mapping of variables" % path)
+                into.update(data)
+        own = dict(defaults, **derived_vars)
         templar = self._templar.copy_with_new_env(
-            available_variables=ChainMap(variables, dict((k, v) for k, v in defaults.items() if k not in variables)))
+            available_variables=ChainMap(variables, dict((k, v) for k, v in own.items() if k not in variables)))
         values, errors = {}, {}
-        for name in list(defaults) + [n for n in names if n not in defaults]:
+        for name in list(own) + [n for n in names if n not in own]:
             if only and name not in only:
                 continue
-            if name not in defaults and name not in variables:
+            if name not in own and name not in variables:
                 errors[name] = "it is not set; set it in the inventory"
                 continue
             try:

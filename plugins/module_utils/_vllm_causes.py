@@ -58,7 +58,7 @@ class Cause(object):
 
 # Tried in this order on each line (the first that matches names the line).
 CAUSES = [
-    # Our own word (roles/ray_cluster/files/sparkfleet_watchdog.py's memory gate, an ExecStartPre of the vLLM unit): the
+    # Our own word (roles/sparkfleet/files/sparkfleet_watchdog.py's memory gate, an ExecStartPre of the vLLM unit): the
     # engine never started, and supervision will not start it again by itself.
     Cause(
         "supervision_escalated", 5,

@@ -57,9 +57,9 @@ def ray_replaced(lab, host, act, limit=300, step=5):
 
 
 def wd_pattern(name):
-    """A pattern of the watchdog the roles install (roles/ray_cluster/files/sparkfleet_watchdog.py), read from it."""
+    """A pattern of the watchdog the roles install (roles/sparkfleet/files/sparkfleet_watchdog.py), read from it."""
     import re
-    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "roles", "ray_cluster", "files",
+    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "roles", "sparkfleet", "files",
                              "sparkfleet_watchdog.py")).read()
     return re.search(r'^%s = r"(.*)"$' % name, text, re.M).group(1)
 

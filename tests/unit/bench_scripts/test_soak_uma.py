@@ -20,7 +20,7 @@ def _load(name, path):
 
 soak = _load("bench_soak", os.path.join(ROOT, "bench", "soak.py"))
 memory = _load("sparkfleet_memory_for_soak",
-               os.path.join(ROOT, "roles", "ray_cluster", "files", "sparkfleet_memory.py"))
+               os.path.join(ROOT, "roles", "sparkfleet", "files", "sparkfleet_memory.py"))
 
 
 def fixture(name):

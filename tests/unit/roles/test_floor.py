@@ -101,18 +101,44 @@ def _code_lines(path):
     return [(n, line) for n, line in enumerate(text.splitlines(), 1) if not line.lstrip().startswith("#")]
 
 
+# The floor's one view of a role's derived values (its vars/main.yml, as that role derives them): the role_settings
+# lookup with derived=true, whose `only` names them, read as `_sparkfleet_<role>_derived.<name>` (the image check asks
+# with vllm_serve's flags and recipe, never restated on the floor).
+DERIVED_VIEW = re.compile(r"query\('sparkfleet\.vllm\.role_settings', '(\w+)', derived=true,\s*only=\[([^\]]*)\]")
+
+
+def derived_views():
+    """role -> the derived names the floor's views of that role list (roles/sparkfleet/vars/main.yml)."""
+    path = ROLES / "sparkfleet" / "vars" / "main.yml"
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    return {role: set(re.findall(r"'(_%s_\w+)'" % role, only)) for role, only in DERIVED_VIEW.findall(text)}
+
+
 def private_reads():
-    """(file, line, name) for every `_<role>_*` name of another role in a role's files or a playbook."""
+    """(file, line, name) for every `_<role>_*` name of another role in a role's files or a playbook (the floor may
+    name one only in its derived view of that role, and read it through that view)."""
     found = []
     files = [p for role in ROLE_NAMES for part in ("tasks", "templates", "handlers", "vars", "defaults")
              for p in sorted((ROLES / role / part).rglob("*")) if p.is_file()]
+    views = derived_views()
     for path in files + sorted((REPO / "playbooks").glob("*.yml")):
         own = path.relative_to(ROLES).parts[0] if ROLES in path.parents else None
         for number, line in _code_lines(path):
             for match in PRIVATE.finditer(line):
-                if match.group(1) not in (own, "sparkfleet"):
-                    found.append((str(path.relative_to(REPO)), number, match.group(0)))
+                role, name, before = match.group(1), match.group(0), line[:match.start()]
+                viewed = own == "sparkfleet" and name in views.get(role, ()) and (
+                    before.endswith("_sparkfleet_%s_derived." % role) or (before.endswith("'") and "only=" in line))
+                if role not in (own, "sparkfleet") and not viewed:
+                    found.append((str(path.relative_to(REPO)), number, name))
     return found
+
+
+def test_the_floor_s_derived_views_name_what_the_role_derives():
+    views = derived_views()
+    assert views.get("vllm_serve") == {"_vllm_serve_args_cfg", "_vllm_serve_recipe"}
+    for role, names in views.items():
+        derived = set(yaml.safe_load((ROLES / role / "vars" / "main.yml").read_text(encoding="utf-8")))
+        assert names <= derived, "not in roles/%s/vars/main.yml: %s" % (role, sorted(names - derived))
 
 
 def test_no_role_reads_another_role_s_private_variables():
@@ -145,12 +171,22 @@ def test_the_private_read_check_sees_a_read(tmp_path, monkeypatch):
     (fake / "ray_cluster" / "tasks" / "main.yml").write_text(
         "- name: X\n  ansible.builtin.debug:\n    msg: \"{{ _runtime_image_job }} {{ _ray_cluster_own }}\"\n"
         "# a comment naming _vllm_serve_x is no read\n")
+    # the floor: through its derived view of a role, yes; bare, or a name the view does not list, no
+    (fake / "sparkfleet" / "vars").mkdir()
+    (fake / "sparkfleet" / "vars" / "main.yml").write_text(
+        "_sparkfleet_vllm_serve_derived: \"{{ query('sparkfleet.vllm.role_settings', 'vllm_serve', derived=true,\n"
+        "    only=['_vllm_serve_recipe'])[0]['values'] }}\"\n")
+    (fake / "sparkfleet" / "tasks" / "main.yml").write_text(
+        "- name: Y\n  ansible.builtin.debug:\n    msg: \"{{ _sparkfleet_vllm_serve_derived._vllm_serve_recipe }}\"\n"
+        "- name: Z\n  ansible.builtin.debug:\n    msg: \"{{ _vllm_serve_recipe }} {{ _sparkfleet_vllm_serve_derived._vllm_serve_x }}\"\n")
     (tmp_path / "playbooks").mkdir()
     (tmp_path / "playbooks" / "p.yml").write_text("- hosts: all\n  tasks: [{debug: {msg: '{{ x._preflight_y }}'}}]\n")
     monkeypatch.setattr(sys.modules[__name__], "ROLES", fake)
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
     assert [(f, name) for f, _n, name in private_reads()] == [
-        ("roles/ray_cluster/tasks/main.yml", "_runtime_image_job"), ("playbooks/p.yml", "_preflight_y")]
+        ("roles/ray_cluster/tasks/main.yml", "_runtime_image_job"),
+        ("roles/sparkfleet/tasks/main.yml", "_vllm_serve_recipe"), ("roles/sparkfleet/tasks/main.yml", "_vllm_serve_x"),
+        ("playbooks/p.yml", "_preflight_y")]
 
 
 def _floor_settings():
@@ -185,6 +221,8 @@ def test_the_floor_reads_another_role_s_settings_only_through_its_settings_looku
             for match in re.finditer(r"(?<![\w])(%s)_[a-z0-9_]+" % "|".join(ROLE_NAMES), expr):
                 role, name = match.group(1), match.group(0)
                 if role == "sparkfleet" or name == "sparkfleet_runtime_image_sync":  # runtime_image's result fact
+                    continue
+                if expr[:match.start()].endswith("sparkfleet.vllm."):   # a filter's name (vllm_serve_args), no read
                     continue
                 assert role in settings and expr[:match.start()].endswith("_sparkfleet_%s." % role), \
                     "%s reads %s bare: read it as _sparkfleet_%s.%s" % (where, name, role, name)

@@ -291,7 +291,7 @@ def test_the_script_writes_the_file_atomically_from_the_units_state(tmp_path):
     args = ["--dir", str(out), "--state", str(tmp_path / "state" / "s.json"), "--unit", "sparkfleet-ray",
             "--unit", "sparkfleet-vllm", "--node", "spark-1=10.99.1.11", "--node", "spark-2=10.99.1.12",
             "--watchdog-dir", str(wd), "--run-dir", str(run_dir),
-            "--memory-lib", str(REPO / "roles/ray_cluster/files/sparkfleet_memory.py"), "--model-dir", str(tmp_path)]
+            "--memory-lib", str(REPO / "roles/sparkfleet/files/sparkfleet_memory.py"), "--model-dir", str(tmp_path)]
     assert tf.main(args) == 0
     text = (out / "sparkfleet.prom").read_text()
     assert 'sparkfleet_supervision_events_total{event="restart",unit="sparkfleet-ray"} 1' in text

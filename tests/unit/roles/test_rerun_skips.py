@@ -46,12 +46,16 @@ RECIPE = [{"variable": "vllm_serve_kv_cache_dtype", "args": ["--kv-cache-dtype",
           {"variable": "vllm_serve_max_num_seqs", "args": ["--max-num-seqs", "64"]}]
 
 
+INPUTS = {"image": "vllm:1", "serve_args": ARGS, "model_config": "/models/m/config.json", "recipe": RECIPE}
+
+
 def image_vars(**over):
+    """The runtime_image role's check in this run (the floor's image_check.yml: its result and what it asked with) and
+    what vllm_serve would ask now (the floor's _sparkfleet_image_check_inputs; test_image_check_inputs.py shows it is
+    vllm_serve's own flags and recipe)."""
     checked = {"image": "vllm:1", "model_architectures": ["Qwen3_5MoeForCausalLM"], "failed": False}
-    v = {"sparkfleet_recheck": False, "vllm_serve_image": "vllm:1", "vllm_serve_model": "/models/m",
-         "_vllm_serve_args_cfg": {"args": ARGS}, "sparkfleet_image_check": checked,
-         "_vllm_serve_recipe": RECIPE,
-         "_vllm_serve_image_checked": {"serve_args": ARGS, "model_config": "/models/m/config.json", "recipe": RECIPE}}
+    v = {"sparkfleet_recheck": False, "vllm_serve_image": "vllm:1", "sparkfleet_image_check": checked,
+         "_sparkfleet_image_check_inputs": dict(INPUTS), "sparkfleet_image_checked": dict(INPUTS)}
     v.update(over)
     return v
 
@@ -61,9 +65,9 @@ def image_vars(**over):
     ({"sparkfleet_recheck": True}, True),
     ({"sparkfleet_image_check": {"image": "vllm:1", "model_architectures": [], "failed": False}}, True),  # no model yet
     ({"sparkfleet_image_check": {"image": "vllm:0", "model_architectures": ["X"], "failed": False}}, True),
-    ({"_vllm_serve_args_cfg": {"args": ARGS + ["--max-num-seqs", "4"]}}, True),                          # other flags
-    ({"vllm_serve_model": "/models/other"}, True),
-    ({"_vllm_serve_recipe": RECIPE[:1]}, True),                                                          # other recipe
+    ({"_sparkfleet_image_check_inputs": dict(INPUTS, serve_args=ARGS + ["--max-num-seqs", "4"])}, True),  # other flags
+    ({"_sparkfleet_image_check_inputs": dict(INPUTS, model_config="/models/other/config.json")}, True),
+    ({"_sparkfleet_image_check_inputs": dict(INPUTS, recipe=RECIPE[:1])}, True),                          # other recipe
     ({"sparkfleet_image_check": {"skipped": True}}, True),
 ])
 def test_vllm_serve_asks_the_image_again_only_when_the_answer_could_differ(over, asks):
@@ -73,7 +77,7 @@ def test_vllm_serve_asks_the_image_again_only_when_the_answer_could_differ(over,
 
 def test_vllm_serve_run_alone_asks_the_image():
     variables = image_vars()
-    del variables["sparkfleet_image_check"], variables["_vllm_serve_image_checked"]
+    del variables["sparkfleet_image_check"], variables["sparkfleet_image_checked"]
     assert holds(task("vllm_serve", "Check the runtime image serves this model"), **variables) is True
 
 

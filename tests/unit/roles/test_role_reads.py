@@ -190,3 +190,95 @@ def test_the_check_sees_two_tasks_sharing_a_name():
     doc = yaml.safe_load("- name: a\n  ansible.builtin.command: x\n  register: r\n"
                          "- block:\n    - name: b\n      ansible.builtin.command: y\n      register: r\n      when: z\n")
     assert shared_registers(doc) == {"r": ["a", "b"]}
+
+
+# ---- one home per behaviour (issue 43 item 1)
+# A role runs only its own task files and the floor's (include_role/import_role of sparkfleet.vllm.sparkfleet); a play
+# runs one role's (and the floor's). Once site.yml's runtime_image play ran vllm_serve's image_check.yml and
+# ray_cluster's fabric_reach.yml, whose private fact (_ray_cluster_fabric_reached) ray_cluster read back in a later
+# play: neither the roles' own Jinja nor test_floor's include list saw it.
+ROLE_INCLUDES = ("ansible.builtin.include_role", "ansible.builtin.import_role", "include_role", "import_role")
+TASK_INCLUDES = ("ansible.builtin.include_tasks", "ansible.builtin.import_tasks", "include_tasks", "import_tasks")
+PLAY_TASKS = ("pre_tasks", "tasks", "post_tasks", "handlers")
+
+
+def _role_name(name):
+    return str(name).rsplit(".", maxsplit=1)[-1]
+
+
+def reached_roles(tasks):
+    """(role, tasks_from, file) for every include_role/import_role; (None, file, leaves) for include_tasks/import_tasks
+    whose file leaves the role (a ../ or roles/ path, role_path)."""
+    found = []
+    for task in _tasks(tasks):
+        for key in ROLE_INCLUDES:
+            if isinstance(task.get(key), dict):
+                found.append((_role_name(task[key].get("name", "")), task[key].get("tasks_from", "main.yml")))
+        for key in TASK_INCLUDES:
+            if key in task:
+                arg = task[key].get("file", "") if isinstance(task[key], dict) else str(task[key])
+                if ".." in arg or "roles/" in arg or "role_path" in arg:
+                    found.append((None, arg))
+    return found
+
+
+def sideways(role, doc):
+    """What a role's task file reaches outside itself and the floor."""
+    return [(target, what) for target, what in reached_roles(doc if isinstance(doc, list) else [])
+            if target not in (role, FLOOR)]
+
+
+@pytest.mark.parametrize("role", ROLE_NAMES)
+def test_a_role_runs_only_its_own_task_files_and_the_floor_s(role):
+    found = {str(p.relative_to(REPO)): sideways(role, yaml.safe_load(p.read_text(encoding="utf-8")))
+             for p in role_files(role, ("tasks", "handlers")) if p.suffix == ".yml"}
+    assert {k: v for k, v in found.items() if v} == {}, (
+        "a task file two roles run goes to roles/sparkfleet/tasks (include_role: {name: sparkfleet.vllm.sparkfleet, "
+        "tasks_from: ...})")
+
+
+def play_roles(play):
+    """The roles whose task files a play runs (its roles: and its include_role/import_role tasks), the floor left out;
+    None for a task file reached by a path."""
+    roles = {_role_name(r["role"] if isinstance(r, dict) else r) for r in play.get("roles") or []}
+    for key in PLAY_TASKS:
+        roles |= {target for target, _what in reached_roles(play.get(key))}
+    return roles - {FLOOR}
+
+
+PLAYBOOKS = sorted((REPO / "playbooks").glob("*.yml"))
+
+
+@pytest.mark.parametrize("path", PLAYBOOKS, ids=lambda p: p.name)
+def test_each_play_runs_one_role(path):
+    """A play is one role's (and the floor's): a behaviour a play needs from another role is that role's play, or a
+    task file of the floor."""
+    plays = [p for p in yaml.safe_load(path.read_text(encoding="utf-8")) or [] if isinstance(p, dict)
+             and "hosts" in p]
+    many = [(p.get("name"), sorted(map(str, play_roles(p)))) for p in plays if len(play_roles(p)) > 1]
+    assert many == []
+
+
+@pytest.mark.parametrize("snippet, role, expected", [
+    ("- name: x\n  ansible.builtin.include_role: {name: sparkfleet.vllm.ray_cluster, tasks_from: fabric_reach.yml}\n",
+     "runtime_image", [("ray_cluster", "fabric_reach.yml")]),
+    ("- name: x\n  ansible.builtin.import_tasks: ../../vllm_serve/tasks/image_check.yml\n", "runtime_image",
+     [(None, "../../vllm_serve/tasks/image_check.yml")]),
+    ("- block:\n    - name: x\n      ansible.builtin.include_tasks:\n        file: \"{{ role_path }}/../x/tasks/y.yml\"\n",
+     "runtime_image", [(None, "{{ role_path }}/../x/tasks/y.yml")]),
+    # the role's own files and the floor's are fine
+    ("- name: x\n  ansible.builtin.include_tasks: wait.yml\n"
+     "- name: y\n  ansible.builtin.include_role: {name: sparkfleet.vllm.sparkfleet, tasks_from: image_check.yml}\n"
+     "- name: z\n  ansible.builtin.import_role: {name: sparkfleet.vllm.vllm_serve, tasks_from: stop.yml}\n",
+     "vllm_serve", []),
+])
+def test_the_include_check_sees_each_way_out(snippet, role, expected):
+    assert sideways(role, yaml.safe_load(snippet)) == expected
+
+
+def test_the_play_check_sees_a_play_of_two_roles():
+    play = yaml.safe_load(
+        "hosts: spark_head\ntasks:\n  - name: a\n    ansible.builtin.import_role: {name: sparkfleet.vllm.runtime_image}\n"
+        "  - name: b\n    ansible.builtin.import_role: {name: sparkfleet.vllm.vllm_serve, tasks_from: image_check.yml}\n"
+        "  - name: c\n    ansible.builtin.include_role: {name: sparkfleet.vllm.sparkfleet, tasks_from: image_wait.yml}\n")
+    assert play_roles(play) == {"runtime_image", "vllm_serve"}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "ray_cluster" / "files" / "sparkfleet_watchdog.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "sparkfleet" / "files" / "sparkfleet_watchdog.py"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "incident"
 WAITING = (FIXTURES / "pyspy-rank-waiting.txt").read_text()
 SPINNING = (FIXTURES / "pyspy-rank-spinning.txt").read_text()

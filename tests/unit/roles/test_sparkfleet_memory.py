@@ -1,4 +1,4 @@
-"""roles/ray_cluster/files/sparkfleet_memory.py and the watchdog's memory gate, escalation and return (unified memory:
+"""roles/sparkfleet/files/sparkfleet_memory.py and the watchdog's memory gate, escalation and return (unified memory:
 on a GB10 the GPU's memory is the host's). Kernel files are captured ones (fixtures/memory: this machine's
 /proc/meminfo and a lab host's cgroup v1 memory.stat while it served); commands and the clock are faked."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _vllm_log
 
-FILES = Path(__file__).resolve().parents[3] / "roles" / "ray_cluster" / "files"
+FILES = Path(__file__).resolve().parents[3] / "roles" / "sparkfleet" / "files"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "memory"
 GiB = 1 << 30
 

@@ -1,4 +1,4 @@
-"""roles/ray_cluster/files/sparkfleet-run: a unit's container followed past a restart of dockerd (docker faked).
+"""roles/sparkfleet/files/sparkfleet-run: a unit's container followed past a restart of dockerd (docker faked).
 
 The lab test with a real dockerd and live-restore: tests/integration/test_supervision.py
 (test_serving_survives_a_docker_restart_with_live_restore).
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "ray_cluster" / "files" / "sparkfleet-run"
+SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "sparkfleet" / "files" / "sparkfleet-run"
 
 # A docker CLI whose answers come from files in its directory: `run` exits with run_rc; `version` answers once
 # `down` (a count of calls still to fail) is spent; `inspect` prints `running`; `wait` prints the next line of

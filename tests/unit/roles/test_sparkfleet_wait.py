@@ -1,4 +1,4 @@
-"""roles/ray_cluster/files/sparkfleet-wait: a timeout is never exit 1 (the Ray unit's SuccessExitStatus=1)."""
+"""roles/sparkfleet/files/sparkfleet-wait: a timeout is never exit 1 (the Ray unit's SuccessExitStatus=1)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "ray_cluster" / "files" / "sparkfleet-wait"
+SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "sparkfleet" / "files" / "sparkfleet-wait"
 
 
 def wait(*args):

@@ -1,4 +1,4 @@
-"""roles/ray_cluster/files/sparkfleet_watchdog.py: the decisions of the units' watchdog (commands faked)."""
+"""roles/sparkfleet/files/sparkfleet_watchdog.py: the decisions of the units' watchdog (commands faked)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "ray_cluster" / "files" / "sparkfleet_watchdog.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "roles" / "sparkfleet" / "files" / "sparkfleet_watchdog.py"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ray_status"    # real `ray status` outputs: CAPTURED.md
 FLAP_GCS_LOG = FIXTURES / "gcs_server_after_worker_flap.out"   # the head's GCS log 6-17 s after a worker's flap
 # The same on Ray 2.53 (the Sparks' image): no "Failed to remove N bundle(s)" in 2.53's GCS; its words for the failed

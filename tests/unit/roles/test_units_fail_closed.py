@@ -23,11 +23,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.sparkfleet.vllm.tests.unit.support.units import ray_unit, vllm_unit
 
 REPO = Path(__file__).resolve().parents[3]
-FILES = REPO / "roles" / "ray_cluster" / "files"
+FILES = REPO / "roles" / "sparkfleet" / "files"        # the scripts both units run (the floor's)
+RAY_FILES = REPO / "roles" / "ray_cluster" / "files"   # the Ray unit's own (sparkfleet-ray-guard)
 MUST = "/usr/local/sbin/sparkfleet-must"
 SIGNALS = {"SIG" + s.name[3:]: s.value for s in signal.Signals}
 
@@ -72,7 +74,7 @@ def sandbox(tmp_path):
     for d in (sbin, lib, bin_, tmp_path / "etc", tmp_path / "run", tmp_path / "state", tmp_path / "model"):
         d.mkdir()
     for name in ("sparkfleet-must", "sparkfleet-wait", "sparkfleet-ray-guard", "sparkfleet-run"):
-        shutil.copy(FILES / name, sbin / name)
+        shutil.copy((RAY_FILES if name == "sparkfleet-ray-guard" else FILES) / name, sbin / name)
         (sbin / name).chmod(0o755)
     shutil.copy(FILES / "sparkfleet_watchdog.py", lib / "sparkfleet-watchdog.py")
     shutil.copy(FILES / "sparkfleet_memory.py", lib / "sparkfleet_memory.py")
@@ -181,5 +183,11 @@ def test_the_shim_ended_by_sigterm_exits_3_not_by_the_signal(sandbox):
 
 
 def test_the_shim_is_installed_where_the_units_call_it():
-    tasks = (REPO / "roles" / "ray_cluster" / "tasks" / "main.yml").read_text()
-    assert "- path: %s\n        content: \"{{ lookup('ansible.builtin.file', 'sparkfleet-must'" % MUST in tasks
+    """The floor's list of the units' scripts holds it; both roles whose units run it write that list."""
+    scripts = yaml.safe_load((REPO / "roles" / "sparkfleet" / "vars" / "main.yml").read_text())["_sparkfleet_unit_scripts"]
+    shim = [s for s in scripts if s["path"] == MUST]
+    assert len(shim) == 1 and "/../sparkfleet/files/sparkfleet-must'" in shim[0]["content"] and shim[0]["mode"] == "0755"
+    for role in ("ray_cluster", "vllm_serve"):
+        tasks = yaml.safe_load((REPO / "roles" / role / "tasks" / "main.yml").read_text())
+        writes = [t for t in tasks if "sparkfleet.vllm.config_files" in t]
+        assert any("_sparkfleet_unit_scripts" in str(t["sparkfleet.vllm.config_files"]["files"]) for t in writes), role

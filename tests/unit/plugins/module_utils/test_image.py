@@ -258,10 +258,11 @@ def test_every_script_that_runs_python_in_the_image_is_covered():
     """The interpreters the probe asks are the ones our scripts run: each `docker exec ... python3`, `--entrypoint
     python3` and `ray status` in the role's files is accounted for in IMAGE_INTERPRETERS, and what those scripts import
     there is what the probe checks."""
-    files = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "ray_cluster", "files")
-    wait = open(os.path.join(files, "sparkfleet-wait")).read()
-    guard = open(os.path.join(files, "sparkfleet-ray-guard")).read()
-    watchdog = open(os.path.join(files, "sparkfleet_watchdog.py")).read()
+    roles = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles")
+    floor = os.path.join(roles, "sparkfleet", "files")   # the scripts both units run (the floor's)
+    wait = open(os.path.join(floor, "sparkfleet-wait")).read()
+    guard = open(os.path.join(roles, "ray_cluster", "files", "sparkfleet-ray-guard")).read()
+    watchdog = open(os.path.join(floor, "sparkfleet_watchdog.py")).read()
     assert 'docker exec "$container" python3 -c "$code"' in wait and "import ray, sys" in wait
     assert 'docker exec "$3" python3 -c "$KV"' in guard and "--entrypoint python3" in guard
     assert "from ray._raylet import GcsClient" in guard and "from ray._raylet import GcsClient" in watchdog

@@ -103,7 +103,7 @@ def _role_file(name):
     import importlib.util
     import sys
     sys.dont_write_bytecode = True
-    spec = importlib.util.spec_from_file_location("nw4_" + name, str(ROOT / "roles/ray_cluster/files" / (name + ".py")))
+    spec = importlib.util.spec_from_file_location("nw4_" + name, str(ROOT / "roles/sparkfleet/files" / (name + ".py")))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
