@@ -113,7 +113,7 @@ _AFTER_READY_RE = re.compile(r"rrno|in use|vLLM API server version|non-default a
 _COLLECTIVE_WORDS = ("atchdog", "ollective", "NCCL", "Cuda failure", "ncclRemote", "remote process", "NET/IB")
 _COLLECTIVE_RE = CAUSE["collective_failed"].strong
 
-# The memory gate's refusal of a start (roles/ray_cluster/files/sparkfleet_watchdog.py's refuse(): ExecStartPre exit 3,
+# The memory gate's refusal of a start (roles/sparkfleet/files/sparkfleet_watchdog.py's refuse(): ExecStartPre exit 3,
 # systemd starts the unit again, and the gate escalates at the last refusal itself) and the first line of each gate run.
 # systemd's words after a refusal ("Control process exited", "Scheduled restart job") end that start, not the engine.
 GATE_REFUSED_RE = re.compile(r"memory gate: not starting the engine yet .*\(refusal (\d{1,6}) of (\d{1,6}) before escalating\)")
