@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate_values import (
     check_ansible_version,
-    check_int,
+    check_whole,
     check_seconds,
 )
 
@@ -21,5 +21,5 @@ CHECKS = {
     "preflight_min_ansible_version": check_ansible_version,
     "preflight_ping_timeout": check_seconds,
     "preflight_fabric_timeout": check_seconds,
-    "preflight_min_free_mb": lambda v: check_int(v, 0, None, "a whole number of MiB"),
+    "preflight_min_free_mb": check_whole(0, "a whole number of MiB"),
 }

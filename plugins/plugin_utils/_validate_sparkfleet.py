@@ -11,6 +11,7 @@ the two together. Private to the collection, pure functions, no I/O.
 from __future__ import annotations
 
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate_values import (
+    bounded,
     check_bool,
     check_config_dir,
     check_count,
@@ -34,6 +35,9 @@ def check_min_mtu(value):
     if value is None or value == "":
         return 9000, None
     return check_int(value, 68, 65535, "an MTU (9000 for jumbo frames)")
+
+
+bounded(check_min_mtu, 68, 65535)
 
 
 

@@ -58,6 +58,14 @@ _CAPS = {INT_CARRIED_MAX: "2^31 - 1, the largest number every consumer carries",
 _CANONICAL_INT_RE = re.compile(r"0|-?[1-9][0-9]*", re.ASCII)
 
 
+def bounded(check, low, high, kind="int", low_open=False):
+    """Mark a numeric check with the bounds it enforces: kind ("int" or "float"), low, high and whether low itself is
+    refused. Each role's argument spec states the same bounds ("Preflight takes a whole number from 1 to 31536000");
+    tests/unit/plugins/plugin_utils/test_validate_specs.py holds the two together and probes the check at them."""
+    check.bounds = (kind, low, high, low_open)
+    return check
+
+
 def check_int(value, low=None, high=None, what="a whole number", strict=True):
     """An integer (or its plain decimal string: digits only, no blanks, sign or leading zeros) within [low, high].
 
@@ -138,6 +146,12 @@ def check_count(value):
     return check_int(value, 1, COUNT_MAX, "a whole number")
 
 
+bounded(check_parallel_size, 1, INT_CARRIED_MAX)
+bounded(check_port, 1, 65535)
+bounded(check_seconds, 1, SECONDS_MAX)
+bounded(check_count, 1, COUNT_MAX)
+
+
 def _number(value, what):
     """(float, None) or (None, why): a number, or a decimal string of one; never a boolean."""
     if isinstance(value, bool):
@@ -156,6 +170,9 @@ def check_fraction(value):
     return (None, problem) if problem else (f, None)
 
 
+bounded(check_fraction, 0, 1, "float", low_open=True)
+
+
 def check_share(high):
     """A share of a node's memory in [0, high] (the memory gate's margin and tolerance)."""
     def check(value):
@@ -163,7 +180,7 @@ def check_share(high):
         if problem is None and not 0 <= f <= high:
             return None, "must be in [0, %g] (a share of each node's memory: 0.05 means 5%%)" % high
         return (None, problem) if problem else (f, None)
-    return check
+    return bounded(check, 0, high, "float")
 
 
 def parse_human_int(value):
@@ -201,6 +218,9 @@ def check_max_model_len(value):
     if n > INT_CARRIED_MAX:
         return None, "must be at most %d tokens (2^31 - 1, the largest number every consumer carries)" % INT_CARRIED_MAX
     return value, None
+
+
+bounded(check_max_model_len, 1, INT_CARRIED_MAX)
 
 
 def check_string(value):
@@ -609,8 +629,12 @@ def check_optional_count(value):
     return (None, None) if value is None or value == "" else check_int(value, 1, COUNT_MAX, "a whole number")
 
 
+bounded(check_optional_count, 1, COUNT_MAX)
+
+
 def check_whole(low, what="a whole number", high=None):
-    return lambda v: check_int(v, low, high, what)
+    """A whole number from low to high (INT_CARRIED_MAX when high is None)."""
+    return bounded(lambda v: check_int(v, low, high, what), low, INT_CARRIED_MAX if high is None else high)
 
 
 def check_choice(*choices):
@@ -618,6 +642,7 @@ def check_choice(*choices):
         if not is_string(value) or value not in choices:
             return None, "must be one of %s" % ", ".join(choices)
         return value, None
+    check.choices = choices
     return check
 
 
@@ -782,7 +807,7 @@ def check_number_between(low, high, what):
         if problem is None and not low <= f <= high:
             return None, "must be between %g and %g (%s)" % (low, high, what)
         return (None, problem) if problem else (f, None)
-    return check
+    return bounded(check, low, high, "float")
 
 
 def check_cidr_list_or_empty(value):

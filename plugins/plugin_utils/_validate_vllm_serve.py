@@ -25,7 +25,7 @@ from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate_values i
     check_env,
     check_fraction,
     check_gpu_args,
-    check_int,
+    check_whole,
     check_max_model_len,
     check_min_version,
     check_model_dir,
@@ -375,7 +375,7 @@ CHECKS = {
     "vllm_serve_prefix_caching": check_bool,
     "vllm_serve_kv_cache_dtype": lambda v: check_optional_string(v) if v is None or is_string(v) else (
         None, "must be a KV cache dtype such as fp8 (null: vLLM's default), not %s" % type(v).__name__),
-    "vllm_serve_mtp_tokens": lambda v: check_int(v, 0, MTP_TOKENS_MAX, "a whole number of draft tokens (0: no MTP)"),
+    "vllm_serve_mtp_tokens": check_whole(0, "a whole number of draft tokens (0: no MTP)", MTP_TOKENS_MAX),
     "vllm_serve_fast_loader": check_bool,
     "vllm_serve_max_num_seqs": check_optional_count,
     "vllm_serve_extra_args": None,  # checked with the pinned flags below
@@ -384,14 +384,14 @@ CHECKS = {
     "vllm_serve_ready_timeout": check_seconds,
     "vllm_serve_stall_timeout": check_seconds,
     "vllm_serve_poll_interval": check_seconds,
-    "vllm_serve_restart_sec": lambda v: check_int(v, 0, SECONDS_MAX, "a whole number of seconds"),
+    "vllm_serve_restart_sec": check_whole(0, "a whole number of seconds", SECONDS_MAX),
     "vllm_serve_restart_max_delay": check_seconds,
     "vllm_serve_liveness": check_bool,
     "vllm_serve_liveness_interval": check_seconds,
     "vllm_serve_liveness_timeout": check_seconds,
     "vllm_serve_liveness_failures": check_count,
     "vllm_serve_liveness_start_grace": check_seconds,
-    "vllm_serve_incidents_keep": lambda v: check_int(v, 0, INCIDENTS_MAX, "a whole number of incidents"),
+    "vllm_serve_incidents_keep": check_whole(0, "a whole number of incidents", INCIDENTS_MAX),
     "vllm_serve_incident_wait": check_seconds,
     "vllm_serve_memory_gate": check_bool,
     "vllm_serve_memory_gate_timeout": check_seconds,
@@ -406,7 +406,7 @@ CHECKS = {
     "vllm_serve_image_min_vllm_version": check_min_version,
     "vllm_serve_image_min_ray_version": check_min_version,
     "vllm_serve_failure_logs_dir": check_controller_dir,
-    "vllm_serve_failure_log_bytes": lambda v: check_int(v, 65536, None, "a number of bytes"),
+    "vllm_serve_failure_log_bytes": check_whole(65536, "a number of bytes"),
     "vllm_serve_failure_log_files": check_count,
 }
 # The role variables the role passes to vllm_serve_args as keys (so extra args may not set their flags).
