@@ -152,13 +152,33 @@ bounded(check_seconds, 1, SECONDS_MAX)
 bounded(check_count, 1, COUNT_MAX)
 
 
+# The one spelling of a decimal number that Jinja's float, Python, argparse and Prometheus all read alike, and that
+# a template writing the value as given writes unchanged: digits, at most one point with digits after it; no blanks,
+# sign, exponent, '_' or leading zeros.
+_CANONICAL_DECIMAL_RE = re.compile(r"(0|[1-9][0-9]*)(\.[0-9]+)?", re.ASCII)
+
+
 def _number(value, what):
-    """(float, None) or (None, why): a number, or a decimal string of one; never a boolean."""
+    """(float, None) or (None, why): a number, or its plain decimal string; never a boolean."""
     if isinstance(value, bool):
         return None, "must be a number, not a boolean"
+    if is_string(value):
+        if _CANONICAL_DECIMAL_RE.fullmatch(value):
+            return float(value), None
+        try:
+            meant = float(value) if len(value) <= 40 else None
+        except ValueError:
+            meant = None
+        if meant is not None and math.isfinite(meant):
+            return None, ("must be written as plain decimal digits (%r, not %r): a template writes the value as"
+                          " given, and blanks, a sign, an exponent or '_' are not read alike by every consumer"
+                          % (meant, value))
+        return None, "must be a number in %s" % what
+    if not isinstance(value, (int, float)):
+        return None, "must be a number in %s" % what
     try:
-        return float(value.strip() if is_string(value) else value), None
-    except (TypeError, ValueError, OverflowError):
+        return float(value), None
+    except OverflowError:
         return None, "must be a number in %s" % what
 
 
@@ -206,11 +226,13 @@ def check_max_model_len(value):
     if isinstance(value, int):
         n = value
     elif is_string(value):
+        if value != value.strip():
+            return None, ("must be written without blanks (%r, not %r): the value reaches vLLM's command line as given"
+                          % (value.strip(), value))
         try:
             n = parse_human_int(value)
         except ValueError:
             return None, "must be a positive integer or a size like '32k' (32000) or '32K' (32768)"
-        value = value.strip()
     else:
         return None, "must be a positive integer or a size like '32k'"
     if n < 1:
