@@ -100,7 +100,6 @@ def ray_extra_args_problems(value, allow_exposure=False):
     return problems
 
 
-
 def firewall_allow_problems(nets, subnet, allow_exposure):
     """Networks of ray_cluster_firewall_allow that reach beyond the fabric subnet (refused without the opt-in)."""
     if allow_exposure is True:

@@ -40,7 +40,6 @@ def check_min_mtu(value):
 bounded(check_min_mtu, 68, 65535)
 
 
-
 CHECKS = {
     "sparkfleet_api_host": check_host,
     "sparkfleet_api_port": check_port,
@@ -68,4 +67,6 @@ CHECKS = {
     "sparkfleet_monitoring": check_bool,
 }
 # The floor settings the serving check reads with vllm_serve's own (vllm_serve_args builds flags from them).
-SERVING_FLOOR = ("sparkfleet_api_host", "sparkfleet_api_port", "sparkfleet_ray_port", "sparkfleet_allow_unsafe_env", "sparkfleet_fabric_min_mtu", "sparkfleet_vllm_unit", "sparkfleet_ray_unit", "sparkfleet_ray_tmp_dir", "sparkfleet_config_dir", "sparkfleet_cache_dir", "sparkfleet_model_state_file")
+SERVING_FLOOR = ("sparkfleet_api_host", "sparkfleet_api_port", "sparkfleet_ray_port", "sparkfleet_allow_unsafe_env",
+                 "sparkfleet_fabric_min_mtu", "sparkfleet_vllm_unit", "sparkfleet_ray_unit", "sparkfleet_ray_tmp_dir",
+                 "sparkfleet_config_dir", "sparkfleet_cache_dir", "sparkfleet_model_state_file")

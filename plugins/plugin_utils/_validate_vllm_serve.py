@@ -355,7 +355,6 @@ def extra_args_argv(extra, pinned, flags=None, booleans=None, aliases=None):
     return words, problems
 
 
-
 # MTP draft tokens per step: Qwen3.5 checkpoints carry one MTP layer; vLLM reuses it for more draft tokens, each with a
 # falling acceptance rate (the published gains are at 1-3).
 MTP_TOKENS_MAX = 8
