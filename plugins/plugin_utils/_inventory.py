@@ -25,6 +25,7 @@ NODE_NAME_MAX = 63
 # Ansible's own rule for group names (a group of ours holds only such names: the group of a node reaches group_vars
 # paths and patterns).
 _GROUP_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+
 # The node variables only the inventory check reads (inventory_errors): every other role variable is checked by
 # plugin_utils/_validate.py's tables (tests/unit/plugins/plugin_utils/test_validate_specs.py).
 NODE_VARS = ("sparkfleet_fabric_ip", "sparkfleet_fabric_subnet", "sparkfleet_fabric_interface", "sparkfleet_mgmt_ip")
