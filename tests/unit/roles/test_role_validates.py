@@ -10,9 +10,6 @@ validation fails before any task reaches a node.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ import yaml
 
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _validate as v
 from ansible_collections.sparkfleet.vllm.tests.unit.roles.test_preflight import _inventory
+from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import run_playbook
 
 REPO = Path(__file__).resolve().parents[3]
 # The roles that check their own settings through the floor's validate.yml (vllm_serve has its own validate.yml,
@@ -38,10 +36,8 @@ def test_each_role_validates_its_settings_first(role):
 
 
 def _play(playbook, inventory):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0")
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
-                           str(REPO / "playbooks" / playbook), "--check"], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env=env, check=False)
+    proc = run_playbook(REPO / "playbooks" / playbook, "--check", inventory=inventory, timeout=300,
+                        report_dir=Path(inventory).parent / "r")
     return proc.returncode, proc.stdout + proc.stderr
 
 
