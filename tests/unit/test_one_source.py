@@ -13,16 +13,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _rdma
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _validate
+from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import run_playbook
 
 REPO = Path(__file__).resolve().parents[2]
 SELECTION = {"ip": "10.99.1.11", "interface": "enp1s0f1np1", "hca": ["rocep1s0f1"], "hca_ports": ["rocep1s0f1:1"],
@@ -151,11 +149,8 @@ def test_the_floor_s_scripts_render_from_a_role_beside_it(tmp_path):
     playbook = tmp_path / "p.yml"
     playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False,
                                          "roles": ["sparkfleet", "reader"]}]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=str(roles),
-               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-c", "local", "-i", "localhost,",
-                           "-e", "ansible_python_interpreter=%s" % sys.executable, str(playbook)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120, env=env, check=False)
+    proc = run_playbook(playbook, local=True, timeout=120, report_dir=tmp_path / "r",
+                        env={"ANSIBLE_ROLES_PATH": roles})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = json.loads(out.read_text())
     names = {"/usr/local/sbin/sparkfleet-wait": "sparkfleet-wait", "/usr/local/sbin/sparkfleet-must": "sparkfleet-must",

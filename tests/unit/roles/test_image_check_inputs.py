@@ -6,13 +6,12 @@ inventory: rendered here by ansible-playbook in both places and compared."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import run_playbook
 
 REPO = Path(__file__).resolve().parents[3]
 ROLES = REPO / "roles"
@@ -26,12 +25,9 @@ def _play(tmp_path, plays, extravars):
     inventory = tmp_path / "hosts.yml"   # the head alone: the floor derives the API address from the groups
     inventory.write_text(yaml.safe_dump({"spark": {"children": {"spark_head": {"hosts": {"localhost": None}},
                                                                 "spark_workers": {"hosts": {}}}}}))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_ROLES_PATH=str(tmp_path / "roles"), ANSIBLE_LOCALHOST_WARNING="0",
-               ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
-    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-c", "local", "-i", str(inventory),
-                           "-e", "ansible_python_interpreter=%s" % sys.executable, "-e", json.dumps(extravars),
-                           str(playbook)], cwd=REPO, capture_output=True, text=True, timeout=120, env=env, check=False)
+    proc = run_playbook(playbook, "-c", "local", "-e", "ansible_python_interpreter=%s" % sys.executable,
+                        "-e", json.dumps(extravars), inventory=inventory, timeout=120, report_dir=tmp_path / "r",
+                        env={"ANSIBLE_ROLES_PATH": tmp_path / "roles"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
