@@ -89,7 +89,10 @@ class CallbackModule(CallbackBase):
         res = result._result
         if result._task.loop is not None and isinstance(res.get("results"), list):
             return sum(1 for item in res["results"] if isinstance(item, dict) and not item.get("skipped"))
-        return 0 if res.get("skipped") else 1
+        if res.get("skipped"):
+            return 0
+        polls = res.get("polls")  # a wait that polls itself ran its module this many times (plugins/plugin_utils/_poll.py)
+        return polls if isinstance(polls, int) and not isinstance(polls, bool) and polls > 0 else 1
 
     def _count(self, result):
         """Add the result's module runs to the task, in all and per host (bench/noop_floor.py replays them)."""

@@ -6,7 +6,26 @@ of ``events.jsonl``); ``render()`` gives a rich renderable and ``lines()`` plain
 
 from __future__ import annotations
 
+import re
 import time
+
+# A wait's poll line (the collection's waits poll themselves and print it; ansible-runner makes it a `verbose` event):
+# "  [10:21:07] spark-1 - <summary> (poll 12 of 485)" (plugins/plugin_utils/_poll.py line()).
+POLL_LINE = re.compile(r"^\s*\[\d\d:\d\d:\d\d\] (?P<host>\S+) - (?P<summary>.*) \(poll (?P<n>\d+) of (?P<of>\d+)\)\s*$")
+# vllm_wait's summary of a startup with a count (module_utils/_vllm_log.py summary()).
+_COUNTED = re.compile(r"^(?P<phase>\w+) (?P<n>\d+)/(?P<total>\d+) (?P<unit>shards|graphs)\b")
+_ETA = re.compile(r", ETA (\d+) s\b")
+_SLOWEST = re.compile(r"; slowest rank (\S+)")
+
+
+def poll_progress(summary):
+    """The progress a vllm_wait summary tells (phase, n, total, unit, eta_s, slowest_rank); None without a count."""
+    m = _COUNTED.match(summary or "")
+    if not m:
+        return None
+    eta, slowest = _ETA.search(summary), _SLOWEST.search(summary)
+    return {"phase": m.group("phase"), "n": int(m.group("n")), "total": int(m.group("total")), "unit": m.group("unit"),
+            "eta_s": int(eta.group(1)) if eta else None, "slowest_rank": slowest.group(1) if slowest else None}
 
 # Exit codes a script can use (documented in README "Using the CLI" and `sparkfleet --help`).
 EXIT_OK = 0
@@ -104,6 +123,8 @@ class RunView(object):
                 self.progress = dict(prog, phase=res.get("phase"), summary=res.get("summary"), host=host)
                 self.changes.append("%s %s: %s" % (self._clock(), host, res.get("summary") or ""))
             self._host(host)["task"] = "%s (waiting)" % (data.get("task") or "")
+        elif kind == "verbose" and POLL_LINE.match(event.get("stdout") or ""):
+            self._poll_line(POLL_LINE.match(event["stdout"]))
         elif kind in ("runner_on_ok", "runner_on_skipped") and host:
             res = data.get("res") or {}
             row = self._host(host)
@@ -133,6 +154,17 @@ class RunView(object):
         elif kind == "playbook_on_stats":
             self.stats = {k: data.get(k) or {} for k in ("ok", "changed", "failures", "dark", "skipped")}
             self.finished = True
+
+    def _poll_line(self, m):
+        """A poll of a wait that polls itself: the line goes to the log, a count to the progress bar."""
+        host, summary = m.group("host"), m.group("summary")
+        self.changes.append("%s %s: %s (poll %s of %s)" % (self._clock(), host, summary, m.group("n"), m.group("of")))
+        row = self.hosts.get(host)
+        if row is not None and not row["task"].endswith("(waiting)"):
+            row["task"] = "%s (waiting)" % row["task"]
+        prog = poll_progress(summary)
+        if prog:
+            self.progress = dict(prog, summary=summary, host=host)
 
     def _phase(self, data, action):
         """A play is one phase: site.yml's thin plays start with their role (a play may borrow another role's task

@@ -18,6 +18,8 @@ description:
     instead, with the attempt and the limit, for example
     C([12:01:07] spark-1 - loading_weights 5/8 shards (62%), ETA 3 s (poll 14 of 120)).
   - A poll of a background task (C(async_status) while its job runs) prints that it is still running.
+  - The collection's own waits do not retry any more (they poll themselves with O(sparkfleet.vllm.vllm_wait#module:wait_polls)
+    and print the same line per poll with any stdout callback, AWX's included); this applies to a user's own C(until) task.
   - Any other retried result is printed as the default prints it.
   - Set it with C(stdout_callback = sparkfleet.vllm.default) in C(ansible.cfg); C(sparkfleet.vllm.progress) then
     prints nothing of its own (it would print the same line twice).

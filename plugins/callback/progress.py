@@ -14,6 +14,8 @@ description:
   - Tasks that wait by retrying (C(until)/C(retries)) print only "FAILED - RETRYING" by default. When a retried
     result carries a C(summary) (as M(sparkfleet.vllm.vllm_wait) and M(sparkfleet.vllm.ray_cluster_check) return),
     this callback prints it on every retry, e.g. shard progress with ETA while vLLM loads weights.
+  - The collection's own waits do not retry any more (they poll themselves with O(sparkfleet.vllm.vllm_wait#module:wait_polls)
+    and print a line per poll with any stdout callback); this callback serves a user's own C(until) task.
   - Enable it with C(callbacks_enabled = sparkfleet.vllm.progress) in C(ansible.cfg); it works beside any stdout callback.
   - The stdout callback C(sparkfleet.vllm.default) prints the summary in place of the default's "FAILED - RETRYING"
     line; with it, this callback prints nothing.

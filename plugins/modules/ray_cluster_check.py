@@ -121,6 +121,7 @@ seealso:
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
   - sparkfleet.vllm.setting_names
+  - sparkfleet.vllm.wait_polls
 attributes:
   check_mode:
     support: full
@@ -344,6 +345,8 @@ def main():
             timeout=dict(type="float", default=20),
             reverse_from=dict(type="str", choices=["task", "none"], default="task"),
             fail_on_mismatch=dict(type="bool", default=True),
+            wait_polls=dict(type="int"),  # read by the action plugin (plugins/action/ray_cluster_check.py)
+            wait_delay=dict(type="float", default=0),
             **setting_names_option()
         ),
         supports_check_mode=True,

@@ -14,8 +14,9 @@ description:
   - Reads the progress file that M(sparkfleet.vllm.image_sync) writes while it streams an image to a node (run
     with C(async)) and returns one line for a person in RV(summary) - destination, bytes sent of the total, rate and
     time left - and whether the background job has ended.
-  - Made to be retried with C(until) until RV(finished); the C(sparkfleet.vllm.progress) callback prints
-    RV(summary) on every retry, so a transfer of minutes shows its progress instead of a silent wait.
+  - With O(wait_polls), its action plugin runs it again every O(wait_delay) seconds until RV(finished) and shows
+    RV(summary) at every poll, so a transfer of minutes shows its progress instead of a silent wait (and, unlike a
+    C(until) loop, prints no "FAILED - RETRYING" in AWX).
   - Changes nothing.
 author:
   - sparkfleet.vllm contributors (@sparkfleet)
@@ -36,6 +37,7 @@ notes:
   - Check mode is supported and behaves exactly like a normal run.
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.wait_polls
 attributes:
   check_mode:
     support: full
@@ -61,18 +63,13 @@ EXAMPLES = r"""
   sparkfleet.vllm.transfer_progress:
     path: /run/sparkfleet/image-sync.progress
     job_file: "{{ sync_job.results_file }}"
-  register: sync_progress
-  until: sync_progress.finished
-  retries: 720
-  delay: 5
+    wait_polls: 720
+    wait_delay: 5
 
-- name: Collect the transfer's result
+- name: Collect the transfer's result (it has ended)
   ansible.builtin.async_status:
     jid: "{{ sync_job.ansible_job_id }}"
   register: sync
-  until: sync.finished
-  retries: 30
-  delay: 1
 """
 
 RETURN = r"""
@@ -124,6 +121,8 @@ def main():
         argument_spec=dict(
             path=dict(type="path", required=True),
             job_file=dict(type="path"),
+            wait_polls=dict(type="int"),  # read by the action plugin (plugins/action/transfer_progress.py)
+            wait_delay=dict(type="float", default=0),
         ),
         supports_check_mode=True,
     )

@@ -26,8 +26,9 @@ description:
   - 'Logs are read from their end, bounded whatever their size: at most I(max_bytes) and 100000 lines a read
     (C(journalctl -n), C(docker logs --tail), then C(tail -c)); every command and API call gets the time left of
     I(timeout) (at least 5 s), so a slow journal cannot hold the call.'
-  - 'Call it in a loop of short calls (C(timeout: 10), C(until: result is failed or result.ready)) to show progress:
-    each call reads this startup from I(since_offset), I(cursor) or I(since).'
+  - 'Call it as a wait of short calls (C(timeout: 10), O(wait_polls): its action plugin runs it again until the server
+    is ready or has failed, a line per poll) to show progress: each call reads this startup from I(since_offset),
+    I(cursor) or I(since).'
   - Read-only; it changes nothing and runs the same in check mode.
 options:
   log_file:
@@ -141,6 +142,7 @@ author:
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
   - sparkfleet.vllm.setting_names
+  - sparkfleet.vllm.wait_polls
 attributes:
   check_mode:
     support: full
@@ -160,10 +162,8 @@ EXAMPLES = r"""
     model: "{{ sparkfleet_model_id }}"
     timeout: 10
     rank_names: {"192.168.200.13": "spark-2", "local": "spark-1"}
+    wait_polls: 180  # until ready or failed (a failure is final), a line per poll
   register: _vllm_wait
-  until: _vllm_wait is failed or _vllm_wait.ready  # a failure is final
-  retries: 180
-  delay: 0
 
 - name: Diagnose a captured log once
   sparkfleet.vllm.vllm_wait:
@@ -309,6 +309,8 @@ ARGUMENT_SPEC = dict(
     poll_interval=dict(type="float", default=5),
     rank_names=dict(type="dict", default={}),
     max_bytes=dict(type="int", default=8388608),
+    wait_polls=dict(type="int"),  # read by the action plugin (plugins/action/vllm_wait.py)
+    wait_delay=dict(type="float", default=0),
     **setting_names_option()
 )
 

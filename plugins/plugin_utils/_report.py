@@ -120,7 +120,8 @@ def capture(action, result):
 def round_trips(host, action, looped, result):
     """(node, count): the module runs on a node that one task result stands for, each an ssh exchange (a Python start
     on the node, become): 0 for an action that runs on the controller, for a skipped result and for a task delegated
-    to the controller; one per loop item that ran; counted against the host a task was delegated to."""
+    to the controller; one per loop item that ran; as many as a wait that polls itself ran its module (its ``polls``,
+    plugins/plugin_utils/_poll.py); counted against the host a task was delegated to."""
     result = result if isinstance(result, dict) else {}
     if (action or "").split(".")[-1] in CONTROLLER_ACTIONS or result.get("skipped"):
         return host, 0
@@ -130,6 +131,9 @@ def round_trips(host, action, looped, result):
         return node, 0
     if looped and isinstance(result.get("results"), list):
         return node, sum(1 for item in result["results"] if isinstance(item, dict) and not item.get("skipped"))
+    polls = result.get("polls")
+    if isinstance(polls, int) and not isinstance(polls, bool) and polls > 0:
+        return node, polls
     return node, 1
 
 

@@ -110,6 +110,45 @@ def test_restart_shows_a_shard_bar_with_eta_then_the_failure_and_its_hint():
     assert view.failure["phase"] == "vllm_serve"
 
 
+def as_poll_lines(evs):
+    """The recorded run as the waits that poll themselves show it: each retry of a wait becomes a `verbose` event with
+    the poll's line (plugins/plugin_utils/_poll.py line()) made of the retry's own summary."""
+    sys.path.insert(0, os.path.join(ROOT, "collections"))
+    from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._poll import line  # pylint: disable=import-outside-toplevel
+    out = []
+    for ev in evs:
+        data = ev.get("event_data") or {}
+        res = data.get("res") or {}
+        if ev.get("event") != "runner_retry" or not res.get("summary"):
+            out.append(ev)
+            continue
+        out.append({"event": "verbose", "created": ev["created"], "event_data": {},
+                    "stdout": line(data["host"], res["summary"], res.get("attempts") or 1, res.get("retries") or 1)})
+    return out
+
+
+def test_the_poll_lines_of_a_wait_give_the_same_shard_bar_and_a_line_each():
+    """The waits poll themselves now (no runner_retry event): the same restart, its polls as AWX and the CLI get them."""
+    from datetime import datetime
+    evs = as_poll_lines(events("restart_progress"))
+    polls = [ev for ev in evs if ev.get("event") == "verbose"]
+    assert polls and not [ev for ev in evs if ev.get("event") == "runner_retry"]
+    clock = Clock()
+    view = RunView("restart", now=clock)
+    frames = []
+    for ev in evs:
+        clock.t = datetime.fromisoformat(ev["created"]).timestamp()
+        view.handle(ev)
+        p = view.progress
+        if p and not p.get("done") and p.get("phase") == "loading_weights" and not frames:
+            frames.append(render_text(view))
+    assert frames, "no loading_weights progress from the poll lines"
+    shard_line = next(ln for ln in frames[0].splitlines() if "shards" in ln)
+    assert "loading_weights 1/8 shards, ETA 7 s, slowest spark-2" in shard_line
+    assert len([c for c in view.changes if "(poll " in c]) == len(polls)
+    assert view.exit_code("failed") == EXIT_FAILED
+
+
 def test_preflight_failure_class_hint_and_exit_code():
     view = replay("deploy_preflight_failed")
     assert view.exit_code("failed") == EXIT_FAILED

@@ -7,6 +7,7 @@ empty model directory as incomplete, as on a fresh head."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -67,7 +68,29 @@ def test_a_download_that_does_not_end_is_stopped_and_polled_aloud(tmp_path):
     assert rc == 2, out[-3000:]
     assert "it did not end within model_sync_download_timeout (3 s)" in flat, flat[-3000:]
     assert "raise model_sync_download_timeout" in flat
-    assert "still running (job" in out and "FAILED - RETRYING" not in out, out[-3000:]
+    # a line per poll from the wait itself (plugins/action/download_progress.py), no retry line
+    # (3 + 120) / 1 + 1 polls at most: the job's own limit is the timeout plus 120 s
+    polls = re.findall(r"\] localhost - (?:ended \(rc 124\): )?0\.0 MB so far in \S+org-model \(0 weight files; the "
+                       r"total comes with the model's index\)(?:, nothing new since the first poll)? \(poll (\d+) of 124\)", out)
+    assert polls and polls == [str(n) for n in range(1, len(polls) + 1)], out[-3000:]
+    assert "ended (rc 124)" in out
+    assert "FAILED - RETRYING" not in out, out[-3000:]
+
+
+def test_each_poll_shows_the_bytes_of_the_index_total_the_rate_and_the_time_left(tmp_path):
+    """The fake hf writes the index first (its total: 4 MB), then a shard 0.5 MB a second, as hf's .incomplete file."""
+    model = tmp_path / "models" / "org-model"
+    part = model / ".cache" / "huggingface" / "download" / "model-00001-of-00001.safetensors.e7a9.incomplete"
+    rc, out = _run(tmp_path, """mkdir -p %(dir)s
+echo '{"metadata": {"total_size": 4000000}, "weight_map": {}}' > %(model)s/model.safetensors.index.json
+for i in 1 2 3 4 5 6 7 8; do head -c 500000 /dev/zero >> %(part)s; sleep 1; done
+mv %(part)s %(model)s/model-00001-of-00001.safetensors""" % {"dir": part.parent, "model": model, "part": part})
+    lines = [ln for ln in out.splitlines() if re.search(r"\] localhost - .*\(poll \d+ of \d+\)$", ln)]
+    assert len(lines) >= 3, out[-3000:]
+    assert re.search(r"\d\.\d MB of 4\.0 MB \(\d+%\) in \S+org-model, [\d.]+ MB/s, ETA \d+ s", "\n".join(lines)), lines
+    assert "ended (rc 0): 4.0 MB of 4.0 MB (100%)" in lines[-1], lines
+    # the model has one shard and no safetensors header: model_check calls it incomplete, as it is
+    assert rc == 2 and "Check that the download is complete" in out
 
 
 @pytest.mark.parametrize("body", ["exit 0"])

@@ -112,6 +112,9 @@ def test_the_report_counts_node_round_trips_per_node(deploy_run):
     ("ansible.builtin.set_fact", False, {"ansible_facts": {}}, ("n1", 0)),
     ("sparkfleet.vllm.node_facts", False, {"skipped": True}, ("n1", 0)),
     ("ansible.builtin.stat", True, {"results": [{"stat": {}}, {"skipped": True}, {"stat": {}}]}, ("n1", 2)),
+    # a wait that polls itself (plugins/plugin_utils/_poll.py): each poll ran its module on the node
+    ("sparkfleet.vllm.vllm_wait", False, {"ready": True, "polls": 7}, ("n1", 7)),
+    ("sparkfleet.vllm.vllm_wait", False, {"ready": True, "polls": True}, ("n1", 1)),
     ("ansible.builtin.uri", False, {"_ansible_delegated_vars": {"ansible_delegated_host": "n2",
                                                                 "ansible_connection": "ssh"}}, ("n2", 1)),
     ("ansible.builtin.uri", False, {"_ansible_delegated_vars": {"ansible_delegated_host": "localhost",
