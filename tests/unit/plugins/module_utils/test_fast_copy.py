@@ -16,7 +16,7 @@ import time
 import pytest
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._fast_copy import FAST_SCRIPT
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import fast_bins
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_tcp import fast_bins
 
 
 def digest(data):

@@ -533,7 +533,7 @@ def test_source_that_is_not_a_model_directory_is_refused_without_walking(run_mod
 # --------------------------------------------------------------------------- the tcp transport (issue 8)
 
 def test_tcp_transport_is_the_default_and_runs_only_the_allowed_fixed_commands(run_module, lab):
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import destination_commands
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_transports import destination_commands
     res = run_module(model_sync, lab.args())
     assert res.get("failed") is not True, res
     dest = res["destinations"]["10.99.1.12"]
@@ -553,7 +553,8 @@ def test_tcp_transport_is_the_default_and_runs_only_the_allowed_fixed_commands(r
 def test_a_first_tcp_sync_hashes_the_source_while_sending_and_nothing_twice(run_module, lab, monkeypatch):
     import hashlib
     from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import fingerprint
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import destination_commands, list_files
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import list_files
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_transports import destination_commands
     hashed_up_front = []
     real = model_sync_run.ModelSync.local_hashes
     monkeypatch.setattr(model_sync_run.ModelSync, "local_hashes",
@@ -578,7 +579,7 @@ def test_a_first_tcp_sync_hashes_the_source_while_sending_and_nothing_twice(run_
 
 
 def test_tcp_fan_out_feeds_the_next_node_with_the_fixed_send_command(run_module, lab):
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import destination_commands
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_transports import destination_commands
     hosts = ["10.99.1.12", "10.99.1.13", "10.99.1.14"]
     res = run_module(model_sync, lab.args(destinations=hosts, transport="tcp"))
     assert res.get("failed") is not True, res
@@ -809,3 +810,53 @@ def test_a_disk_that_fills_under_rsync_is_named_with_its_numbers_too(run_module,
     assert "10.99.1.12 ran out of space under %s during the sync" % lab.dest_dir in res["msg"], res["msg"]
     assert "still to write there" in res["msg"] and "No space left on device" not in res["msg"]
     assert "Free at least" in res["hint"]
+
+
+# --------------------------------------------------------------------------- a third transport (issue 43 item 4)
+
+def test_a_third_transport_is_one_registry_entry_and_the_chain_falls_through_to_ssh(run_module, lab, monkeypatch):
+    """A transport that copies on the local disk (each fake host is a directory here) delivers every other file and
+    reports the rest undelivered: registered as one entry with one chain, the run uses it, ssh takes the rest, and the
+    copy verifies."""
+    import shutil
+    from ansible.module_utils import basic
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils import _sync_transport, _sync_transports
+
+    sent_by_local = []
+
+    class LocalTransport(_sync_transport.Transport):
+        name = "local"
+        CAUSES = ("partial",)
+
+        def send(self, feeder, target, moved, info):
+            info["streams"] = 1
+            done = set()
+            for i, (name, size) in enumerate(moved):
+                if i % 2:
+                    continue
+                where = os.path.join(lab.dest(target), name)
+                os.makedirs(os.path.dirname(where), exist_ok=True)
+                shutil.copy2(os.path.join(self.run.src, name), where)
+                done.add(name)
+            sent_by_local.extend(sorted(done))
+            nbytes = sum(s for n, s in moved if n in done)
+            if len(done) < len(moved):
+                return _sync_transport.Outcome("partial", "%d file(s) left by local" % (len(moved) - len(done)),
+                                               done, nbytes)
+            return _sync_transport.Outcome(_sync_transport.OK, None, done, nbytes)
+
+    monkeypatch.setitem(_sync_transports.TRANSPORTS, "local", LocalTransport)
+    monkeypatch.setitem(_sync_transports.CHAINS, "local", ("local", "ssh"))
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, w: warnings.append(w))
+    res = run_module(model_sync, lab.args(transport="local"))
+    assert res.get("failed") is not True, res
+    dest = res["destinations"]["10.99.1.12"]
+    assert dest["transport"] == "local+ssh" and dest["verified"] is True
+    assert 0 < len(sent_by_local) < 7
+    assert res["files_transferred"] == 7
+    assert tree(lab.dest("10.99.1.12")) == tree(lab.src)
+    assert any("left by local" in w and "sending them over ssh" in w for w in warnings), warnings
+    # Only the files local did not deliver went over rsync.
+    rsynced = [c for c in lab.calls() if c["cmd"].startswith("rsync --server")]
+    assert rsynced
