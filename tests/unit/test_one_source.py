@@ -57,3 +57,10 @@ def test_the_floor_s_fabric_reads_restate_no_default():
         text = (REPO / "roles" / "sparkfleet" / "tasks" / name).read_text(encoding="utf-8")
         literal = re.findall(r"(?m)^\s*(?:%s): .*default\((?:\d+|'[^']*'|\"[^\"]*\")\)" % "|".join(FLOOR_FOR_OPTION), text)
         assert not literal, "%s restates a default the floor's defaults hold: %s" % (name, literal)
+
+
+def test_every_nic_type_sets_only_fabric_environment_keys():
+    """A NIC type's env names a subset of the one list (FABRIC_ENV); the default NIC type sets all of it."""
+    for nic in _rdma.NIC_TYPES.values():
+        assert set(nic.env) <= set(_rdma.FABRIC_ENV_KEYS), (nic.name, sorted(set(nic.env) - set(_rdma.FABRIC_ENV_KEYS)))
+    assert set(_rdma.NIC_TYPES[_rdma.DEFAULT_NIC].env) == set(_rdma.FABRIC_ENV_KEYS)
