@@ -309,7 +309,7 @@ class ModelSync(object):
             return
         for host in sorted(self.contacted):
             self.runner.run(self.ssh()[:1] + ["-o", "ControlPath=%s/%%C" % self.control_dir, "-O", "exit", "--",
-                                               host_spec(host, self.user)])
+                                              host_spec(host, self.user)])
         shutil.rmtree(self.control_dir, ignore_errors=True)
         self.control_dir = None
 

@@ -27,7 +27,6 @@ LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
 ROCE_V2_OVERHEAD = 58
 
 
-
 @dataclass(frozen=True)
 class NicType:
     """What differs per NIC type. Selection (select_fabric), the env builder (fabric_env) and the checks read it from
