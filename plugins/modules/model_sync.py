@@ -286,8 +286,8 @@ destinations:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync_run import run
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_transports import CHAINS
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync_run import run
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_transports import CHAINS
 
 
 def main():
@@ -308,7 +308,7 @@ def main():
             verify=dict(type="bool", default=True),
             verify_content=dict(type="bool", default=True),
             timeout=dict(type="int", default=60),
-            # The choices are the registry's (module_utils/_sync_transports.py), in the order documented above.
+            # The choices are the registry's (module_utils/sync/_sync_transports.py), in the order documented above.
             transport=dict(type="str", default="auto", choices=list(CHAINS)),
         ),
         supports_check_mode=True,

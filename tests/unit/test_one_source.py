@@ -1,6 +1,6 @@
 """Issue 43 item 3: lists and defaults that must agree come from one source, or a test ties them here.
 
-- The fabric environment (the names a node's fabric selection sets): plugins/module_utils/_rdma.py FABRIC_ENV is the
+- The fabric environment (the names a node's fabric selection sets): plugins/module_utils/fabric/_rdma.py FABRIC_ENV is the
   one list; the validator's refusal of an env dict that sets one reads it; vllm_serve's list of what vLLM must never
   carry from the driver to the workers is YAML (it cannot import Python) and is tied to it here.
 - How a node's fabric is read (sysfs root, minimum MTU, RDMA device directory): the floor's defaults
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _rdma
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric import _rdma
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _validate
 
 REPO = Path(__file__).resolve().parents[2]

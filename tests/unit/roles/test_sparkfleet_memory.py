@@ -560,7 +560,7 @@ def test_a_model_unchecked_on_a_node_never_blocks_a_start(wd, monkeypatch, tmp_p
 def test_each_node_reports_its_model_check_with_its_memory(wd, monkeypatch, tmp_path):
     import importlib.util
     spec = importlib.util.spec_from_file_location(
-        "sparkfleet_model", str(FILES.parents[2] / "plugins" / "module_utils" / "_model_manifest.py"))
+        "sparkfleet_model", str(FILES.parents[2] / "plugins" / "module_utils" / "sync" / "_model_manifest.py"))
     lib = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lib)
     root = tmp_path / "m"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _sync_transport, _sync_transports
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync import _sync_transport, _sync_transports
 from ansible_collections.sparkfleet.vllm.plugins.modules import model_sync
 
 

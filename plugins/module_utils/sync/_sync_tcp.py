@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import shlex
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._fast_copy import FAST_SCRIPT, LineProc
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._fast_copy import FAST_SCRIPT, LineProc
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import (
     copy_state,
     is_no_space,
     no_space_message,
     pack_bins,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_transport import OK, Outcome, Transport
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_transport import OK, Outcome, Transport
 
 
 def fast_commands(dest):
-    """The TCP transport's two fixed commands for dest (module_utils/_fast_copy.py): the receiver, which writes only
+    """The TCP transport's two fixed commands for dest (module_utils/sync/_fast_copy.py): the receiver, which writes only
     into dest, and the sender a destination runs when it feeds the next node, which reads only dest."""
     q = shlex.quote(dest)
     return {"receive": "python3 -c %s receive %s" % (shlex.quote(FAST_SCRIPT), q),

@@ -26,15 +26,15 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._content_hash import (
     HASH_SCRIPT,
     cache_file,
     content_mismatches,
     fingerprint,
     parse_hashes,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import model_path_problem
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._paths import model_path_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import (
     FanoutScheduler,
     canonical_host,
     check_model_dir,
@@ -55,9 +55,9 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import
     tree_rounds,
     unique_hosts,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import ssh_user_problem
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_transport import FALL_THROUGH
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_transports import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_shell import ssh_user_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_transport import FALL_THROUGH
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_transports import (
     RSYNC,
     chain,
     destination_commands,

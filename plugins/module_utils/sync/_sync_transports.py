@@ -10,11 +10,11 @@ destination_commands is every fixed command model_sync runs on a destination: th
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import HASH_SCRIPT, cache_file
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import dest_probe_script
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_rsync import RsyncTransport
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import remote_commands
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_tcp import TcpTransport
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._content_hash import HASH_SCRIPT, cache_file
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import dest_probe_script
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_rsync import RsyncTransport
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_shell import remote_commands
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_tcp import TcpTransport
 
 TRANSPORTS = {
     TcpTransport.name: TcpTransport,
@@ -44,7 +44,7 @@ def chain(instances, choice):
 
 def destination_commands(dest):
     """{name: command} of every fixed command model_sync runs on a destination for dest: the sync key's
-    forced command (module_utils/_sync_shell.py) allows exactly these, plus rsync into dest."""
+    forced command (module_utils/sync/_sync_shell.py) allows exactly these, plus rsync into dest."""
     cmds = remote_commands(dest, HASH_SCRIPT, cache_file(dest, "$HOME"))
     cmds["probe"] = dest_probe_script(dest)
     for cls in TRANSPORTS.values():

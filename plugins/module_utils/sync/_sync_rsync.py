@@ -18,7 +18,7 @@ import shlex
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import (
     pack_bins,
     parse_itemize,
     rsync_argv,
@@ -26,7 +26,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import
     ssh_argv,
     summarize,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_transport import OK, Outcome, Transport
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_transport import OK, Outcome, Transport
 
 
 class RsyncTransport(Transport):

@@ -14,19 +14,19 @@ import shlex
 import time
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._paths import (
     MARKER_NAME,
     MODEL_FILES,
     looks_like_model_dir,
     model_path_problem,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._safetensors import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._safetensors import (
     SafetensorsError,
     read_header,
 )
 # TEMP_DIR_NAME: the staging directory inside dest. rsync writes every file there and renames it into place when
 # it is complete, so a killed run never leaves a partial file under its final name.
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_shell import (
     TEMP_DIR_NAME,
     ssh_host_problem,
 )
