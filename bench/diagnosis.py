@@ -28,7 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_sync as b  # noqa: E402  (bench/model_sync.py: lab helpers)
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import VllmLogParser  # noqa: E402
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine._vllm_log import VllmLogParser  # noqa: E402
 
 FIX = os.path.join(b.REPO, "tests", "unit", "plugins", "modules", "fixtures", "vllm_wait")
 CASES = [

@@ -49,8 +49,9 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "collections"))
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import fast_bins, pack_bins  # noqa: E402
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._fast_copy import FAST_SCRIPT  # noqa: E402
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import pack_bins  # noqa: E402
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_tcp import fast_bins  # noqa: E402
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._fast_copy import FAST_SCRIPT  # noqa: E402
 
 LABCTL = os.path.join(REPO, "lab", "labctl")
 SRC = "/models/bench-src"

@@ -23,7 +23,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import VllmLogParser  # noqa: E402
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine._vllm_log import VllmLogParser  # noqa: E402
 
 FIXTURES = os.path.join(ROOT, "tests", "unit", "plugins", "modules", "fixtures", "vllm_wait")
 METRIC = ("(APIServer pid=1) INFO 08-20 10:20:%02d [loggers.py:123] Engine 000: Avg prompt throughput: "

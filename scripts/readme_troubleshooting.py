@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """README's Troubleshooting table, generated from the collection's cause table so that it cannot drift.
 
-One row per vLLM failure class of plugins/module_utils/_vllm_causes.py (CAUSES, most specific first): the class,
+One row per vLLM failure class of plugins/module_utils/engine/_vllm_causes.py (CAUSES, most specific first): the class,
 what it means (its first sentence), and the fix (the rest of its hint), with every setting named by the variable the
 roles use (roles/sparkfleet/vars/main.yml sparkfleet_setting_names), as a failed run prints it.
 
@@ -42,7 +42,7 @@ def _split(hint):
 
 
 def table():
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils import _vllm_causes  # pylint: disable=import-outside-toplevel
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine import _vllm_causes  # pylint: disable=import-outside-toplevel
 
     names = _setting_names()
     rows = ["| failure class | what it means (the usual cause) | the fix |", "|---|---|---|"]

@@ -12,7 +12,7 @@ import time
 # A wait's poll line (the collection's waits poll themselves and print it; ansible-runner makes it a `verbose` event):
 # "  [10:21:07] spark-1 - <summary> (poll 12 of 485)" (plugins/plugin_utils/_poll.py line()).
 POLL_LINE = re.compile(r"^\s*\[\d\d:\d\d:\d\d\] (?P<host>\S+) - (?P<summary>.*) \(poll (?P<n>\d+) of (?P<of>\d+)\)\s*$")
-# vllm_wait's summary of a startup with a count (module_utils/_vllm_log.py summary()).
+# vllm_wait's summary of a startup with a count (module_utils/engine/_vllm_log.py summary()).
 _COUNTED = re.compile(r"^(?P<phase>\w+) (?P<n>\d+)/(?P<total>\d+) (?P<unit>shards|graphs)\b")
 _ETA = re.compile(r", ETA (\d+) s\b")
 _SLOWEST = re.compile(r"; slowest rank (\S+)")

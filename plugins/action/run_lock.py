@@ -16,7 +16,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._run_lock import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.host._run_lock import (
     NOT_A_FILE,
     acquire_script,
     beat_interval,

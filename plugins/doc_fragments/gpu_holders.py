@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """Options shared by gpu_holders and gpu_release (their argument spec is shared in module_utils/_gpu)."""
+    """Options shared by gpu_holders and gpu_release (their argument spec is shared in module_utils/gpu/_gpu)."""
 
     DOCUMENTATION = r"""
 options:

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import mtu_mismatches
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric._rdma import mtu_mismatches
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import host_list, hostvar
 
 _WHERE = "fabric_mtu_mismatches"

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import model_path_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._paths import model_path_problem
 
 
 def _model_path_problem(path, what="model directory"):

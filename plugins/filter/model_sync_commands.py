@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import destination_commands
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_transports import destination_commands
 
 
 def model_sync_commands(dest):

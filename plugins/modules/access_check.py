@@ -124,7 +124,7 @@ import pwd
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _access
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.host import _access
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 
 

@@ -140,10 +140,10 @@ correct:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _allreduce
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric import _allreduce
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._fabric_bench import in_subnet
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._nccl import parse as parse_nccl
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric._fabric_bench import in_subnet
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric._nccl import parse as parse_nccl
 
 
 def main():

@@ -98,7 +98,7 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._mounts import read_bind
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image._mounts import read_bind
 
 
 def main():

@@ -152,7 +152,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _fabric_bench as fb
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric import _fabric_bench as fb
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 
 # Tool name per (transport, test) for perftest.

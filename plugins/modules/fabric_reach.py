@@ -80,7 +80,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._files import read_file
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._reach import parse_route_get, verdict
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric._reach import parse_route_get, verdict
 
 
 def _answer(ip, port, timeout):

@@ -279,9 +279,9 @@ foreign:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import COMMON_ARGSPEC, GpuScanner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu_plan import left_text
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu_release import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu._gpu import COMMON_ARGSPEC, GpuScanner
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu._gpu_plan import left_text
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu._gpu_release import (
     PORTS_SPEC,
     make_plan,
     plan_lines,

@@ -208,8 +208,8 @@ elapsed_s:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import COMMON_ARGSPEC, GpuScanner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu_release import release
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu._gpu import COMMON_ARGSPEC, GpuScanner
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu._gpu_release import release
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import check_setting_names, setting_names_option
 
 

@@ -161,12 +161,12 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._firewall import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.host._firewall import (
     UFW_COMMENT, expand_ports, firewalld_admits, firewalld_zone_for, fix_commands, iptables_input_drops,
     nft_input_drops, outside_listeners, parse_firewalld_zones, parse_ufw_status, ufw_admits, ufw_allow_argv,
     ufw_our_rules)
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import parse_docker_inspect
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._ports import describe, ephemeral_range, is_ours, listeners
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu._gpu import parse_docker_inspect
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.host._ports import describe, ephemeral_range, is_ours, listeners
 
 OUR_TABLE = "sparkfleet"
 # Our state file records a few rules; more than this is not ours.

@@ -232,7 +232,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import check_setting_names, render_text, setting_names_option
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image._image import (
     LAUNCHER, LOADER_ADVICE, PROBE, PROBE_FORMAT, ProbeError, image_id_key, judge, parse_probe, recipe_args,
     recipe_verdicts, recipe_warning, summary)
 

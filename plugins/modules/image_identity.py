@@ -99,7 +99,7 @@ by_content:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image._image import (
     image_summary, parse_inspect, same_image)
 
 _EMPTY = dict(found=False, id="", content="", platform="", tags=[], repo_digests=[], by_content=False)

@@ -179,9 +179,9 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image._image import (
     api_version, image_summary, parse_docker_load, parse_inspect, progress_header, save_platform_args)
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import ssh_host_problem, ssh_user_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_shell import ssh_host_problem, ssh_user_problem
 
 # docker save's stdout straight into ssh; pipefail makes a failing save fail the transfer. $SAVE_PLATFORM is empty
 # or `--platform os/arch[/variant]` (no spaces inside, so the unquoted expansion gives the two words or nothing).

@@ -85,7 +85,7 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import model_completeness
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import model_completeness
 
 
 def main():

@@ -132,8 +132,8 @@ import pwd
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import cache_file
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_manifest import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._content_hash import cache_file
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_manifest import (
     build,
     cached_hashes,
     compare,

@@ -286,7 +286,8 @@ destinations:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync_run import run
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync_run import run
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_transports import CHAINS
 
 
 def main():
@@ -307,7 +308,8 @@ def main():
             verify=dict(type="bool", default=True),
             verify_content=dict(type="bool", default=True),
             timeout=dict(type="int", default=60),
-            transport=dict(type="str", default="auto", choices=["auto", "tcp", "ssh"]),
+            # The choices are the registry's (module_utils/sync/_sync_transports.py), in the order documented above.
+            transport=dict(type="str", default="auto", choices=list(CHAINS)),
         ),
         supports_check_mode=True,
     )

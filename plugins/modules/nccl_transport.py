@@ -122,7 +122,7 @@ problems:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._nccl import judge, parse, summary
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric._nccl import judge, parse, summary
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import check_setting_names, setting_names_option
 
 

@@ -224,8 +224,8 @@ import stat
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._mounts import read_bind
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import fabric_options, fabric_params, gather_fabric
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image._mounts import read_bind
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric._rdma import fabric_options, fabric_params, gather_fabric
 
 _SYSTEMD_RE = re.compile(r"^systemd (\d+)", re.M)
 

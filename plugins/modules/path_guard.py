@@ -119,7 +119,7 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _paths
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync import _paths
 
 KINDS = ("directory", "model directory", "file", "key file", "state file", "ssh file")
 # ~/.ssh files ssh itself reads: never a file of ours.

@@ -78,8 +78,8 @@ foreign:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import parse_docker_inspect
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._ports import describe, is_ours, listeners
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu._gpu import parse_docker_inspect
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.host._ports import describe, is_ours, listeners
 
 
 def main():

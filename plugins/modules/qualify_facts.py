@@ -88,7 +88,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._fabric_bench import parse_ibv_devinfo
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric._fabric_bench import parse_ibv_devinfo
 
 TOOLS = ("iperf3", "ib_write_bw", "ib_write_lat", "ibv_devinfo", "all_reduce_perf", "mpirun", "python3", "timeout")
 TORCH_PROBE = ("import json\ntry:\n    import torch\nexcept Exception as e:\n    print(json.dumps({'error': str(e)}))\n"

@@ -268,7 +268,7 @@ import math
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._ray import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.ray._ray import (
     FIX_PIN,
     PROBE_PROGRAM,
     compare,

@@ -248,7 +248,7 @@ hint:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._rdma import fabric_options, fabric_params, gather_fabric
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric._rdma import fabric_options, fabric_params, gather_fabric
 
 
 def main():

@@ -118,7 +118,7 @@ levels:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _load_test as lt
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine import _load_test as lt
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 
 

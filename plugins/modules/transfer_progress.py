@@ -101,7 +101,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_progress, progress_summary
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image._image import parse_progress, progress_summary
 
 # An async job's status file holds a module result: far below this.
 STATUS_MAX_BYTES = 16 * 1024 * 1024

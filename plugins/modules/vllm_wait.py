@@ -290,7 +290,7 @@ benign_warnings:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import setting_names_option
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_wait import finish, refuse_unreadable, run
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine._vllm_wait import finish, refuse_unreadable, run
 
 ARGUMENT_SPEC = dict(
     log_file=dict(type="path"),

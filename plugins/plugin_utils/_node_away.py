@@ -32,10 +32,10 @@ RAY_NODE_GONE = re.compile(
     r"NodeAffinitySchedulingStrategy doesn't exist any more|"
     r"has been marked dead because the detector has missed too many heartbeats|NodeDiedError")
 
-# ray_cluster_check's sentence for a pinned probe that failed (plugins/module_utils/_ray.py, probe_error_text).
+# ray_cluster_check's sentence for a pinned probe that failed (plugins/module_utils/ray/_ray.py, probe_error_text).
 PINNED = re.compile(r"a task pinned to (?P<host>\S+) \(registered (?P<ip>[0-9a-fA-F.:]+)\) failed")
 
-# The head's fabric check (plugins/module_utils/_reach.py) naming a worker whose sshd no longer answers. Before anything
+# The head's fabric check (plugins/module_utils/fabric/_reach.py) naming a worker whose sshd no longer answers. Before anything
 # ran on that worker in this run it is a worker that never came up (preflight's words say so); after, it went away.
 FABRIC_LOST = re.compile(
     r"(?P<me>\S+) cannot reach (?P<peer>\S+) \((?P<ip>[0-9a-fA-F.:]+)\) over the fabric: .{0,200}?"

@@ -15,9 +15,9 @@ import math
 import re
 import unicodedata
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _rdma
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_version
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric import _rdma
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image._image import parse_version
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._paths import (
     normal_path,
     written_path_problem,
 )

@@ -35,7 +35,8 @@ LAYER_IMPORTS = {
 
 
 def python_files(layer):
-    return sorted((PLUGINS / layer).glob("*.py"))
+    """Every Python file of a layer, in its subpackages too (module_utils groups its files by concern)."""
+    return sorted((PLUGINS / layer).rglob("*.py"))
 
 
 def imported_layers(path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._safetensors import read_header
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._safetensors import read_header
 from ansible_collections.sparkfleet.vllm.tests.unit.support.model_files import shard_name, write_model
 
 

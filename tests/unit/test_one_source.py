@@ -1,6 +1,6 @@
 """Issue 43 item 3: lists and defaults that must agree come from one source, or a test ties them here.
 
-- The fabric environment (the names a node's fabric selection sets): plugins/module_utils/_rdma.py FABRIC_ENV is the
+- The fabric environment (the names a node's fabric selection sets): plugins/module_utils/fabric/_rdma.py FABRIC_ENV is the
   one list; the validator's refusal of an env dict that sets one reads it; vllm_serve's list of what vLLM must never
   carry from the driver to the workers is YAML (it cannot import Python) and is tied to it here.
 - How a node's fabric is read (sysfs root, minimum MTU, RDMA device directory): the floor's defaults
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _rdma
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric import _rdma
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _validate
 from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import run_playbook
 
@@ -161,3 +161,11 @@ def test_the_floor_s_scripts_render_from_a_role_beside_it(tmp_path):
     for entry in got:
         assert entry["content"] == (ROLES / "sparkfleet" / "files" / names[entry["path"]]).read_text(), entry["path"]
         assert entry["mode"] == ("0644" if entry["path"].startswith("/usr/local/lib/") else "0755")
+
+
+def test_every_nic_type_sets_only_fabric_environment_keys():
+    """A NIC type's env names a subset of the one list (FABRIC_ENV); the default NIC type sets all of it."""
+    for nic in _rdma.NIC_TYPES.values():
+        assert set(nic.env) <= set(_rdma.FABRIC_ENV_KEYS), (nic.name, sorted(set(nic.env) - set(_rdma.FABRIC_ENV_KEYS)))
+    assert set(_rdma.NIC_TYPES[_rdma.DEFAULT_NIC].env) == set(_rdma.FABRIC_ENV_KEYS)
+

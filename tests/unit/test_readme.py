@@ -26,7 +26,7 @@ def test_the_troubleshooting_table_is_the_generated_one():
 
 
 def test_one_row_per_failure_class_with_meaning_and_fix():
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes import CAUSES
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine._vllm_causes import CAUSES
     rows = _generator().table().splitlines()[2:]
     assert [r.split("`")[1] for r in rows] == [c.name for c in sorted(CAUSES, key=lambda c: c.priority)]
     for row in rows:

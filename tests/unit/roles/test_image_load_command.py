@@ -11,7 +11,7 @@ import stat
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import content_identity
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image._image import content_identity
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 SCRIPT = os.path.join(ROOT, "roles", "runtime_image", "files", "sparkfleet-image-load")
@@ -114,7 +114,7 @@ def test_its_content_identity_is_the_collections():
     for entry in (HEAD, WORKER, ENV_LAYER, dict(HEAD, Variant="v8", Config=dict(HEAD["Config"], User="1000"))):
         assert mod.content_identity(entry) == content_identity(entry)
     assert mod.CONTENT_CONFIG_KEYS == __import__(
-        "ansible_collections.sparkfleet.vllm.plugins.module_utils._image", fromlist=["x"]).CONTENT_CONFIG_KEYS
+        "ansible_collections.sparkfleet.vllm.plugins.module_utils.image._image", fromlist=["x"]).CONTENT_CONFIG_KEYS
 
 
 def test_loads_the_run_image_and_keeps_it(loader, capsys):

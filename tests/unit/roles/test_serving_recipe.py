@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _image
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image import _image
 from ansible_collections.sparkfleet.vllm.plugins.filter.vllm_serve_args import vllm_serve_args
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _validate as v
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _vllm_log
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine import _vllm_log
 
 FILES = Path(__file__).resolve().parents[3] / "roles" / "sparkfleet" / "files"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "memory"
@@ -562,7 +562,7 @@ def test_a_model_unchecked_on_a_node_never_blocks_a_start(wd, monkeypatch, tmp_p
 def test_each_node_reports_its_model_check_with_its_memory(wd, monkeypatch, tmp_path):
     import importlib.util
     spec = importlib.util.spec_from_file_location(
-        "sparkfleet_model", str(FILES.parents[2] / "plugins" / "module_utils" / "_model_manifest.py"))
+        "sparkfleet_model", str(FILES.parents[2] / "plugins" / "module_utils" / "sync" / "_model_manifest.py"))
     lib = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lib)
     root = tmp_path / "m"
@@ -615,7 +615,7 @@ def test_a_gpu_wait_that_ends_short_is_a_bounded_refusal_not_a_start_for_ever(wd
     assert wd.gate(a) == 3 and wd.gate(a) == 3 and marker(tmp_path) is None
     err = capsys.readouterr().err
     assert "short of 2 GPUs after 600 s" in err
-    # vllm_wait follows a refused start to the next one by these words (plugins/module_utils/_vllm_log.py)
+    # vllm_wait follows a refused start to the next one by these words (plugins/module_utils/engine/_vllm_log.py)
     assert [m.groups() for m in map(_vllm_log.GATE_REFUSED_RE.search, err.splitlines()) if m] == [("1", "3"), ("2", "3")]
     assert wd.gate(a) == 3
     m = marker(tmp_path)

@@ -1,4 +1,4 @@
-"""module_utils/_access.py on real `sshd -T` output (OpenSSH 9.2, captured on a lab host) and real command messages."""
+"""module_utils/host/_access.py on real `sshd -T` output (OpenSSH 9.2, captured on a lab host) and real command messages."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _access
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.host import _access
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "modules", "fixtures", "access_check")
 KEY = "runtime_image's image key"

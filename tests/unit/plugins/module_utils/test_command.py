@@ -121,11 +121,13 @@ def test_every_command_goes_through_the_runner():
     direct = re.compile(r"\.run_command\(|\.get_bin_path\(|^import subprocess|^from subprocess import|os\.system\("
                         r"|os\.popen\(|os\.exec\w*\(|os\.spawn\w*\(|os\.posix_spawn\w*\(", re.M)
     allowed = {"module_utils/_command.py": {".run_command(", ".get_bin_path("},
-               "module_utils/_fast_copy.py": {"import subprocess"},
-               "module_utils/_sync_shell.py": {"os.execv(", "os.execvp("}}
+               "module_utils/sync/_fast_copy.py": {"import subprocess"},
+               "module_utils/sync/_sync_shell.py": {"os.execv(", "os.execvp("}}
     offenders = {}
     for sub in ("modules", "module_utils"):
-        for name in sorted(os.listdir(os.path.join(plugins, sub))):
+        names = sorted(os.path.relpath(os.path.join(d, f), os.path.join(plugins, sub))
+                       for d, _dirs, files in os.walk(os.path.join(plugins, sub)) for f in files)
+        for name in names:
             rel = "%s/%s" % (sub, name)
             if name.endswith(".py"):
                 with open(os.path.join(plugins, rel)) as handle:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _fabric_bench as fb
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric import _fabric_bench as fb
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "modules", "fixtures")
 

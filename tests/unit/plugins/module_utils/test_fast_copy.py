@@ -1,4 +1,4 @@
-"""The tcp transport's script (module_utils/_fast_copy.py) between temp dirs on loopback: authentication, per-file
+"""The tcp transport's script (module_utils/sync/_fast_copy.py) between temp dirs on loopback: authentication, per-file
 verification before the final name, resume of a partial file, and no listener left when the run goes away."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._fast_copy import FAST_SCRIPT
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import fast_bins
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._fast_copy import FAST_SCRIPT
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_tcp import fast_bins
 
 
 def digest(data):
@@ -511,7 +511,7 @@ def test_a_part_cut_mid_block_is_continued_to_the_same_bytes(tmp_path, model, cu
 def test_a_process_that_exits_says_why_even_when_its_stderr_is_read_late(monkeypatch):
     """The receiver that cannot listen exits naming why; the module reports that, not 'no answer', even when the
     thread that reads its stderr runs after the exit was seen (a loaded node; seen under pytest -n 2)."""
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils import _fast_copy
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync import _fast_copy
     pump = _fast_copy.LineProc._pump_err
 
     def late_pump(self):

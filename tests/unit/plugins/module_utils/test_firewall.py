@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _firewall
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.host import _firewall
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "modules", "fixtures", "host_firewall")
 FABRIC = "10.99.1.0/24"

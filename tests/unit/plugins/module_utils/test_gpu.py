@@ -1,4 +1,4 @@
-"""Parsers of module_utils/_gpu.py on real H200 captures and GB10 outputs built to the real format."""
+"""Parsers of module_utils/gpu/_gpu.py on real H200 captures and GB10 outputs built to the real format."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _gpu
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu import _gpu
 
 FIX = os.path.join(os.path.dirname(__file__), '..', 'modules', 'fixtures', 'nvidia_smi')
 H200_STATES = ['zero', 'one', 'two', 'ours_only', 'stubborn_and_child', 'zero_after']

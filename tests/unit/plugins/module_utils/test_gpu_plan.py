@@ -1,4 +1,4 @@
-"""The cleanup plan (module_utils/_gpu_plan.py) on the operators' old stack as the lab stages it.
+"""The cleanup plan (module_utils/gpu/_gpu_plan.py) on the operators' old stack as the lab stages it.
 
 Fixtures under tests/unit/plugins/modules/fixtures/oldstack/ were captured on a lab head (systemd 252, Docker
 20.10) running lab/stage.sh's old stack: `systemctl list-unit-files/list-units/show`, `docker ps -a`, `docker inspect`,
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _gpu, _gpu_plan
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu import _gpu, _gpu_plan
 
 FIX = os.path.join(os.path.dirname(__file__), '..', 'modules', 'fixtures', 'oldstack')
 NAMES = {'cleanup_units': 'gpu_cleanup_stale_units', 'cleanup_containers': 'gpu_cleanup_stale_containers',

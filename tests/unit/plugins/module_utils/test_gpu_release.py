@@ -1,4 +1,4 @@
-"""module_utils/_gpu_release.py: the order a plan is carried out in, what is read, and the reports."""
+"""module_utils/gpu/_gpu_release.py: the order a plan is carried out in, what is read, and the reports."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _gpu_plan, _gpu_release
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu import _gpu_plan, _gpu_release
 
 
 class Res(object):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _gpu, _gpu_plan
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu import _gpu, _gpu_plan
 from ansible_collections.sparkfleet.vllm.plugins.modules import gpu_holders
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'modules', 'fixtures', 'nvidia_smi'))

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _image, _ray
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image import _image
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.ray import _ray
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "modules", "fixtures", "image_check")
 STANDIN = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "lab", "standin")

@@ -15,8 +15,14 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.sparkfleet.vllm.plugins.filter import serving_cause, stale_stack
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import (
-    _allreduce, _firewall, _gpu_release, _image, _load_test, _model_sync, _safetensors,
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric import _allreduce
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.host import _firewall
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu import _gpu_release
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image import _image
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine import _load_test
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync import (
+    _model_sync,
+    _safetensors,
 )
 from ansible_collections.sparkfleet.vllm.plugins.modules import qualify_facts, transfer_progress
 
@@ -77,13 +83,13 @@ def test_files_read_on_the_node_refuse_a_fifo_without_blocking(fifo, tmp_path):
 # a self-contained script that catches RecursionError and bounds its read itself.
 ALLOWED = {
     "plugins/module_utils/_json.py": "the bounded reader itself",
-    "plugins/module_utils/_image.py": "the probe scripts' argv (the module's own JSON) and their own child's answer",
-    "plugins/module_utils/_ray.py": "the probe's argv: the module's own JSON",
-    "plugins/module_utils/_fast_copy.py": "FAST_SCRIPT's framed messages (<= 64 KiB, RecursionError caught) and its "
-                                          "bounded request line and cache",
-    "plugins/module_utils/_content_hash.py": "HASH_SCRIPT's cache, bounded in the script",
-    "plugins/module_utils/_model_manifest.py": "standard library only on the nodes: bounded reads of its own",
-    "plugins/module_utils/_sync_shell.py": "standard library only on the workers: a bounded read of its own",
+    "plugins/module_utils/image/_image.py": "the probe scripts' argv (the module's own JSON) and their own child's answer",
+    "plugins/module_utils/ray/_ray.py": "the probe's argv: the module's own JSON",
+    "plugins/module_utils/sync/_fast_copy.py": "FAST_SCRIPT's framed messages (<= 64 KiB, RecursionError caught) and its "
+                                               "bounded request line and cache",
+    "plugins/module_utils/sync/_content_hash.py": "HASH_SCRIPT's cache, bounded in the script",
+    "plugins/module_utils/sync/_model_manifest.py": "standard library only on the nodes: bounded reads of its own",
+    "plugins/module_utils/sync/_sync_shell.py": "standard library only on the workers: a bounded read of its own",
 }
 
 
@@ -110,7 +116,7 @@ def _role_file(name):
 
 
 def _node_readers():
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils import _model_manifest, _sync_shell
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync import _model_manifest, _sync_shell
     return [_model_manifest.read_json_file, _sync_shell.read_json_file, _role_file("sparkfleet_memory").read_json_file]
 
 
@@ -137,7 +143,7 @@ def test_node_scripts_read_json_files_bounded_by_type_and_depth(index, fifo, tmp
 
 
 def test_node_callers_turn_a_fifo_or_nesting_into_nothing(fifo, tmp_path):
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils import _model_manifest, _sync_shell
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync import _model_manifest, _sync_shell
     nested = tmp_path / "nested.json"
     nested.write_text(NESTED)
     assert _model_manifest.load(fifo) is None
@@ -152,7 +158,7 @@ def test_the_hash_script_ignores_a_cache_that_is_a_fifo_or_nested(cache, fifo, t
     import json
     import subprocess
     import sys
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import HASH_SCRIPT
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._content_hash import HASH_SCRIPT
     model = tmp_path / "model"
     model.mkdir()
     (model / "a.bin").write_bytes(b"abc")

@@ -1,4 +1,4 @@
-"""plugins/module_utils/_model_manifest.py: what the sync left on a node, the stat check and the scrub, on real files
+"""plugins/module_utils/sync/_model_manifest.py: what the sync left on a node, the stat check and the scrub, on real files
 (a model written by tests/unit/support/model_files.py, corrupted as the lab test does: 64 KiB overwritten in place,
 size kept, mtime put back)."""
 
@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _model_manifest as mm
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _sync_shell
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import HASH_SCRIPT, parse_hashes
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import list_files
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync import _model_manifest as mm
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync import _sync_shell
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._content_hash import HASH_SCRIPT, parse_hashes
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import list_files
 from ansible_collections.sparkfleet.vllm.tests.unit.support.model_files import shard_name, write_model
 
 SHARD2 = shard_name(2, 3)

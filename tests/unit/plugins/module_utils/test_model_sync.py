@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import (
     FanoutScheduler,
     check_model_dir,
     compare_sizes,
@@ -350,7 +350,7 @@ def _probe(real, kind, count=0, has=(), entries=()):
     ("/models/m", "", "could not inspect"),
 ])
 def test_dest_problem(dest, probe, why):
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import dest_problem, parse_dest_probe
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import dest_problem, parse_dest_probe
     problem = dest_problem(dest, parse_dest_probe(probe))
     if why is None:
         assert problem is None
@@ -360,7 +360,7 @@ def test_dest_problem(dest, probe, why):
 
 def test_dest_probe_script_reports_a_real_directory(tmp_path):
     import subprocess
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import (
         dest_probe_script, parse_dest_probe, parse_df_avail)
     d = tmp_path / "m"
     d.mkdir()
@@ -397,7 +397,7 @@ def test_symlink_loop_in_a_snapshot_is_walked_once(model):
 
 def test_the_probe_counts_a_config_json_only_when_it_is_a_models(tmp_path):
     import subprocess
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import (
         dest_problem, dest_probe_script, parse_dest_probe)
     d = tmp_path / "docker"
     d.mkdir()
@@ -416,7 +416,7 @@ def test_the_probe_counts_a_config_json_only_when_it_is_a_models(tmp_path):
 
 def test_the_probe_lists_sizes_and_mtimes_and_the_plan_sends_what_differs(tmp_path):
     import subprocess
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import (
         dest_probe_script, parse_dest_probe, plan_moves)
     d = tmp_path / "m"
     (d / "sub").mkdir(parents=True)
@@ -453,12 +453,12 @@ def test_the_probe_lists_sizes_and_mtimes_and_the_plan_sends_what_differs(tmp_pa
     (["10.99.1.12", "10.99.1.13"], ["10.99.1.12", "10.99.1.13"], []),
 ])
 def test_one_host_spelled_two_ways_is_one_destination(hosts, kept, merged):
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import unique_hosts
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import unique_hosts
     assert unique_hosts(hosts) == (kept, [], merged)
 
 
 def test_a_name_and_its_address_are_one_destination():
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import unique_hosts
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import unique_hosts
     resolve = {"spark-2": {"10.99.1.12"}, "spark-3": {"10.99.1.13"}}.get
     assert unique_hosts(["10.99.1.12", "spark-2", "spark-3"], resolve) == (
         ["10.99.1.12", "spark-3"], [], [("10.99.1.12", "spark-2")])
@@ -467,15 +467,15 @@ def test_a_name_and_its_address_are_one_destination():
 @pytest.mark.parametrize("host", ["-oProxyCommand=sh", "-p2222", "a b", "spark@10.99.1.12", "", " ", "x;id",
                                   "$(id)", "h\n-oX=y", "[fd00::1", "a/b"])
 def test_hosts_that_ssh_would_read_as_options_are_refused(host):
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import unique_hosts
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import unique_hosts
     kept, problems, _merged = unique_hosts([host])
     assert kept == [] and len(problems) == 1 and "destination" in problems[0]
 
 
 def test_property_host_and_user_checks_never_raise_and_never_pass_an_option():
     from hypothesis import given, settings, strategies as st
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import unique_hosts
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import ssh_user_problem
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import unique_hosts
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_shell import ssh_user_problem
 
     @settings(max_examples=300, deadline=None)
     @given(st.lists(st.text(max_size=20), max_size=4), st.text(max_size=20))
@@ -492,7 +492,7 @@ def test_property_host_and_user_checks_never_raise_and_never_pass_an_option():
 
 
 def test_copy_state_round_trips():
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import copy_state, parse_copy_state
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import copy_state, parse_copy_state
     text = copy_state(False, reason="push to x failed:\n  disk full", when="2026-12-01T15:00:00Z")
     assert parse_copy_state(text) == {"copy": "incomplete", "verified": "no", "fingerprint": "none",
                                       "updated": "2026-12-01T15:00:00Z", "reason": "push to x failed: disk full"}

@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync_run import TransferLock, stop_tree
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync_run import TransferLock, stop_tree
 
 HOLDER = r'''
 import subprocess, sys, time
 sys.path.insert(0, sys.argv[2])
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync_run import TransferLock
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync_run import TransferLock
 TransferLock(sys.argv[1]).acquire()
 child = subprocess.Popen(["sleep", "300"])  # what a transfer starts: rsync, ssh, the sender
 print(child.pid, flush=True)

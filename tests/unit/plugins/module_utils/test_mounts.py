@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._mounts import STALE, bind_state, parse_stat
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image._mounts import STALE, bind_state, parse_stat
 
 PATH, CTR = "/models/m", "sparkfleet-ray"
 

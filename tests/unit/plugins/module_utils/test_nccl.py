@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _nccl
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric import _nccl
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "modules", "fixtures", "nccl_transport")
 DEVS = ["/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs0"]

@@ -2,7 +2,8 @@
 module's declared error, which its module turns into a message) - never a Python crash (RecursionError on nested
 JSON, TypeError on a JSON of the wrong shape, OverflowError on an enormous number ...), whatever the node printed.
 
-The parsers are found by name (every one-argument parse* function of plugins/module_utils), so a new one is covered.
+The parsers are found by name (every one-argument parse* function of plugins/module_utils and its subpackages), so a
+new one is covered.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 
 def _parsers():
     found = []
-    for info in pkgutil.iter_modules(mu.__path__):
-        mod = importlib.import_module("%s.%s" % (mu.__name__, info.name))
+    # module_utils is grouped into subpackages (fabric/, sync/, ...): every module of every one.
+    for info in pkgutil.walk_packages(mu.__path__, mu.__name__ + "."):
+        if info.ispkg:
+            continue
+        mod = importlib.import_module(info.name)
+        short = info.name.rsplit(".", 1)[-1]
         errors = tuple(c for _n, c in inspect.getmembers(mod, inspect.isclass)
                        if issubclass(c, Exception) and c.__module__ == mod.__name__)
         for name, fn in inspect.getmembers(mod, inspect.isfunction):
@@ -32,7 +37,7 @@ def _parsers():
                 continue
             required = [p for p in inspect.signature(fn).parameters.values() if p.default is p.empty]
             if len(required) == 1:
-                found.append(pytest.param(fn, (ValueError,) + errors, id="%s.%s" % (info.name, name)))
+                found.append(pytest.param(fn, (ValueError,) + errors, id="%s.%s" % (short, name)))
     return found
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._paths import (
     looks_like_model_dir,
     model_path_problem,
 )
@@ -69,7 +69,7 @@ def test_looks_like_model_dir(names, expected):
 
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import (  # noqa: E402
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._paths import (  # noqa: E402
     NEVER_TREES,
     normal_path,
     written_path_problem,

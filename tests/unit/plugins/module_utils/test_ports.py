@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._ports import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.host._ports import (
     describe,
     ephemeral_range,
     is_ours,

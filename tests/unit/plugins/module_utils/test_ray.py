@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _ray
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.ray import _ray
 
 FIX = Path(__file__).resolve().parents[1] / "modules" / "fixtures" / "ray_cluster_check"
 

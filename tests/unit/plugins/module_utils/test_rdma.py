@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _rdma
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric import _rdma
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "modules", "fixtures", "rdma_facts")
 

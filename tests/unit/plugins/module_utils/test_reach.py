@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._reach import parse_route_get, verdict
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric._reach import parse_route_get, verdict
 
 # `ip -o route get` as captured (iproute2 6.1): a fabric peer, a route via the default gateway, a guard route.
 FABRIC = "10.99.1.12 dev enp1s0f1np1 src 10.99.1.11 uid 0 \\    cache "

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._run_lock import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.host._run_lock import (
     acquire_script,
     beat_interval,
     decide,

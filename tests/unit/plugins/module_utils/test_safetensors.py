@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._safetensors import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._safetensors import (
     MAX_HEADER_BYTES,
     SafetensorsError,
     read_header,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 
@@ -19,7 +20,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import (
     setting_names_problem,
     unknown_settings,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes import CAUSES
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine._vllm_causes import CAUSES
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 _ROLE_VAR = r"\b((?:vllm_serve|ray_cluster|model_sync|gpu_cleanup|sparkfleet|healthcheck|preflight)_[a-z0-9_]+)"
@@ -71,9 +72,9 @@ def test_hint_modules_take_setting_names(module):
     assert "- sparkfleet.vllm.setting_names" in src
     assert "**setting_names_option()" in src      # the option's spec, paired with the doc fragment, in one place
     # the check is made in the module or in the module_utils file that holds its logic
-    logic = os.path.join(ROOT, "plugins", "module_utils", "_%s.py" % module)
+    logic = glob.glob(os.path.join(ROOT, "plugins", "module_utils", "**", "_%s.py" % module), recursive=True)
     assert re.search(r"check_setting_names\(module\)|setting_names_problem\(",
-                     src + (open(logic).read() if os.path.exists(logic) else ""))
+                     src + "".join(open(path).read() for path in logic))
 
 
 def test_the_shared_option_spec_and_check():
@@ -98,9 +99,11 @@ def test_the_shared_option_spec_and_check():
 def test_every_setting_is_named_by_some_hint():
     used = set(s for c in CAUSES for s in c.settings)
     for folder in ("module_utils", "modules"):
-        for name in os.listdir(os.path.join(ROOT, "plugins", folder)):
-            if name.endswith(".py") and name != "_settings.py":
-                used.update(re.findall(r"\{(%s)\}" % "|".join(SETTINGS), _read("plugins", folder, name)))
+        for dirpath, _dirs, files in os.walk(os.path.join(ROOT, "plugins", folder)):
+            for name in files:
+                if name.endswith(".py") and name != "_settings.py":
+                    with open(os.path.join(dirpath, name)) as handle:
+                        used.update(re.findall(r"\{(%s)\}" % "|".join(SETTINGS), handle.read()))
     assert sorted(set(SETTINGS) - used) == []
 
 

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _sync_shell
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import destination_commands
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import check
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync import _sync_shell
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_transports import destination_commands
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_shell import check
 
 DEST = "/models/Qwen3.5-122B-A10B-FP8"
 FIXED = set(destination_commands(DEST).values())

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine._vllm_causes import (
     CAUSE,
     CAUSES,
     FAILURE_CLASSES,

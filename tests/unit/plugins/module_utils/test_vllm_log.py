@@ -11,14 +11,14 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine._vllm_causes import (
     CAUSES,
     FAILURE_CLASSES,
     HINTS,
     render_hint,
 )
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import unknown_settings
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine._vllm_log import (
     CALLER_CLASSES,
     MAX_LINE_CHARS,
     VllmLogParser,

@@ -1,4 +1,4 @@
-"""vllm_wait's logic (module_utils/_vllm_wait.py): option checks, bounded reads, replaced files.
+"""vllm_wait's logic (module_utils/engine/_vllm_wait.py): option checks, bounded reads, replaced files.
 
 Property-based (hypothesis) for the options: whatever a task passes, the module answers (a refusal naming the
 option, or a result), never a traceback.
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _vllm_wait
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_wait import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine import _vllm_wait
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine._vllm_wait import (
     FileSource,
     since_epoch,
     tail_lines,

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _allreduce
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric import _allreduce
 from ansible_collections.sparkfleet.vllm.plugins.modules import allreduce_bench
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "allreduce_bench")

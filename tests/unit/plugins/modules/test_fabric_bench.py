@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _fabric_bench as fb
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric import _fabric_bench as fb
 from ansible_collections.sparkfleet.vllm.plugins.modules import fabric_bench
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "fabric_bench")

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _gpu
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu import _gpu
 from ansible_collections.sparkfleet.vllm.plugins.modules import gpu_release
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), 'fixtures', 'nvidia_smi'))

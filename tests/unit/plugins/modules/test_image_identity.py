@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import content_identity
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image._image import content_identity
 from ansible_collections.sparkfleet.vllm.plugins.modules import image_identity
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures", "image_identity")

@@ -20,7 +20,7 @@ import uuid
 import pytest
 
 from ansible_collections.sparkfleet.vllm.plugins.modules import model_sync
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _model_sync_run as model_sync_run
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync import _model_sync_run as model_sync_run
 from ansible_collections.sparkfleet.vllm.tests.unit.support.model_files import write_safetensors
 
 pytestmark = pytest.mark.skipif(
@@ -34,7 +34,7 @@ COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."
 # gave the test ($HOME): a run stopped or killed there meets the next run at the same transfer lock and hash caches.
 AS_ANSIBLE = (
     "import os\n"
-    "from ansible_collections.sparkfleet.vllm.plugins.module_utils import _model_sync_run\n"
+    "from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync import _model_sync_run\n"
     "_model_sync_run.user_home = lambda: os.environ['HOME']\n"
     "from ansible_collections.sparkfleet.vllm.plugins.modules import model_sync\n"
     "model_sync.main()\n"
@@ -368,7 +368,7 @@ def test_content_hashes_repair_a_same_size_corruption_by_default(run_module, lab
 
 
 def test_hash_cache_reads_an_unchanged_file_once_and_a_rewritten_one_again(lab, tmp_path):
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import HASH_SCRIPT, parse_hashes
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._content_hash import HASH_SCRIPT, parse_hashes
     cache = str(tmp_path / "cache" / "h.json")
     names = sorted(os.listdir(lab.src))
 
@@ -394,7 +394,7 @@ def test_hash_cache_reads_an_unchanged_file_once_and_a_rewritten_one_again(lab, 
 
 
 def test_fingerprint_follows_content():
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import fingerprint
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._content_hash import fingerprint
     files = [("a", 1), ("b", 2)]
     base = fingerprint(files, {"a": "x", "b": "y"})
     assert fingerprint(list(reversed(files)), {"a": "x", "b": "y"}) == base
@@ -533,7 +533,7 @@ def test_source_that_is_not_a_model_directory_is_refused_without_walking(run_mod
 # --------------------------------------------------------------------------- the tcp transport (issue 8)
 
 def test_tcp_transport_is_the_default_and_runs_only_the_allowed_fixed_commands(run_module, lab):
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import destination_commands
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_transports import destination_commands
     res = run_module(model_sync, lab.args())
     assert res.get("failed") is not True, res
     dest = res["destinations"]["10.99.1.12"]
@@ -552,8 +552,9 @@ def test_tcp_transport_is_the_default_and_runs_only_the_allowed_fixed_commands(r
 
 def test_a_first_tcp_sync_hashes_the_source_while_sending_and_nothing_twice(run_module, lab, monkeypatch):
     import hashlib
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import fingerprint
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import destination_commands, list_files
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._content_hash import fingerprint
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import list_files
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_transports import destination_commands
     hashed_up_front = []
     real = model_sync_run.ModelSync.local_hashes
     monkeypatch.setattr(model_sync_run.ModelSync, "local_hashes",
@@ -578,7 +579,7 @@ def test_a_first_tcp_sync_hashes_the_source_while_sending_and_nothing_twice(run_
 
 
 def test_tcp_fan_out_feeds_the_next_node_with_the_fixed_send_command(run_module, lab):
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import destination_commands
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_transports import destination_commands
     hosts = ["10.99.1.12", "10.99.1.13", "10.99.1.14"]
     res = run_module(model_sync, lab.args(destinations=hosts, transport="tcp"))
     assert res.get("failed") is not True, res
@@ -795,7 +796,7 @@ def test_a_killed_transfer_leaves_the_copy_marked_incomplete(run_module, lab, tm
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import parse_copy_state
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import parse_copy_state
     state = parse_copy_state(open(marker).read())
     assert state["copy"] == "incomplete" and state["verified"] == "no", state
 
@@ -809,3 +810,53 @@ def test_a_disk_that_fills_under_rsync_is_named_with_its_numbers_too(run_module,
     assert "10.99.1.12 ran out of space under %s during the sync" % lab.dest_dir in res["msg"], res["msg"]
     assert "still to write there" in res["msg"] and "No space left on device" not in res["msg"]
     assert "Free at least" in res["hint"]
+
+
+# --------------------------------------------------------------------------- a third transport (issue 43 item 4)
+
+def test_a_third_transport_is_one_registry_entry_and_the_chain_falls_through_to_ssh(run_module, lab, monkeypatch):
+    """A transport that copies on the local disk (each fake host is a directory here) delivers every other file and
+    reports the rest undelivered: registered as one entry with one chain, the run uses it, ssh takes the rest, and the
+    copy verifies."""
+    import shutil
+    from ansible.module_utils import basic
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync import _sync_transport, _sync_transports
+
+    sent_by_local = []
+
+    class LocalTransport(_sync_transport.Transport):
+        name = "local"
+        CAUSES = ("partial",)
+
+        def send(self, feeder, target, moved, info):
+            info["streams"] = 1
+            done = set()
+            for i, (name, size) in enumerate(moved):
+                if i % 2:
+                    continue
+                where = os.path.join(lab.dest(target), name)
+                os.makedirs(os.path.dirname(where), exist_ok=True)
+                shutil.copy2(os.path.join(self.run.src, name), where)
+                done.add(name)
+            sent_by_local.extend(sorted(done))
+            nbytes = sum(s for n, s in moved if n in done)
+            if len(done) < len(moved):
+                return _sync_transport.Outcome("partial", "%d file(s) left by local" % (len(moved) - len(done)),
+                                               done, nbytes)
+            return _sync_transport.Outcome(_sync_transport.OK, None, done, nbytes)
+
+    monkeypatch.setitem(_sync_transports.TRANSPORTS, "local", LocalTransport)
+    monkeypatch.setitem(_sync_transports.CHAINS, "local", ("local", "ssh"))
+    warnings = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, w: warnings.append(w))
+    res = run_module(model_sync, lab.args(transport="local"))
+    assert res.get("failed") is not True, res
+    dest = res["destinations"]["10.99.1.12"]
+    assert dest["transport"] == "local+ssh" and dest["verified"] is True
+    assert 0 < len(sent_by_local) < 7
+    assert res["files_transferred"] == 7
+    assert tree(lab.dest("10.99.1.12")) == tree(lab.src)
+    assert any("left by local" in w and "sending them over ssh" in w for w in warnings), warnings
+    # Only the files local did not deliver went over rsync.
+    rsynced = [c for c in lab.calls() if c["cmd"].startswith("rsync --server")]
+    assert rsynced

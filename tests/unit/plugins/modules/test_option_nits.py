@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._run_lock import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.host._run_lock import (
     NOT_A_FILE,
     acquire_script,
     lock_record,

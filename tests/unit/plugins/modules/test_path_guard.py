@@ -1,6 +1,6 @@
 """path_guard: on the node, where each written path leads (links), what is already there, whose home it is in.
 
-The rules themselves are module_utils/_paths.py's (tests/unit/plugins/module_utils/test_paths.py). Here the module
+The rules themselves are module_utils/sync/_paths.py's (tests/unit/plugins/module_utils/test_paths.py). Here the module
 runs on this machine's real filesystem: pytest's tmp_path lies under /tmp, which the rule refuses as world-writable,
 so the tests that need a tree of their own take /tmp out of that list for their duration (monkeypatch).
 """
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _paths
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync import _paths
 from ansible_collections.sparkfleet.vllm.plugins.modules import path_guard
 
 PROPS = settings(max_examples=150, deadline=None, database=None,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _ray
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.ray import _ray
 from ansible_collections.sparkfleet.vllm.plugins.modules import ray_cluster_check
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "ray_cluster_check"

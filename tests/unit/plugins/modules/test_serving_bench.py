@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _load_test as lt
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine import _load_test as lt
 from ansible_collections.sparkfleet.vllm.plugins.modules import serving_bench
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "serving_bench")

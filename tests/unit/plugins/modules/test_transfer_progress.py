@@ -6,8 +6,8 @@ import gzip
 import json
 from pathlib import Path
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_progress, progress_header
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import progress_summary
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image._image import parse_progress, progress_header
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image._image import progress_summary
 from ansible_collections.sparkfleet.vllm.plugins.modules import transfer_progress
 
 # gzip keeps dd's carriage returns byte for byte (a text fixture would need "\n" line endings)

@@ -16,7 +16,7 @@ import pytest
 
 from ansible.module_utils import basic
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _vllm_wait
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine import _vllm_wait
 from ansible_collections.sparkfleet.vllm.plugins.modules import vllm_wait
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "vllm_wait")
@@ -721,7 +721,7 @@ def test_documentation_lists_exactly_the_cause_table():
     # DOCUMENTATION stays a static string (ansible-doc and sanity read it without importing): it must hold
     # the sentence the table makes, so a class added to the table without its documentation fails here.
     import yaml
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes import doc_note
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine._vllm_causes import doc_note
     doc = yaml.safe_load(vllm_wait.DOCUMENTATION)
     notes = [n for n in doc["notes"] if n.startswith("Failure classes")]
     assert notes == [doc_note()], "paste _vllm_causes.doc_note() into vllm_wait's notes:\n" + doc_note()

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._ray import probe_error_text
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.ray._ray import probe_error_text
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _node_away
 
 HERE = os.path.dirname(__file__)
@@ -85,7 +85,7 @@ def test_the_head_s_transfer_to_a_worker_that_went_away_names_the_worker():
 
 def test_the_head_s_fabric_check_losing_a_worker_that_ran_tasks_in_this_run_names_it_gone():
     # the lab's power cut of the worker during site.yml: ray_cluster's re-check found its sshd gone (the netns answers)
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._reach import verdict as reach_verdict
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric._reach import verdict as reach_verdict
     msg = reach_verdict("spark-1", "spark-2", "10.99.1.12", 22, {"kind": "local", "dev": "enp1s0f1np1"},
                         {"operstate": "up", "carrier": "1"}, "refused", 5, ["enp1s0f1np1"])
     assert "nothing listens on port 22 (sshd)" in msg

@@ -434,7 +434,7 @@ def test_newer_variables_accept_good_values(name, value, normal):
 @given(value=st.text(max_size=12) | st.floats() | st.integers() | st.none())
 def test_min_version_agrees_with_image_check(value):
     """A minimum version passes only when image_check's own parser reads a version from it."""
-    from ansible_collections.sparkfleet.vllm.plugins.module_utils._image import parse_version
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.image._image import parse_version
 
     ok = v.check_min_version(value)[1] is None
     if value is None or value == "":

@@ -192,7 +192,7 @@ def stat_key(st):
 
 
 def load_cache(root, real):
-    # The hash cache HASH_SCRIPT keeps (module_utils/_content_hash.py): {relpath: [stat key, digest]}.
+    # The hash cache HASH_SCRIPT keeps (module_utils/sync/_content_hash.py): {relpath: [stat key, digest]}.
     try:
         fd = os.open(cache_path(root), os.O_RDONLY | os.O_NONBLOCK)  # a FIFO never blocks the receiver
         try:

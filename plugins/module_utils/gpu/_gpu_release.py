@@ -17,8 +17,8 @@ import tempfile
 import time
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import children_map, describe, parse_stat, read_script
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu_plan import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu._gpu import children_map, describe, parse_stat, read_script
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu._gpu_plan import (
     action_text,
     build_plan,
     foreign_holder_text,
@@ -26,7 +26,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu_plan import (
     gpu_blocking_text,
     unit_starts,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._ports import listeners as port_listeners
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.host._ports import listeners as port_listeners
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text
 
 POLL_S = 0.25

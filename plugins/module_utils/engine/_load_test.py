@@ -22,7 +22,7 @@ import time
 from urllib.parse import urlsplit
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._fabric_bench import percentile
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.fabric._fabric_bench import percentile
 
 # One streamed event or error body of a completion: far below this.
 EVENT_MAX_BYTES = 4 * 1024 * 1024

@@ -4,9 +4,9 @@
 """model_sync's run on the source node, phase by phase: checks, plan, hash, transfer, verify, state, cache drop.
 
 The module (plugins/modules/model_sync.py) is its argument spec and a call to run(); the pure pieces (checks,
-planning, packing, parsing, command lines) are in _model_sync.py, the TCP transport's programs in _fast_copy.py.
-Commands run through _command.Runner; the two processes that must stay open while the run talks to them (the
-receiver and the sender) are _fast_copy.LineProc.
+planning, packing, parsing, command lines) are in _model_sync.py. What moves the bytes is a transport
+(_sync_transport.py, the interface; _sync_tcp.py and _sync_rsync.py, one each), chosen in _sync_transports.py.
+Commands run through _command.Runner.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import fcntl
 import hashlib
 import os
 import pwd
-import re
-import shlex
 import shutil
 import signal
 import socket
@@ -28,43 +26,43 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._content_hash import (
     HASH_SCRIPT,
     cache_file,
     content_mismatches,
     fingerprint,
     parse_hashes,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import model_path_problem
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._fast_copy import FAST_SCRIPT, LineProc
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._model_sync import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._paths import model_path_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._model_sync import (
     FanoutScheduler,
     canonical_host,
     check_model_dir,
     compare_sizes,
     copy_state,
     dest_problem,
-    destination_commands,
-    fast_bins,
-    fast_request_files,
     host_spec,
     is_no_space,
     no_space_hint,
     no_space_message,
-    pack_bins,
     parse_dest_probe,
     parse_df_avail,
     parse_itemize,
     parse_size_list,
     plan_moves,
-    rsync_argv,
-    rsync_target,
     ssh_argv,
     summarize,
     tree_rounds,
     unique_hosts,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import ssh_user_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_shell import ssh_user_problem
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_transport import FALL_THROUGH
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_transports import (
+    RSYNC,
+    chain,
+    destination_commands,
+    transports,
+)
 
 SOURCE = "source"
 # Seconds a run waits for the transfer of an earlier run (stopped first) to let go of the destination directory.
@@ -192,6 +190,10 @@ def user_home():
 
 
 class ModelSync(object):
+    """One run of model_sync on the source node; its transports reach back for the params, the runner, the ssh
+    command to a host, the lock, the warnings and the source's stats and hashes."""
+
+    SOURCE = SOURCE
 
     def __init__(self, module):
         self.module = module
@@ -206,30 +208,25 @@ class ModelSync(object):
         self.python = sys.executable or self.runner.bin("python3")
         # Every fixed command for a destination; the sync key's forced command allows exactly these.
         self.cmds = destination_commands(self.dest)
-        self.agent_env = {}
-        self.agent_bin = None
-        self.agent_pid = None
         self.lock = threading.Lock()
         self.warnings = []
         self.stats = {}
         self.plan_stats = {}
         self.source_hashes = None
         self.home = user_home()
-        # The source's hashes the tcp sender computed (or read from its cache) while sending, and per destination
-        # the files its receiver checked against them before giving them their names, and what it listed after.
-        self.sent_digests = {}
-        self.hash_verified = {}
-        self.listed = {}
         self.no_space = {}
-        # CPU-seconds the tcp transport's processes spent on each destination (receiver, and sender when it feeds).
-        self.remote_cpu = {}
+        # Every registered transport (the rsync one also does the checksum and delete passes), and those the
+        # transport choice tries in order.
+        self.transports = transports(self)
+        self.rsync = self.transports[RSYNC]
+        self.chain = chain(self.transports, p["transport"])
         # Per destination, one ssh master connection for the run's control commands (probe, receiver, list, state).
         self.control_dir = None
         self.contacted = set()
         self.transfer_lock = None
 
     # ------------------------------------------------------------------ commands
-    def _ssh(self, forward_agent=False, mux=True):
+    def ssh(self, forward_agent=False, mux=True):
         argv = ssh_argv(self.ssh_bin, self.p["ssh_cipher"], self.p["ssh_key"], self.p["ssh_opts"],
                         forward_agent=forward_agent, timeout=self.p["timeout"])
         if mux and self.control_dir:
@@ -237,47 +234,27 @@ class ModelSync(object):
                      "-o", "ControlPersist=%d" % CONTROL_PERSIST]
         return argv
 
-    def _to(self, host, command, forward_agent=False, mux=True):
+    def to(self, host, command, forward_agent=False, mux=True):
         """ssh argv running command on host; `--` ends ssh's options whatever the host is."""
         with self.lock:
             self.contacted.add(host)
-        return self._ssh(forward_agent, mux) + ["--", host_spec(host, self.user), command]
+        return self.ssh(forward_agent, mux) + ["--", host_spec(host, self.user), command]
 
     def _remote(self, host, script, data=None):
         # The runner expands no $VARS or ~: remote commands carry them for the destination's shell ($HOME).
-        return self.runner.run(self._to(host, script), data=data)
+        return self.runner.run(self.to(host, script), data=data)
 
-    def _push_argv(self, feeder, target, dry_run=False, checksum=None, delete=False,
-                   files_from=False, bwlimit=0, existing_only=False):
-        checksum = self.p["checksum"] if checksum is None else checksum
-        tgt = rsync_target(target, self.dest, self.user)
-        # A file list holds exactly what must move, content mismatches of the same size and mtime included.
-        ignore_times = files_from
-        if feeder == SOURCE:
-            # Data streams get connections of their own (each its own cipher stream), control runs use the master.
-            argv = rsync_argv(self.rsync_bin, self._ssh(mux=not files_from), self.src, tgt, checksum=checksum,
-                              bwlimit=bwlimit, dry_run=dry_run, delete=delete,
-                              files_from=files_from, timeout=self.p["timeout"], ignore_times=ignore_times)
-            if existing_only:
-                argv[1:1] = ["--existing", "--ignore-existing"]
-            return argv, None
-        # Feeder is a destination: it runs rsync itself (following no symlink) and reaches the target with the
-        # forwarded agent.
-        hop = ssh_argv("ssh", self.p["ssh_cipher"], None, self.p["ssh_opts"], timeout=self.p["timeout"])
-        inner = rsync_argv("rsync", hop, self.dest, tgt, checksum=checksum, bwlimit=bwlimit,
-                           dry_run=dry_run, delete=delete, files_from=files_from,
-                           timeout=self.p["timeout"], ignore_times=ignore_times, copy_links=False)
-        remote = " ".join(shlex.quote(a) for a in inner)
-        return self._to(feeder, remote, forward_agent=True, mux=False), dict(self.agent_env)
+    def _push_argv(self, feeder, target, **kwargs):
+        return self.rsync.push_argv(feeder, target, **kwargs)
 
-    def _names_data(self, names):
+    def names_data(self, names):
         return b"".join(n.encode("utf-8", "surrogateescape") + b"\0" for n in names)
 
     def local_hashes(self, names, fail=True):
         """Content hashes of the source's files (cached under this user's home). With fail=False, (hashes, error)
         for a caller in another thread (fail_json must come from the main one)."""
         argv = [self.python, "-c", HASH_SCRIPT, self.src, cache_file(self.src, self.home)]
-        res = self.runner.run(argv, data=self._names_data(names))
+        res = self.runner.run(argv, data=self.names_data(names))
         what = "hashing the source model %s failed" % self.src
         hashes = why = None
         if not res.ok:
@@ -295,7 +272,7 @@ class ModelSync(object):
 
     def remote_hashes(self, host, names):
         """Content hashes of the files on a destination, or (None, error)."""
-        res = self._remote(host, self.cmds["hash"], data=self._names_data(names))
+        res = self._remote(host, self.cmds["hash"], data=self.names_data(names))
         if not res.ok:
             return None, res.why("hashing %s on %s failed" % (self.dest, host))
         try:
@@ -323,41 +300,6 @@ class ModelSync(object):
         return moved
 
     # ------------------------------------------------------------------ agent, master connections, lock
-    def start_agent(self):
-        """Per-run agent holding only the sync key, for destination-to-destination hops."""
-        agent = self.runner.bin("ssh-agent", required=False)
-        add = self.runner.bin("ssh-add", required=False)
-        if not agent or not add:
-            return "ssh-agent/ssh-add not found"
-        sock_dir = tempfile.mkdtemp(prefix="sparkfleet-agent-")
-        sock = os.path.join(sock_dir, "agent.sock")
-        res = self.runner.run([agent, "-s", "-a", sock])
-        m = re.search(r"SSH_AGENT_PID=(\d+)", res.stdout or "")
-        if not res.ok or not m:
-            return res.why("ssh-agent failed")
-        self.agent_bin = agent
-        self.agent_pid = m.group(1)
-        self.agent_env = {"SSH_AUTH_SOCK": sock, "SSH_AGENT_PID": self.agent_pid}
-        lifetime = str(max(600, 4 * 3600))
-        argv = [add, "-t", lifetime] + ([self.p["ssh_key"]] if self.p["ssh_key"] else [])
-        res = self.runner.run(argv, env=self.agent_env)
-        if not res.ok:
-            self.stop_agent()
-            return res.why("ssh-add failed")
-        return None
-
-    def stop_agent(self):
-        if self.agent_pid:
-            self.runner.run([self.agent_bin, "-k"], env=self.agent_env)
-            sock = self.agent_env.get("SSH_AUTH_SOCK")
-            if sock and os.path.isdir(os.path.dirname(sock)):
-                try:
-                    os.rmdir(os.path.dirname(sock))
-                except OSError:
-                    pass
-        self.agent_pid = None
-        self.agent_env = {}
-
     def open_control(self):
         # A short path: a unix socket path holds at most 107 bytes, %C adds 40.
         self.control_dir = tempfile.mkdtemp(prefix="sfl-ms-", dir="/tmp")
@@ -366,8 +308,8 @@ class ModelSync(object):
         if not self.control_dir:
             return
         for host in sorted(self.contacted):
-            self.runner.run(self._ssh()[:1] + ["-o", "ControlPath=%s/%%C" % self.control_dir, "-O", "exit", "--",
-                                               host_spec(host, self.user)])
+            self.runner.run(self.ssh()[:1] + ["-o", "ControlPath=%s/%%C" % self.control_dir, "-O", "exit", "--",
+                                              host_spec(host, self.user)])
         shutil.rmtree(self.control_dir, ignore_errors=True)
         self.control_dir = None
 
@@ -384,7 +326,8 @@ class ModelSync(object):
             self.warnings.append(note)
 
     def close(self):
-        self.stop_agent()
+        for t in self.transports.values():
+            t.cleanup()
         self.close_control()
         if self.transfer_lock:
             self.transfer_lock.release()
@@ -436,83 +379,6 @@ class ModelSync(object):
         info["status"] = "in_sync" if not names and not deleted else "pending"
         return info, moved
 
-    def _run_stream(self, feeder, target, names, bwlimit):
-        argv, env = self._push_argv(feeder, target, files_from=True, bwlimit=bwlimit)
-        return self.runner.run(argv, data=self._names_data(names), env=env)
-
-    def fast_transfer(self, feeder, target, moved, info):
-        """Move the files over the TCP transport. (status, message, names delivered, bytes sent, bytes resumed);
-        status: ok | unavailable (nothing was sent: fall back) | partial (some files not delivered) | nospace."""
-        if not moved:
-            return "ok", None, set(), 0, 0
-        nstreams = max(1, min(self.p["streams"], len(moved)))
-        timeout = max(5, self.p["timeout"])
-        hashed = self.source_hashes is not None
-        request = {"files": fast_request_files(moved, self.stats, self.source_hashes),
-                   "streams": nstreams, "timeout": timeout, "hash": hashed,
-                   "state": copy_state(False, reason="a transfer started and has not finished")}
-        # The sender's interpreter starts while the receiver starts on the target; it gets its request later.
-        if feeder == SOURCE:
-            # HOME: the sender keeps the hashes it computes in this user's cache, where local_hashes looks.
-            sender = LineProc([self.python, "-c", FAST_SCRIPT, "send", self.src], None, env={"HOME": self.home})
-        else:
-            sender = LineProc(self._to(feeder, self.cmds["send"]), None)
-        recv = LineProc(self._to(target, self.cmds["receive"]), request)
-        sres = rres = None
-        try:
-            first = recv.line(timeout + 30)
-            if not first or "port" not in first:
-                recv.close(2)
-                err = recv.err_tail() or "no answer"
-                status = "nospace" if is_no_space(err) else "unavailable"
-                return (status, "the receiver did not start on %s (rc %s): %s" % (target, recv.proc.returncode, err),
-                        set(), 0, 0)
-            bins = fast_bins(moved, first.get("offsets") or {}, nstreams)
-            bins += [[] for _i in range(nstreams - len(bins))]
-            info["streams"] = nstreams
-            per_stream = self.p["bwlimit"] * 1024 // nstreams if self.p["bwlimit"] else 0
-            sender.send({"host": first["bind"], "port": first["port"], "key": first["key"], "bins": bins,
-                         "timeout": timeout, "bwlimit": per_stream, "hash": hashed})
-            sres = sender.line()
-            sender.close()
-            sres = sres or {"bytes": 0, "errors": ["the sender on %s failed: %s"
-                                                   % (feeder, sender.err_tail() or "no answer")]}
-            if sres.get("connect_failed") and not sres.get("bytes"):
-                recv.close(2)
-                return ("unavailable", "no stream could connect to %s:%s: %s"
-                        % (first["bind"], first["port"], "; ".join(sres["errors"][:2])), set(), 0, 0)
-            rres = recv.line(timeout + 30) or {}
-        finally:
-            sender.close(2)
-            recv.close()
-        delivered = set(rres.get("ok") or [])
-        with self.lock:
-            if feeder == SOURCE:
-                self.sent_digests.update(sres.get("digests") or {})
-            if rres.get("hashed"):
-                self.hash_verified.setdefault(target, set()).update(delivered)
-            if isinstance(rres.get("listing"), dict):
-                self.listed[target] = rres["listing"]
-            for host, got in ((target, rres.get("cpu")), (feeder, sres.get("cpu") if feeder != SOURCE else None)):
-                if isinstance(got, (int, float)):
-                    self.remote_cpu[host] = round(self.remote_cpu.get(host, 0.0) + got, 3)
-        sent, resumed = int(rres.get("bytes", sres.get("bytes", 0))), int(rres.get("resumed", 0))
-        missing = [n for n, _s in moved if n not in delivered]
-        if missing:
-            full = rres.get("nospace")
-            if isinstance(full, dict):
-                with self.lock:
-                    self.no_space[target] = (int(full.get("needed", 0)), int(full.get("free", 0)))
-                return ("nospace", no_space_message(target, self.dest, *self.no_space[target]), delivered, sent,
-                        resumed)
-            why = ["%s: %s" % (n, w) for n, w in sorted((rres.get("failed") or {}).items())]
-            why += sres.get("errors") or []
-            if not rres:
-                why.append("the receiver on %s gave no result: %s" % (target, recv.err_tail()))
-            return ("partial", "%d of %d file(s) not delivered over tcp to %s: %s"
-                    % (len(missing), len(moved), target, "; ".join(why[:5]) or "unknown"), delivered, sent, resumed)
-        return "ok", None, delivered, sent, resumed
-
     def _space_left(self, target, text):
         """After a full disk on target: the message with (bytes still needed, bytes free), from a fresh probe."""
         res = self._remote(target, self.cmds["probe"])
@@ -526,56 +392,56 @@ class ModelSync(object):
             self.no_space[target] = (sum(s for _n, s in moved), free)
         return no_space_message(target, self.dest, *self.no_space[target])
 
+    def prepare_dest(self, target):
+        """Make dest's staging directory on target and mark the copy incomplete there; an error or None."""
+        res = self._remote(target, self.cmds["prepare"],
+                           data=copy_state(False, reason="a transfer started and has not finished").encode())
+        return None if res.ok else res.why("cannot prepare %s on %s" % (self.dest, target))
+
     def transfer(self, feeder, target, moved, info):
-        """Push the files over tcp (falling back to rsync over ssh), delete extras, tidy up."""
+        """Push the files with the chain's transports (each takes what the one before could not deliver), delete
+        extras, tidy up."""
         start = time.time()
         errors = []
         nfiles = nbytes = 0
-        transport = self.p["transport"]
-        info["transport"] = "ssh"
-        if transport != "ssh" and moved:
-            status, msg, delivered, sent, resumed = self.fast_transfer(feeder, target, moved, info)
-            info["transport"] = "tcp"
-            nfiles, nbytes = len(delivered), sent
-            info["bytes_resumed"] = resumed
-            if status == "nospace":
-                # Sending the rest over ssh would fill the same disk: stop with the numbers.
-                msg = msg if target in self.no_space else self._space_left(target, msg)
-                return False, msg
-            if status != "ok":
-                if transport == "tcp":
-                    errors.append(msg)
-                    moved = []
-                else:
-                    with self.lock:
-                        self.warnings.append("%s; sending %s over ssh" % (msg, "them" if status == "partial" else
-                                                                          "everything"))
-                    info["transport"] = "tcp+ssh" if delivered else "ssh"
-                    moved = [m for m in moved if m[0] not in delivered]
-                    self.listed.pop(target, None)
+        used = []
+        prepared = False
+        rest = list(moved)
+        for i, t in enumerate(self.chain):
+            if not rest:
+                break
+            if t.needs_prepare and not prepared:
+                why = self.prepare_dest(target)
+                if why:
+                    return False, why
+                prepared = True
+            out = t.send(feeder, target, rest, info)
+            nfiles, nbytes = nfiles + out.files, nbytes + out.sent
+            info["bytes_resumed"] += out.resumed
+            last = i == len(self.chain) - 1
+            # The transport shown: those that delivered something, and the last one tried.
+            used += [t.name] if (out.files or last or out.status not in FALL_THROUGH) else []
+            info["transport"] = "+".join(used)
+            if out.ok:
+                rest = []
+            elif out.status == "nospace":
+                # Sending the rest another way would fill the same disk: stop with the numbers.
+                return False, out.msg if target in self.no_space else self._space_left(target, out.msg)
+            elif out.status in FALL_THROUGH and not last:
+                with self.lock:
+                    self.warnings.append("%s; sending %s over %s" % (out.msg, "them" if out.status == "partial" else
+                                                                     "everything", self.chain[i + 1].name))
+                rest = [m for m in rest if m[0] not in out.delivered]
+                t.forget(target)
             else:
-                moved = []
-        if not errors and (moved or transport == "ssh" or self.p["delete"]):
-            res = self._remote(target, self.cmds["prepare"],
-                               data=copy_state(False, reason="a transfer started and has not finished").encode())
-            if not res.ok:
-                return False, res.why("cannot prepare %s on %s" % (self.dest, target))
-        bins = pack_bins(moved, self.p["streams"])
-        if bins:
-            info["streams"] = len(bins)
-        per_stream = (max(1, self.p["bwlimit"] // len(bins)) if self.p["bwlimit"] and bins else 0)
-        # A relay over ssh needs the per-run agent, which only transport=ssh starts: a fallback comes from here.
-        rsync_feeder = feeder if self.agent_pid else SOURCE
-        if bins and not errors:
-            with ThreadPoolExecutor(max_workers=len(bins)) as pool:
-                futures = [pool.submit(self._run_stream, rsync_feeder, target, b, per_stream) for b in bins]
-                for fut in futures:
-                    res = fut.result()
-                    f, b, _n, _d = summarize(parse_itemize(res.stdout))
-                    nfiles += f
-                    nbytes += b
-                    if not res.ok:
-                        errors.append(res.why("rsync", lines=8))
+                errors.append(out.msg)
+                rest = []
+        if not used:
+            info["transport"] = RSYNC  # nothing to send: only the delete pass (rsync) runs, if any
+        if not errors and self.p["delete"] and not prepared:
+            why = self.prepare_dest(target)
+            if why:
+                return False, why
         if not errors and self.p["delete"] and info["would_delete"]:
             argv, _env = self._push_argv(SOURCE, target, delete=True, existing_only=True)
             res = self.runner.run(argv)
@@ -598,8 +464,8 @@ class ModelSync(object):
         """Problems with host's copy: every source file there with the source's size (and hash), read in this run."""
         if info["status"] == "in_sync":
             listing = None  # the plan's listing of this run found every file as the source has it
-        elif host in self.listed:
-            listing = self.listed[host]  # the receiver listed the directory after its last rename
+        elif self.listing_of(host) is not None:
+            listing = self.listing_of(host)  # a transport listed the directory after its last rename
         else:
             res = self._remote(host, self.cmds["list"])
             if not res.ok:
@@ -619,6 +485,19 @@ class ModelSync(object):
                 return [res.why("checksum re-check failed")]
             problems = ["%s differs by checksum" % n for n in summarize(parse_itemize(res.stdout))[2]]
         return problems
+
+    def listing_of(self, host):
+        for t in self.chain:
+            listing, _names = t.checked(host)
+            if listing is not None:
+                return listing
+        return None
+
+    def hash_checked(self, host):
+        names = set()
+        for t in self.chain:
+            names |= t.checked(host)[1]
+        return names
 
     def write_state(self, host, info, fingerprint_):
         """Record what host's copy is in DEST/.sparkfleet-model (complete only when this run verified it)."""
@@ -650,7 +529,7 @@ class ModelSync(object):
 
     def drop_remote_cache(self, host, names):
         # Only the model's own files (sent on stdin), never whatever else lives under dest.
-        res = self._remote(host, self.cmds["drop_cache"], data=self._names_data(names))
+        res = self._remote(host, self.cmds["drop_cache"], data=self.names_data(names))
         return None if res.ok else res.why("page-cache drop on %s failed" % host)
 
     def _each(self, hosts, call, *args):
@@ -787,37 +666,24 @@ class ModelSync(object):
             m.exit_json(**result)
 
         warnings = self.warnings
-        # Only the ssh transport relays through a forwarded agent; tcp hops run the fixed sender on the feeder.
-        if pending and len(holders) + len(pending) > 2 and m.params["transport"] == "ssh":
-            why = self.start_agent()
-            if why:
-                warnings.append("every destination is fed from this node (no tree fan-out): %s" % why)
-                holders = [SOURCE]
-        background = background_hashes = None
-        if source_hashes is not None and m.params["transport"] == "ssh":
-            # rsync does not hash: the source's hashes of the files it sends are read while it sends them.
-            names = sorted(set(n for h in pending for n, _s in moved[h]) - set(source_hashes))
-            if names:
-                background = ThreadPoolExecutor(max_workers=1)
-                background_hashes = background.submit(self.local_hashes, names, False)
+        # The fan-out is the first transport's: it sets up its relays and side work (hashing what it does not).
+        first = self.chain[0]
         try:
+            holders = first.prepare(holders, pending, moved)
             t0 = time.time()
             self._fan_out(holders, pending, moved, result)
             result["transfer_seconds"] = round(time.time() - t0, 2)
         finally:
-            self.stop_agent()
-            if background:
-                background.shutdown(wait=True)
+            first.cleanup()
         phases["transfer"] = result["transfer_seconds"]
         mark = time.time()
         if source_hashes is not None:
-            if background:
-                got, err = background_hashes.result()
+            for t in self.chain:
+                got, err = t.source_hashes()
                 if err:
                     self._strip(result)
                     m.fail_json(msg=err, **result)
                 source_hashes.update(got)
-            source_hashes.update(self.sent_digests)
             rest = [n for n in sorted(expected) if n not in source_hashes]
             if rest:
                 source_hashes.update(self.local_hashes(rest))
@@ -837,7 +703,7 @@ class ModelSync(object):
             def one(h):
                 info = result["destinations"][h]
                 sent = info["would_transfer"] if h in pending else []
-                checked = self.hash_verified.get(h, set())
+                checked = self.hash_checked(h)
                 return self.verify(h, info, expected, source_hashes,
                                    [n for n in sent if n in expected and n not in checked])
             for h, problems in self._each(synced, one).items():
@@ -871,7 +737,11 @@ class ModelSync(object):
         result["phase_seconds"] = phases
         result["seconds"] = round(time.time() - started, 2)
         now = os.times()
-        result["cpu_seconds"] = dict(self.remote_cpu, source=round(sum(now[:4]) - sum(self.cpu_start[:4]), 3))
+        remote_cpu = {}
+        for t in self.chain:
+            for host, secs in t.cpu_seconds().items():
+                remote_cpu[host] = round(remote_cpu.get(host, 0.0) + secs, 3)
+        result["cpu_seconds"] = dict(remote_cpu, source=round(sum(now[:4]) - sum(self.cpu_start[:4]), 3))
         for w in warnings:
             m.warn(w)
         self._strip(result)

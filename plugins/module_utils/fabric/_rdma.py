@@ -14,6 +14,8 @@ import ipaddress
 import os
 import re
 import stat
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._files import read_file
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
@@ -24,9 +26,79 @@ LINK_LOCAL_V4 = ipaddress.ip_network("169.254.0.0/16")
 # Ethernet + IPv4 + UDP + BTH + ICRC headers a RoCE v2 packet carries besides its IB payload.
 ROCE_V2_OVERHEAD = 58
 
-# GB10 exposes each QSFP port as two PCIe functions in different PCI domains; the domain is the
-# only difference in their names (enp1s0f1np1 <-> enP2p1s0f1np1), so dropping it pairs the twins.
-_DOMAIN_RE = re.compile(r"^(en)P\d+(p\d+s\d+f\d+.*)$")
+
+@dataclass(frozen=True)
+class NicType:
+    """What differs per NIC type. Selection (select_fabric), the env builder (fabric_env) and the checks read it from
+    NIC_TYPES; adding a NIC type is one entry there plus its fixtures."""
+
+    # Key in NIC_TYPES; what the fact's nic_type says.
+    name: str
+    # For people: the card and its link.
+    label: str
+    # The kernel RDMA driver (the hint for a node where class/infiniband is empty).
+    driver: str
+    # How a port is detected: its sysfs link_layer and the start of its RDMA device name.
+    link_layer: str
+    ib_prefixes: Tuple[str, ...]
+    # RoCE v2: a GID maps the IPv4 address, and its index is NCCL_IB_GID_INDEX.
+    roce_v2: bool
+    # A regex on the netdev whose groups, joined, name the port both of its PCIe functions share (None: one function
+    # per port, no twin).
+    twin_pattern: Optional[str]
+    # Link rates (Gb/s) a cabled port negotiates.
+    speeds_gbps: Tuple[float, ...]
+    # The FABRIC_ENV keys this NIC type sets (the one list of keys is FABRIC_ENV).
+    env: Tuple[str, ...]
+    # Hints: load the driver; bring a port up; give an interface its fabric address (%(ifname)s, %(cidr)s).
+    load_hint: str
+    cable_hint: str
+    address_hint: str
+    # Captured cases under tests/unit/plugins/modules/fixtures/rdma_facts/ that show this NIC type.
+    fixtures: Tuple[str, ...]
+
+    def matches(self, dev):
+        """True when a port record (sysfs: name, link_layer) is of this type."""
+        return dev.get("link_layer") == self.link_layer and (dev.get("name") or "").startswith(self.ib_prefixes)
+
+
+# The GB10's ConnectX-7: each QSFP port is two PCIe functions in different PCI domains; the domain is the only
+# difference in their names (enp1s0f1np1 <-> enP2p1s0f1np1), so dropping it pairs the twins.
+CX7_GB10 = NicType(
+    name="cx7_gb10",
+    label="ConnectX-7 on a DGX Spark (GB10), RoCE v2 over a QSFP112 cable",
+    driver="mlx5_ib",
+    link_layer="Ethernet",
+    ib_prefixes=("rocep", "roceP"),
+    roce_v2=True,
+    twin_pattern=r"^(en)P\d+(p\d+s\d+f\d+.*)$",
+    speeds_gbps=(200.0,),
+    env=("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "NCCL_IB_HCA",
+         "UCX_NET_DEVICES", "OMPI_MCA_btl_tcp_if_include", "NCCL_IB_GID_INDEX"),
+    load_hint="load the mlx5_ib driver (`modprobe mlx5_ib`) and check `ibdev2netdev`",
+    cable_hint="plug the QSFP cable (an approved QSFP112 cable brings up both twins) and check "
+               "`ibdev2netdev` shows (Up); `ip link set dev <if> up` if the netdev is admin-down",
+    address_hint="configure a static address on %(ifname)s in the fabric subnet, e.g. "
+                 "`nmcli con add type ethernet ifname %(ifname)s con-name fabric-%(ifname)s ipv4.method manual "
+                 "ipv4.addresses %(cidr)s 802-3-ethernet.mtu 9000 && nmcli con up fabric-%(ifname)s` "
+                 "(give its twin an address in a different subnet)",
+    fixtures=("lab_spark1", "port1", "port2_twin_only", "both_ports", "link_local_only", "names_differ_node_a",
+              "names_differ_node_b", "mtu_1500", "twins_one_subnet", "no_active"),
+)
+
+# Every NIC type the fabric selection knows, by name. A port that matches none is read as DEFAULT_NIC's.
+NIC_TYPES = {CX7_GB10.name: CX7_GB10}
+DEFAULT_NIC = CX7_GB10.name
+
+
+def nic_type_of(dev):
+    """The NicType of a port record (sysfs or merged device); DEFAULT_NIC's when none matches."""
+    for nic in NIC_TYPES.values():
+        if nic.matches(dev):
+            return nic
+    return NIC_TYPES[DEFAULT_NIC]
+
+
 _STATE_RE = re.compile(r"^\s*(\d+)\s*:\s*(\S+)")
 _RATE_RE = re.compile(r"^\s*([\d.]+)\s*Gb/sec")
 
@@ -71,13 +143,15 @@ def ipv4_from_gid(gid):
     return str(mapped) if mapped is not None else None
 
 
-def twin_key(netdev):
-    """Name shared by both netdevs of one physical GB10 port (the PCI domain dropped)."""
+def twin_key(netdev, nic=None):
+    """Name shared by both netdevs of one physical port (on a GB10, the PCI domain dropped); the netdev itself for a
+    NIC type without twins. nic: the port's NicType (DEFAULT_NIC's when not given)."""
     if not netdev:
         return None
-    m = _DOMAIN_RE.match(netdev)
+    pattern = (nic or NIC_TYPES[DEFAULT_NIC]).twin_pattern
+    m = re.match(pattern, netdev) if pattern else None
     if m:
-        return m.group(1) + m.group(2)
+        return "".join(m.groups())
     return netdev
 
 
@@ -205,7 +279,7 @@ def merge_devices(records, links):
             "operstate": link.get("operstate"),
             "ipv4": ["%s/%d" % (a["address"], a["prefix"]) for a in ipv4],
             "gid_index": gid_index,
-            "twin_key": twin_key(rec["netdev"]),
+            "twin_key": twin_key(rec["netdev"], nic_type_of(rec)),
             "gids": rec["gids"],
         })
     # Twins side by side, the domain-0 function first: rocep1s0f0, roceP2p1s0f0, rocep1s0f1, ...
@@ -226,12 +300,19 @@ def _routable(dev):
     return out
 
 
-def _nmcli_hint(ifname, example_cidr="192.168.200.12/24"):
-    return ("configure a static address on %s in the fabric subnet, e.g. "
-            "`nmcli con add type ethernet ifname %s con-name fabric-%s ipv4.method manual "
-            "ipv4.addresses %s 802-3-ethernet.mtu 9000 && nmcli con up fabric-%s` "
-            "(give its twin an address in a different subnet)"
-            % (ifname, ifname, ifname, example_cidr, ifname))
+def _nmcli_hint(dev, example_cidr="192.168.200.12/24"):
+    return nic_type_of(dev).address_hint % {"ifname": dev["netdev"], "cidr": example_cidr}
+
+
+def _hints(what, devs=None):
+    """One NicType hint (load_hint, cable_hint) per NIC type among devs (every known type when devs is None)."""
+    nics = list(NIC_TYPES.values()) if devs is None else [nic_type_of(d) for d in devs]
+    out = []
+    for nic in nics:
+        text = getattr(nic, what)
+        if text not in out:
+            out.append(text)
+    return "; ".join(out)
 
 
 def _primary_first(devs):
@@ -249,8 +330,7 @@ def select_fabric(devices, interface=None, subnet=None, ip=None, min_mtu=9000):
     if not devices:
         raise FabricError(
             "no RDMA device found (class/infiniband is empty)",
-            "load the mlx5_ib driver (`modprobe mlx5_ib`) and check `ibdev2netdev`; "
-            "in the lab pass sysfs_root: /opt/sparklab/sysfs")
+            _hints("load_hint") + "; in the lab pass sysfs_root: /opt/sparklab/sysfs")
     net = None
     if subnet:
         try:
@@ -271,10 +351,7 @@ def select_fabric(devices, interface=None, subnet=None, ip=None, min_mtu=9000):
     active = [d for d in devices if d["state"] == ACTIVE]
     if not active:
         states = ", ".join("%s->%s %s" % (d["name"], d["netdev"], d["state"]) for d in devices)
-        raise FabricError(
-            "no ACTIVE RDMA port (%s)" % states,
-            "plug the QSFP cable (an approved QSFP112 cable brings up both twins) and check "
-            "`ibdev2netdev` shows (Up); `ip link set dev <if> up` if the netdev is admin-down")
+        raise FabricError("no ACTIVE RDMA port (%s)" % states, _hints("cable_hint", devices))
 
     by_netdev = dict((d["netdev"], d) for d in devices if d["netdev"])
 
@@ -322,16 +399,16 @@ def select_fabric(devices, interface=None, subnet=None, ip=None, min_mtu=9000):
             raise FabricError(
                 "ACTIVE fabric interface %s has only a link-local 169.254 address; NCCL and Ray "
                 "need a routable address" % ", ".join(ifs),
-                _nmcli_hint(ifs[0], _example_cidr(net)))
+                _nmcli_hint(link_local_only[0], _example_cidr(net)))
         if net is not None:
             raise FabricError(
                 "no ACTIVE RDMA interface has an address in %s (ACTIVE: %s)"
                 % (net, _addr_summary(pool)),
                 "put an address in %s on the cabled interface (%s) or fix `subnet`; "
-                % (net, _ifaces(pool)) + _nmcli_hint(_primary_first(pool)[0]["netdev"], _example_cidr(net)))
+                % (net, _ifaces(pool)) + _nmcli_hint(_primary_first(pool)[0], _example_cidr(net)))
         raise FabricError(
             "ACTIVE RDMA interface(s) %s have no IPv4 address" % _ifaces(pool),
-            _nmcli_hint(_primary_first(pool)[0]["netdev"]))
+            _nmcli_hint(_primary_first(pool)[0]))
 
     # Two addresses of one subnet on different netdevs confuse ARP and NCCL's socket choice.
     if len(candidates) > 1:
@@ -368,25 +445,28 @@ def select_fabric(devices, interface=None, subnet=None, ip=None, min_mtu=9000):
         # Stock Spark links run MTU 1500 (NVIDIA's netplan sets none): slower, not broken.
         warnings.append(mtu_warning(low, min_mtu))
 
-    if len(hca_devices) == 1:
+    nic = nic_type_of(dev)
+    if len(hca_devices) == 1 and nic.twin_pattern:
         warnings.append(
             "only %s is ACTIVE on this QSFP port; its twin is down, so RDMA runs at about half "
             "bandwidth (an approved QSFP112 cable brings up both functions)" % dev["name"])
 
-    gid_index = roce_v2_gid_index(dev["gids"], str(addr.ip))
-    if gid_index is None:
-        warnings.append("no RoCE v2 GID maps %s on %s; NCCL_IB_GID_INDEX left unset"
-                        % (addr.ip, dev["name"]))
-    shared_gid = gid_index
-    for twin in hca_devices[1:]:
-        if twin["gid_index"] is None:
-            warnings.append("twin %s (%s) has no routable IPv4, so no RoCE v2 GID; give it an "
-                            "address in its own subnet" % (twin["name"], twin["netdev"]))
-        if twin["gid_index"] != gid_index:
-            shared_gid = None
-    if gid_index is not None and shared_gid is None:
-        warnings.append("RoCE v2 GID index differs between %s; NCCL_IB_GID_INDEX left unset so "
-                        "NCCL picks per device" % ", ".join(d["name"] for d in hca_devices))
+    gid_index = shared_gid = None
+    if nic.roce_v2:
+        gid_index = roce_v2_gid_index(dev["gids"], str(addr.ip))
+        if gid_index is None:
+            warnings.append("no RoCE v2 GID maps %s on %s; NCCL_IB_GID_INDEX left unset"
+                            % (addr.ip, dev["name"]))
+        shared_gid = gid_index
+        for twin in hca_devices[1:]:
+            if twin["gid_index"] is None:
+                warnings.append("twin %s (%s) has no routable IPv4, so no RoCE v2 GID; give it an "
+                                "address in its own subnet" % (twin["name"], twin["netdev"]))
+            if twin["gid_index"] != gid_index:
+                shared_gid = None
+        if gid_index is not None and shared_gid is None:
+            warnings.append("RoCE v2 GID index differs between %s; NCCL_IB_GID_INDEX left unset so "
+                            "NCCL picks per device" % ", ".join(d["name"] for d in hca_devices))
 
     return {
         "interface": dev["netdev"],
@@ -398,6 +478,7 @@ def select_fabric(devices, interface=None, subnet=None, ip=None, min_mtu=9000):
         "hca_ports": ["%s:%d" % (d["name"], d["port"]) for d in hca_devices],
         "gid_index": gid_index,
         "nccl_gid_index": shared_gid,
+        "nic_type": nic.name,
         "warnings": warnings,
     }
 
@@ -505,9 +586,13 @@ FABRIC_ENV_KEYS = tuple(name for name, _value in FABRIC_ENV)
 
 
 def fabric_env(selection):
-    """Environment block for systemd units / containers, every value a string (a key without a value is left out)."""
+    """Environment block for systemd units / containers, every value a string: the keys the selection's NIC type sets
+    (NicType.env), a key without a value left out."""
+    wanted = NIC_TYPES.get(selection.get("nic_type") or DEFAULT_NIC, NIC_TYPES[DEFAULT_NIC]).env
     env = {}
     for name, value in FABRIC_ENV:
+        if name not in wanted:
+            continue
         value = value(selection)
         if value is not None:
             env[name] = value
@@ -556,8 +641,7 @@ def gather_fabric(module, runner, sysfs_root="/sys", interface=None, subnet=None
     if not os.path.isdir(ib_dir):
         module.fail_json(
             msg="%s does not exist: no RDMA driver loaded or wrong sysfs_root" % ib_dir,
-            hint="on a Spark load mlx5_ib (`modprobe mlx5_ib`, check `ibdev2netdev`); "
-                 "in the lab pass sysfs_root: /opt/sparklab/sysfs")
+            hint="on a Spark %s; in the lab pass sysfs_root: /opt/sparklab/sysfs" % _hints("load_hint"))
     devices = merge_devices(read_rdma_sysfs(sysfs_root), read_links(module, runner))
     try:
         sel = select_fabric(devices, interface=interface, subnet=subnet, ip=ip, min_mtu=min_mtu)

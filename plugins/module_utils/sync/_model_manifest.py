@@ -124,7 +124,7 @@ def stat_entry(st):
 
 
 def cached_hashes(cache_path, root, stats):
-    """{relpath: sha256} from model_sync's hash cache (module_utils/_content_hash.py's format) for the files whose
+    """{relpath: sha256} from model_sync's hash cache (module_utils/sync/_content_hash.py's format) for the files whose
     size, mtime, inode and ctime are still those the hash was taken with: never a hash of another version."""
     try:
         cache = read_json_file(cache_path)

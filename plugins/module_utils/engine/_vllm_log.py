@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_causes import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine._vllm_causes import (
     CAUSE,
     LINE_CAUSES,
     PRIORITY,
     render_hint,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_lines import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine._vllm_lines import (
     MAX_LINE_CHARS,
     LineReader,
     cap_line,

@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 import shlex
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import (classify, command_matches, describe, name_matches,
-                                                                           protected_by)
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu._gpu import (classify, command_matches, describe, name_matches,
+                                                                               protected_by)
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text
 
 # Units the cleanup never stops, whatever the stale patterns say, and never suggests making stale: the node's access

@@ -32,7 +32,7 @@ from ansible.module_utils.urls import open_url
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._settings import render_text, setting_names_problem
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._vllm_log import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.engine._vllm_log import (
     PHASE_INDEX,
     VllmLogParser,
     gate_refusal,

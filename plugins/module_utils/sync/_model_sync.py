@@ -14,23 +14,20 @@ import shlex
 import time
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _json
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._paths import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._paths import (
     MARKER_NAME,
     MODEL_FILES,
     looks_like_model_dir,
     model_path_problem,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._content_hash import HASH_SCRIPT, cache_file
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._fast_copy import FAST_SCRIPT
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._safetensors import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._safetensors import (
     SafetensorsError,
     read_header,
 )
 # TEMP_DIR_NAME: the staging directory inside dest. rsync writes every file there and renames it into place when
 # it is complete, so a killed run never leaves a partial file under its final name.
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import (
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_shell import (
     TEMP_DIR_NAME,
-    remote_commands,
     ssh_host_problem,
 )
 
@@ -604,44 +601,6 @@ def _is_ip(text):
         return True
     except ValueError:
         return False
-
-
-def destination_commands(dest):
-    """{name: command} of every fixed command model_sync runs on a destination for dest: the sync key's
-    forced command (module_utils/_sync_shell.py) allows exactly these, plus rsync into dest."""
-    cmds = remote_commands(dest, HASH_SCRIPT, cache_file(dest, "$HOME"))
-    cmds["probe"] = dest_probe_script(dest)
-    cmds.update(fast_commands(dest))
-    return cmds
-
-
-def fast_commands(dest):
-    """The TCP transport's two fixed commands for dest (module_utils/_fast_copy.py): the receiver, which writes only
-    into dest, and the sender a destination runs when it feeds the next node, which reads only dest."""
-    q = shlex.quote(dest)
-    return {"receive": "python3 -c %s receive %s" % (shlex.quote(FAST_SCRIPT), q),
-            "send": "python3 -c %s send %s" % (shlex.quote(FAST_SCRIPT), q)}
-
-
-def fast_request_files(moved, stats, hashes=None):
-    """The receiver's manifest: [[name, size, mtime_ns, mode, sha256 or None]] of the files to move.
-
-    moved: [(name, size)]; stats: {name: os.stat_result of the source file}; hashes: {name: digest} or None.
-    """
-    out = []
-    for name, size in moved:
-        st = stats[name]
-        out.append([name, int(size), int(st.st_mtime_ns), int(st.st_mode) & 0o777,
-                    (hashes or {}).get(name)])
-    return out
-
-
-def fast_bins(moved, offsets, streams):
-    """Streams for the sender: [[[name, offset, size]]], packed by the bytes still missing (resumed files
-    count only their tail). A file already complete in staging still goes (length 0) to be checked and renamed."""
-    sizes = dict(moved)
-    left = [(name, size - min(int(offsets.get(name, 0)), size)) for name, size in moved]
-    return [[[n, min(int(offsets.get(n, 0)), sizes[n]), sizes[n]] for n in b] for b in pack_bins(left, streams)]
 
 
 # --------------------------------------------------------------------------- command lines

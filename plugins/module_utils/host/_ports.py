@@ -12,7 +12,7 @@ import os
 import socket
 import struct
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._gpu import list_pids, proc_info
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.gpu._gpu import list_pids, proc_info
 
 TCP_LISTEN = "0A"
 

@@ -12,7 +12,7 @@ import posixpath
 
 # A file model_sync writes into every model directory it fills marks the directory as ours (defined beside the
 # sync key's forced command, which runs standalone on workers).
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._sync_shell import MARKER_NAME
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_shell import MARKER_NAME
 # Names that make a directory a model directory even without our marker.
 MODEL_FILES = ("config.json", "model.safetensors.index.json", "pytorch_model.bin.index.json", MARKER_NAME)
 
