@@ -1337,6 +1337,17 @@ def check_ansible_version(value):
     return value, None
 
 
+_PLAIN_VERSION_RE = re.compile(r"(0|[1-9][0-9]{0,5})(\.(0|[1-9][0-9]{0,5})){0,3}\Z")
+
+
+def check_plain_version(value, example):
+    """A version the roles compare with Ansible's `version` test: dotted whole numbers only. That test compares a
+    blank, a letter or a suffix ('2.52.0rc1', '1e3') otherwise than a person reads it, or fails with a Python error."""
+    if not is_string(value) or not _PLAIN_VERSION_RE.match(value):
+        return None, "must be a version of dotted whole numbers such as \"%s\" (quoted, no blank, letter or suffix)" % example
+    return value, None
+
+
 ROLE_CHECKS = {
     # roles/sparkfleet (the serving ones are in SERVING_CHECKS)
     "sparkfleet_gpus_per_node": check_count,
@@ -1421,7 +1432,7 @@ ROLE_CHECKS = {
     "ray_cluster_auth": check_bool,
     "ray_cluster_auth_token_path": check_written_file,
     "ray_cluster_auth_token": check_optional_secret,
-    "ray_cluster_auth_min_ray_version": check_ansible_version,
+    "ray_cluster_auth_min_ray_version": lambda v: check_plain_version(v, "2.52.0"),
     "ray_cluster_rdma": check_bool,
     "ray_cluster_env": None,
     "ray_cluster_extra_args": None,

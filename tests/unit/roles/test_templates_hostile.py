@@ -43,6 +43,9 @@ NOT_SET_BY_THE_USER = {
     "sparkfleet_runtime_image_present": "runtime_image's fact: ray_cluster_image as checked (check_image)",
     "sparkfleet_image_check": "image_check's fact: the image's ID and the recipe words the image proved",
     "sparkfleet_fabric": "rdma_facts' output: the node's RDMA device paths (/dev/infiniband/...) and interface names",
+    "_ray_cluster_token": "the token generated on the head (`ray` prints it; printable ASCII, checked by env_value)",
+    "_ray_cluster_ray_version": "`ray --version` in the image, read by the ray_version filter (a version or '')",
+    "sparkfleet_runtime_image_ids": "runtime_image's fact: the head's image ID and content hash (sha256 hex)",
     "_gpu_cleanup_record": "gpu_release's record: unit names systemd listed and container names docker listed on the "
                            "node (test_the_stale_record_s_names_render_as_one_word_each judges them)",
 }
@@ -101,7 +104,7 @@ def guard(name):
 
 
 # The plain word of a variable whose default is unset (None or ''), which renders no word at all.
-PLAIN_WORDS = {"monitoring_webhook_url": "http://10.1.2.3:9000/hook", "ray_cluster_num_cpus": 4,
+PLAIN_WORDS = {"vllm_serve_api_key": "sk-plain-key", "monitoring_webhook_url": "http://10.1.2.3:9000/hook", "ray_cluster_num_cpus": 4,
                "model_sync_scrub_interval": "weekly"}
 # Settings whose value is None by default: compared with a plain word (they render none when unset).
 PLAIN_WORDS_SET = {"vllm_serve_load_format": "safetensors", "vllm_serve_safetensors_load_strategy": "lazy"}
@@ -356,3 +359,65 @@ def test_every_template_the_served_names_reach_uses_the_element_it_means():
             i = start.index("--served-model-name")
             assert start[i + 1:i + 4] == names and start[i + 4].startswith("--"), start    # the server answers to all
         r.unit_shape(text)
+
+
+# ---- the env files tasks write (docker run --env-file): ray.env, ray-client.env, vllm.env
+
+def _env_files():
+    """(role, file name, the content's Jinja) of every *.env file a role's tasks write, read from the tasks."""
+    out = []
+    for path in sorted(REPO.glob("roles/*/tasks/*.yml")):
+        def walk(obj):
+            if isinstance(obj, dict):
+                if str(obj.get("path", "")).endswith(".env") and isinstance(obj.get("content"), str):
+                    yield obj["path"].rsplit("/", 1)[-1], obj["content"]
+                for item in obj.values():
+                    yield from walk(item)
+            elif isinstance(obj, list):
+                for item in obj:
+                    yield from walk(item)
+        out += [(path.parts[-3], name, content) for name, content in walk(yaml.safe_load(path.read_text()))]
+    return out
+
+
+ENV_FILES = _env_files()
+ENV_REACHES = [(role, name, content, var) for role, name, content in ENV_FILES
+               for var in sorted(r.inputs(content.replace("sparkfleet.vllm.", ""))) if var not in NOT_SET_BY_THE_USER]
+_PLAIN_ENV = {}
+
+
+def _env_file(content, name, value):
+    over = dict.fromkeys(SAME_NAME, value) if name in SAME_NAME else {name: value}
+    return r.docker_env_file(r.variables(**over).template(r.trust_as_template(content.replace("sparkfleet.vllm.", ""))))
+
+
+def judge_env(content, name, word):
+    wrap, plain_word = _wrap(name)
+    value = wrap(word)
+    if name in PLAIN_WORDS and word in ("", None):
+        return "unset"
+    assert guard(name) is not None, "%s reaches an env file and no check of preflight's guards it" % name
+    if not guard(name)(value):
+        return "refused"
+    if (content, name) not in _PLAIN_ENV:
+        _PLAIN_ENV[content, name] = _env_file(content, name, wrap(plain_word))
+    got, plain = _env_file(content, name, value), _PLAIN_ENV[content, name]
+    assert sorted(got) == sorted(plain), (name, value, sorted(got), sorted(plain))
+    if name.endswith("_env"):
+        assert got["SPARKFLEET_TEST"] == str(word), (name, value, got["SPARKFLEET_TEST"])
+    return "rendered"
+
+
+def test_the_env_files_are_found_and_their_inputs_guarded():
+    assert sorted(n for _r, n, _c in ENV_FILES) == ["ray-client.env", "ray.env", "vllm.env"], ENV_FILES
+    assert {"vllm_serve_env", "ray_cluster_env", "vllm_serve_api_key"} <= {v_ for *_x, v_ in ENV_REACHES}
+    assert not [(n, v_) for _r, n, _c, v_ in ENV_REACHES if guard(v_) is None]
+
+
+@pytest.mark.bad_input(name="hostile values for every variable that reaches ray.env, ray-client.env or vllm.env",
+                       expected="refused by preflight's check, or docker reads the same variables, the value intact")
+@pytest.mark.parametrize("role, file, content, name", ENV_REACHES, ids=["%s:%s" % (e[1], e[3]) for e in ENV_REACHES])
+def test_every_hostile_value_is_refused_or_the_env_file_reads_the_same(role, file, content, name):
+    outcome = [judge_env(content, name, word) for word in HOSTILE]
+    assert judge_env(content, name, _wrap(name)[1]) == "rendered", name
+    assert "refused" in outcome or name.endswith("_env"), name

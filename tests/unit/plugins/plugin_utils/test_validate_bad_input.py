@@ -231,6 +231,10 @@ def test_ray_start_args_refuses_unpinned_addresses(node_ip, extra, words, observ
     pytest.param("model_sync_scrub_interval", "every night", "calendar expression",
                  id="model_sync_scrub_interval=every night (systemd drops it: the timer refuses to load)"),
     pytest.param("model_sync_scrub_interval", "030", "calendar expression", id="model_sync_scrub_interval=030"),
+    pytest.param("ray_cluster_auth_min_ray_version", "2.52.0rc1", "dotted whole numbers",
+                 id="ray_cluster_auth_min_ray_version=2.52.0rc1 (the version test then turned auth off on 2.52.0)"),
+    pytest.param("ray_cluster_auth_min_ray_version", " 2.52", "dotted whole numbers",
+                 id="ray_cluster_auth_min_ray_version with a blank (the version test failed with a Python error)"),
     pytest.param("vllm_serve_load_format", "", "not ''",
                  id="vllm_serve_load_format='' (vllm_serve_args refused it after preflight passed it)"),
 ])
