@@ -421,3 +421,91 @@ def test_every_hostile_value_is_refused_or_the_env_file_reads_the_same(role, fil
     outcome = [judge_env(content, name, word) for word in HOSTILE]
     assert judge_env(content, name, _wrap(name)[1]) == "rendered", name
     assert "refused" in outcome or name.endswith("_env"), name
+
+
+# ---- the forced commands written into authorized_keys (the shell runs them on a worker as the sync user)
+
+def _key_options(line):
+    """sshd's reading of an authorized_keys line's options (sshauthopt.c): up to the first blank outside quotes,
+    split at commas outside quotes; inside quotes a backslash keeps a quote. [(name, value or None)], and the rest."""
+    opts, i, cur, quoted = [], 0, "", False
+    while i < len(line) and (quoted or line[i] not in " \t"):
+        c = line[i]
+        if quoted and c == "\\" and line[i + 1:i + 2] == '"':
+            cur += '"'
+            i += 2
+            continue
+        if c == '"':
+            quoted = not quoted
+        elif c == "," and not quoted:
+            opts.append(cur)
+            cur = ""
+        else:
+            cur += c
+        i += 1
+    assert not quoted, "an option's quote is never closed: %r" % line
+    opts.append(cur)
+    return [tuple(o.split("=", 1)) if "=" in o else (o, None) for o in opts], line[i:].strip()
+
+
+def _model_sync_key_line(**over):
+    tasks = yaml.safe_load((REPO / "roles/model_sync/tasks/main.yml").read_text())
+    source = next(e["line"] for t in tasks for e in (t.get("vars") or {}).get("_model_sync_worker_files", [])
+                  if isinstance(e, dict) and e.get("state") == "line")
+    over.setdefault("hostvars", {"spark-1": {"_model_sync_pub_key": "ssh-ed25519 AAAAC3Nz sparkfleet model sync"}})
+    return r.variables(**over).template(r.trust_as_template(source))
+
+
+KEY_LINE_VARS = ("model_sync_forced_command", "model_sync_dest", "model_sync_allowed_commands", "sparkfleet_fabric_subnet")
+
+
+@pytest.mark.bad_input(name="hostile paths and subnet in model_sync's authorized_keys line (its forced command)",
+                       expected="refused by preflight's check, or sshd reads the same options and the shell the same "
+                                "four words")
+@pytest.mark.parametrize("name", KEY_LINE_VARS)
+def test_the_sync_key_s_forced_command_is_refused_or_the_same_words(name, observe):
+    plain = r.value_of(r.variables(), name)
+    counts = {"refused": 0, "rendered": 0}
+    for word in HOSTILE + ["/srv/it's here", "/srv/a\"b", "/srv/$(id)", plain]:
+        if not guard(name)(word):
+            counts["refused"] += 1
+            continue
+        opts, key = _key_options(_model_sync_key_line(**{name: word}))
+        assert [o[0] for o in opts] == ["restrict", "agent-forwarding", "from", "command"], opts
+        assert key == "ssh-ed25519 AAAAC3Nz sparkfleet model sync"
+        values = {n: r.value_of(r.variables(**{name: word}), n) for n in KEY_LINE_VARS}
+        assert dict(opts)["from"] == '%s' % values["sparkfleet_fabric_subnet"]
+        assert shlex.split(dict(opts)["command"]) == ["/usr/bin/python3", values["model_sync_forced_command"],
+                                                      values["model_sync_dest"], values["model_sync_allowed_commands"]]
+        counts["rendered"] += 1
+    assert counts["refused"] and counts["rendered"], counts
+    observe("%s: %d refused, %d rendered intact" % (name, counts["refused"], counts["rendered"]))
+
+
+def _image_key_options(**over):
+    """runtime_image's authorized_keys options (distribute.yml's task vars), as sshd reads them."""
+    tasks = yaml.safe_load((REPO / "roles/runtime_image/tasks/distribute.yml").read_text())
+    task = next(t for t in tasks if "_runtime_image_key_options" in (t.get("vars") or {}))
+    t = r.variables(**over)
+    flat = []
+    for option in task["vars"]["_runtime_image_key_options"]:
+        flat.extend(option if isinstance(option, list) else [t.template(r.trust_as_template(option))])
+    return _key_options(",".join(flat) + " ssh-ed25519 AAAA sparkfleet image sync")
+
+
+@pytest.mark.parametrize("name", ["runtime_image_load_command", "runtime_image_name", "sparkfleet_fabric_subnet"])
+def test_the_image_key_s_forced_command_is_refused_or_the_same_words(name):
+    plain = r.value_of(r.variables(), name)
+    rendered_ = 0
+    for word in HOSTILE + [plain]:
+        if not guard(name)(word):
+            continue
+        opts, _key = _image_key_options(**{name: word, "_runtime_image_head_content": "sha256:" + "c" * 64})
+        assert [o[0] for o in opts] == ["command", "from", "no-pty", "no-port-forwarding", "no-agent-forwarding",
+                                        "no-X11-forwarding"], opts
+        values = {n: r.value_of(r.variables(**{name: word}), n) for n in
+                  ("runtime_image_load_command", "runtime_image_name")}
+        assert shlex.split(dict(opts)["command"]) == values["runtime_image_load_command"].split() + [
+            "--name", values["runtime_image_name"], "--content", "sha256:" + "c" * 64]
+        rendered_ += 1
+    assert rendered_
