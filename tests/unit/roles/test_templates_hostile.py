@@ -231,8 +231,8 @@ def judge(path, name, word):
     if key not in _PLAIN_SHAPES:
         _PLAIN_SHAPES[key] = shape(path, _render(path, name, wrap(plain_word)))
     got = shape(path, _render(path, name, value))
-    assert got == _PLAIN_SHAPES[key], "%s with %s=%r:\n%s\nplain:\n%s" % (path.name, name, value, got,
-                                                                           _PLAIN_SHAPES[key])
+    assert got == _PLAIN_SHAPES[key], "%s with %s=%r:\n%s\nplain:\n%s" % (
+        path.name, name, value, got, _PLAIN_SHAPES[key])
     return "rendered"
 
 
@@ -310,8 +310,8 @@ def test_the_stale_record_s_names_render_as_one_word_each(units, containers):
     text = r.render_template(REPO / "roles/gpu_cleanup/templates/sparkfleet-stale-stop.service.j2",
                              r.variables(_gpu_cleanup_record={"units": units, "containers": containers}))
     execs = [line.split("=", 1)[1] for line in text.splitlines() if line.startswith("ExecStart=")]
-    assert [e.split()[1:] for e in execs] == [["stop"] + units, ["update", "--restart=no"] + containers,
-                                               ["stop", "-t", "10"] + containers], execs
+    expected = [["stop"] + units, ["update", "--restart=no"] + containers, ["stop", "-t", "10"] + containers]
+    assert [e.split()[1:] for e in execs] == expected, execs
     r.unit_shape(text)
 
 
@@ -337,7 +337,6 @@ def test_the_sudoers_line_is_refused_or_one_rule_for_the_user(user, observe):
                      "/etc/sudoers.d/%s-nopasswd" % user, "&&", "sudo", "chmod", "440",
                      "/etc/sudoers.d/%s-nopasswd" % user], command
     observe(command)
-
 
 
 # ---- 40.3: the served names as a list reach every template that reads them (traced through derived variables)

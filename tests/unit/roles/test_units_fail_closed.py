@@ -262,8 +262,7 @@ def test_a_guard_unit_that_fails_keeps_what_it_guards_from_starting(observe):
     tasks = (REPO / "roles/monitoring/tasks/main.yml").read_text()
     for guard, guarded in GUARDS.items():
         unit = guard[:-3]
-        pairs = [(k, v) for k, v in (line.split("=", 1) for line in dropin.splitlines() if "=" in line
-                                     and not line.startswith("#"))]
+        pairs = [tuple(line.split("=", 1)) for line in dropin.splitlines() if "=" in line and not line.startswith("#")]
         assert ("Requires", unit) in pairs and ("After", unit) in pairs, dropin
         for service_name in guarded:
             path = "/etc/systemd/system/%s.service.d/10-sparkfleet-firewall.conf" % service_name

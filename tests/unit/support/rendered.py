@@ -94,8 +94,8 @@ def reads(source):
         base = node.node.node if isinstance(node.node, nodes.Getitem) else node.node
         if isinstance(base, nodes.Name) and base.name == "hostvars" and isinstance(node, nodes.Getattr):
             found.add(node.attr)
-    return {n for n in found if not FLOOR_VIEW_RE.match(n) and n not in ("hostvars", "groups", "lookup", "query",
-                                                                               "role_path", "namespace", "none")}
+    ignored = ("hostvars", "groups", "lookup", "query", "role_path", "namespace", "none")
+    return {n for n in found if not FLOOR_VIEW_RE.match(n) and n not in ignored}
 
 
 def inputs(source):
