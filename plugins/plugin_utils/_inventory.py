@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate import check_int, is_host_name
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate import check_int, check_user, is_host_name
 
 # The group names every play and role targets: the one place they are decided (tests/unit checks the plays
 # and roles use no others). A play's hosts pattern is fixed when the playbook is parsed, before any inventory
@@ -206,6 +206,12 @@ def inventory_errors(hostvars, groups, head_group=HEAD_GROUP, worker_group=WORKE
                     ipaddress.ip_address(str(raw))
                 except ValueError:
                     errors.append("%s: sparkfleet_mgmt_ip %r is not an IP address" % (host, str(raw)))
+        # the login reaches the sudoers line and the ssh-copy-id command preflight prints for a person to paste into a
+        # root shell (roles/preflight/tasks/access.yml): a quote or a newline there would run what follows it
+        user = _get(hostvars, host, "ansible_user")
+        if user is not None and check_user(user)[1]:
+            errors.append("%s: ansible_user %r %s; set it to the login user's name, e.g. spark" % (
+                host, user, check_user(user)[1]))
         iface = _get(hostvars, host, "sparkfleet_fabric_interface")
         if iface is not None and not (isinstance(iface, str) and _IFNAME_RE.match(iface)):
             errors.append("%s: sparkfleet_fabric_interface %r is not an interface name (1-15 letters, digits, '.', '_',"

@@ -14,7 +14,7 @@ import ipaddress
 
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate_values import (
     SECONDS_MAX,
-    check_ansible_version,
+    check_plain_version,
     check_bool,
     check_choice,
     check_count,
@@ -127,7 +127,7 @@ CHECKS = {
     "ray_cluster_auth": check_bool,
     "ray_cluster_auth_token_path": check_written_file,
     "ray_cluster_auth_token": check_optional_secret,
-    "ray_cluster_auth_min_ray_version": check_ansible_version,
+    "ray_cluster_auth_min_ray_version": lambda v: check_plain_version(v, "2.52.0"),
     "ray_cluster_rdma": check_bool,
     "ray_cluster_env": None,
     "ray_cluster_extra_args": None,

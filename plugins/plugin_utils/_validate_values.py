@@ -252,6 +252,14 @@ def check_string(value):
     return (None, problem) if problem else (value, None)
 
 
+def check_null_or_string(value, what):
+    """null (vLLM's default) or a non-empty string: the vllm_serve_args filter refuses '' (it would write the flag
+    with an empty value), so preflight does too."""
+    if value == "":
+        return None, "must be null (vLLM's default) or %s, not ''" % what
+    return check_optional_string(value)
+
+
 def check_optional_string(value):
     return (None, None) if value is None or value == "" else check_string(value)
 
@@ -453,10 +461,17 @@ _CONTAINER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]+\Z")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
 
+# systemd refuses a unit name over 255 characters; the longest name we make of one is <name>-watchdog.service.
+UNIT_NAME_MAX = 255 - len("-watchdog.service")
+
+
 def check_unit_name(value):
     """A systemd service name without its .service suffix (the roles append it)."""
     if not is_string(value) or not _UNIT_RE.match(value):
         return None, "must be a systemd unit name (letters, digits, '_', '.', '@', ':', '-'), e.g. sparkfleet-vllm"
+    if len(value) > UNIT_NAME_MAX:
+        return None, ("is %d characters long; systemd refuses unit names over 255 characters and the roles add"
+                      " '-watchdog.service' to it: use at most %d" % (len(value), UNIT_NAME_MAX))
     if value.endswith(".service"):
         return None, "must be given without '.service' (the roles add it): %s" % value[:-len(".service")]
     return value, None
@@ -670,6 +685,29 @@ def check_choice(*choices):
 
 # A systemd OnCalendar= expression (weekly, Sun *-*-* 03:00:00, *-*-01 04:00): what its grammar may hold, no more.
 _CALENDAR_RE = re.compile(r"^[A-Za-z0-9*:,./~ -]{1,120}\Z")
+# Its words, in systemd's order (systemd.time(7)): a shortcut alone, or [weekdays] [date] [time] [UTC], one at least.
+# A word systemd cannot parse drops OnCalendar= (the timer then refuses to load: the scrub would never run).
+_CALENDAR_SHORTCUTS = ("minutely", "hourly", "daily", "weekly", "monthly", "yearly", "annually", "quarterly",
+                       "semiannually")
+_WEEKDAY = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*"
+_CALENDAR_PARTS = (re.compile(r"%s(?:(?:,|\.\.)%s)*\Z" % (_WEEKDAY, _WEEKDAY)),
+                   re.compile(r"[0-9*][0-9*,./~]*(?:-[0-9*][0-9*,./~]*){1,2}\Z"),
+                   re.compile(r"[0-9*][0-9*,./]*(?::[0-9*][0-9*,./]*){1,2}\Z"),
+                   re.compile(r"UTC\Z"))
+
+
+def _calendar_words_ok(text):
+    words = text.split()
+    if len(words) == 1 and words[0].lower() in _CALENDAR_SHORTCUTS:
+        return True
+    part = 0
+    for word in words:
+        while part < len(_CALENDAR_PARTS) and not _CALENDAR_PARTS[part].match(word):
+            part += 1
+        if part == len(_CALENDAR_PARTS):
+            return False
+        part += 1
+    return bool(words) and words != ["UTC"]
 
 
 def check_calendar(value):
@@ -679,7 +717,8 @@ def check_calendar(value):
     if is_string(value) and value.strip() and value != value.strip():
         # the timer's unit is written with the value as given: a newline there ends OnCalendar= early
         return None, "must not begin or end with a blank or a newline (%r)" % value.strip()
-    if not is_string(value) or not _CALENDAR_RE.match(value.strip()) or not value.strip():
+    if (not is_string(value) or not _CALENDAR_RE.match(value.strip()) or not value.strip()
+            or not _calendar_words_ok(value.strip())):
         return None, ("must be '' (off) or a systemd calendar expression such as weekly, daily or 'Sun *-*-* 03:00:00'"
                       " (letters, digits, spaces and * : , . / ~ - only); `systemd-analyze calendar` checks one")
     return value.strip(), None
@@ -755,12 +794,20 @@ def check_text(value):
     return value, None
 
 
+# The characters RFC 3986 allows in a URL's path, query and fragment (percent-encode any other): no quote, backslash,
+# blank or brace, which a YAML or JSON string we write the URL into (alertmanager.yml) would end or unescape.
+_URL_REST_RE = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]*\Z")
+
+
 def check_url(value):
-    """An http(s) URL whose host is an IP address ([v6] bracketed) or a host name."""
+    """An http(s) URL whose host is an IP address ([v6] bracketed) or a host name, the rest in RFC 3986's characters."""
     m = re.match(r"^https?://(\[[0-9A-Fa-f:.]+\]|[^/:?#\[\]]+)(:\d{1,5})?(/[^\s]*)?\Z", value) if is_string(value) else None
     host = m.group(1).strip("[]") if m else None
     if not m or not is_host_name(host) or (m.group(2) and not 1 <= int(m.group(2)[1:]) <= 65535):
         return None, "must be an http:// or https:// URL such as http://10.1.230.180:30000"
+    if m.group(3) and not _URL_REST_RE.match(m.group(3)):
+        return None, ("holds a character a URL carries only percent-encoded (a quote, a backslash, a brace, a blank or"
+                      " a non-ASCII letter); encode it (%22 for \", %5C for \\)")
     return value, None
 
 
@@ -813,6 +860,17 @@ def check_cidr_list(value):
 def check_ansible_version(value):
     if not is_string(value) or parse_version(value) is None:
         return None, "must be a version string such as \"2.19.0\""
+    return value, None
+
+
+_PLAIN_VERSION_RE = re.compile(r"(0|[1-9][0-9]{0,5})(\.(0|[1-9][0-9]{0,5})){0,3}\Z")
+
+
+def check_plain_version(value, example):
+    """A version the roles compare with Ansible's `version` test: dotted whole numbers only. That test compares a
+    blank, a letter or a suffix ('2.52.0rc1', '1e3') otherwise than a person reads it, or fails with a Python error."""
+    if not is_string(value) or not _PLAIN_VERSION_RE.match(value):
+        return None, "must be a version of dotted whole numbers such as \"%s\" (quoted, no blank, letter or suffix)" % example
     return value, None
 
 

@@ -32,6 +32,7 @@ from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate_values i
     check_names,
     check_nccl_debug,
     check_optional_count,
+    check_null_or_string,
     check_optional_string,
     check_parallel_size,
     check_seconds,
@@ -368,8 +369,8 @@ CHECKS = {
     "vllm_serve_max_model_len": check_max_model_len,
     "vllm_serve_api_key": check_api_key,
     "vllm_serve_allow_open_api": check_bool,
-    "vllm_serve_load_format": check_optional_string,
-    "vllm_serve_safetensors_load_strategy": check_optional_string,
+    "vllm_serve_load_format": lambda v: check_null_or_string(v, "a load format such as safetensors"),
+    "vllm_serve_safetensors_load_strategy": lambda v: check_null_or_string(v, "a strategy such as lazy"),
     # the serving recipe (each item is also proven against the image before use: image_check's recipe)
     "vllm_serve_prefix_caching": check_bool,
     "vllm_serve_kv_cache_dtype": lambda v: check_optional_string(v) if v is None or is_string(v) else (

@@ -16,6 +16,7 @@ status the unit lists as success.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -191,3 +192,88 @@ def test_the_shim_is_installed_where_the_units_call_it():
         tasks = yaml.safe_load((REPO / "roles" / role / "tasks" / "main.yml").read_text())
         writes = [t for t in tasks if "sparkfleet.vllm.config_files" in t]
         assert any("_sparkfleet_unit_scripts" in str(t["sparkfleet.vllm.config_files"]["files"]) for t in writes), role
+
+
+# ---- every unit the collection writes (issue 40.4 over all templates, monitoring's included)
+# Rendered as the roles render them (tests/unit/support/rendered.py), in each of their branches.
+
+def _every_unit():
+    from ansible_collections.sparkfleet.vllm.tests.unit.support import rendered
+    variants = {"head": {}, "worker": {"inventory_hostname": "spark-2", "sparkfleet_fabric_ip": "192.168.200.13"},
+                "live-restore": {"_ray_cluster_node": {"systemd_version": 255, "docker_live_restore": True},
+                                 "_vllm_serve_model_state": {"systemd_version": 255, "docker_live_restore": True}},
+                "no memory gate": {"vllm_serve_memory_gate": False}}
+    out = []
+    for path in sorted(REPO.glob("roles/*/templates/*.j2")):
+        if path.name.endswith((".service.j2", ".timer.j2", ".conf.j2")):
+            for how, over in variants.items():
+                out.append((path.name, how, rendered.render_template(path, rendered.variables(**over))))
+    return out
+
+
+# The commands whose failure a unit ignores ('-'): each a cleanup or a record, never a check.
+IGNORED_FAILURES = {
+    "/usr/bin/docker rm -f": "removes a container left from an earlier start, or after a stop: none there is fine",
+    "/usr/bin/python3 /usr/local/lib/sparkfleet-watchdog.py record": "records why the unit stopped (status.yml)",
+    "/usr/bin/systemctl stop": "stops the stale stack's units gpu_cleanup found; one already gone is fine (Ray does not "
+                               "Require this unit: its own checks and the GPU plan guard the start)",
+    "/usr/bin/docker update --restart=no": "keeps the stale containers from coming back; one already gone is fine",
+    "/usr/bin/docker stop -t": "stops the stale containers; one already gone is fine",
+}
+# Units that guard another service from outside it: the guarded service must Require them (Before= alone lets it start
+# when the guard fails).
+GUARDS = {"sparkfleet-monitoring-firewall.service.j2": ("prometheus-node-exporter", "prometheus",
+                                                        "prometheus-alertmanager")}
+
+
+@pytest.fixture(scope="module")
+def every_unit():
+    return _every_unit()
+
+
+def test_only_cleanups_may_fail_without_failing_the_unit(every_unit):
+    ignored = set()
+    for name, how, text in every_unit:
+        for key, value in service(text):
+            if key.startswith("Exec") and value.startswith("-"):
+                known = [k for k in IGNORED_FAILURES if value[1:].startswith(k)]
+                assert known, "%s (%s): %s=%s ignores its failure; if it is a check, it must fail the unit" % (
+                    name, how, key, value)
+                ignored.update(known)
+    assert ignored == set(IGNORED_FAILURES), "a listed cleanup is gone: %s" % (set(IGNORED_FAILURES) - ignored)
+
+
+def test_no_template_or_helper_turns_an_error_into_success():
+    found = []
+    for path in sorted(REPO.glob("roles/*/templates/*.j2")) + sorted((REPO / "roles/ray_cluster/files").glob("sparkfleet-*")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if re.search(r"\|\|\s*(true|:)\b|;\s*true\s*$", code):
+                found.append("%s:%d: %s" % (path.name, number, line.strip()))
+    assert not found, found
+
+
+def test_every_unit_that_counts_a_failure_as_success_runs_its_checks_through_the_shim(every_unit):
+    for name, how, text in every_unit:
+        pairs = service(text)
+        codes, sigs = success_statuses(pairs)
+        if codes - {0} or sigs:
+            unwrapped = [c for c in checks(pairs) if shlex.split(c)[0] != MUST]
+            assert not unwrapped, "%s (%s): run through %s: %s" % (name, how, MUST, unwrapped)
+
+
+@pytest.mark.bad_input(name="the monitoring firewall's unit fails (nft refuses the ruleset, nft missing)",
+                       expected="the exporters, Prometheus and Alertmanager do not start (they Require it)")
+def test_a_guard_unit_that_fails_keeps_what_it_guards_from_starting(observe):
+    from ansible_collections.sparkfleet.vllm.tests.unit.support import rendered
+    dropin = rendered.render_template(REPO / "roles/monitoring/templates/firewall-first.conf.j2", rendered.variables())
+    tasks = (REPO / "roles/monitoring/tasks/main.yml").read_text()
+    for guard, guarded in GUARDS.items():
+        unit = guard[:-3]
+        pairs = [tuple(line.split("=", 1)) for line in dropin.splitlines() if "=" in line and not line.startswith("#")]
+        assert ("Requires", unit) in pairs and ("After", unit) in pairs, dropin
+        for service_name in guarded:
+            path = "/etc/systemd/system/%s.service.d/10-sparkfleet-firewall.conf" % service_name
+            assert ("- path: %s\n        content: \"{{ lookup('ansible.builtin.template', 'firewall-first.conf.j2') }}\""
+                    % path) in tasks, "%s is not written" % path
+    observe("the exporters, Prometheus and Alertmanager Require and start After %s" % ", ".join(g[:-3] for g in GUARDS))

@@ -3,6 +3,7 @@ use, for the unit tests that parse or run what a node would get (issue 40.4 and 
 
 from __future__ import annotations
 
+import functools
 import shlex
 import socket
 from pathlib import Path
@@ -23,13 +24,19 @@ def _flatten(values):
     return out
 
 
+_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
+_ENV.filters["bool"] = _bool
+_ENV.filters["quote"] = shlex.quote
+_ENV.filters["flatten"] = _flatten
+
+
+@functools.lru_cache(maxsize=None)
+def _template(role, name):
+    return _ENV.from_string((REPO / "roles" / role / "templates" / name).read_text())
+
+
 def render(role, name, **variables):
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
-    env.filters["bool"] = _bool
-    env.filters["quote"] = shlex.quote
-    env.filters["flatten"] = _flatten
-    return env.from_string((REPO / "roles" / role / "templates" / name).read_text()).render(
-        ansible_managed="Ansible managed", **variables)
+    return _template(role, name).render(**dict(dict(ansible_managed="Ansible managed"), **variables))
 
 
 def ray_unit(head, tmp, live_restore=False, **over):

@@ -221,10 +221,40 @@ def test_ray_start_args_refuses_unpinned_addresses(node_ip, extra, words, observ
                  id="runtime_image_load_command with a quote"),
     pytest.param("gpu_cleanup_stale_containers", ["-v"], "not a unit or container name",
                  id="gpu_cleanup_stale_containers=[-v]"),
+    # issue 40.5, found by rendering every template with hostile values (test_templates_hostile.py)
+    pytest.param("monitoring_webhook_url", 'http://10.1.2.3/hook"x', "percent-encoded",
+                 id="monitoring_webhook_url with a quote (it ended alertmanager.yml's string)"),
+    pytest.param("monitoring_webhook_url", "http://10.1.2.3/\\x41", "percent-encoded",
+                 id="monitoring_webhook_url with a backslash (YAML unescaped it)"),
+    pytest.param("sparkfleet_ray_unit", "r" * 240, "at most 238",
+                 id="sparkfleet_ray_unit of 240 characters (systemd refuses the watchdog's name)"),
+    pytest.param("model_sync_scrub_interval", "every night", "calendar expression",
+                 id="model_sync_scrub_interval=every night (systemd drops it: the timer refuses to load)"),
+    pytest.param("model_sync_scrub_interval", "030", "calendar expression", id="model_sync_scrub_interval=030"),
+    pytest.param("ray_cluster_auth_min_ray_version", "2.52.0rc1", "dotted whole numbers",
+                 id="ray_cluster_auth_min_ray_version=2.52.0rc1 (the version test then turned auth off on 2.52.0)"),
+    pytest.param("ray_cluster_auth_min_ray_version", " 2.52", "dotted whole numbers",
+                 id="ray_cluster_auth_min_ray_version with a blank (the version test failed with a Python error)"),
+    pytest.param("vllm_serve_load_format", "", "not ''",
+                 id="vllm_serve_load_format='' (vllm_serve_args refused it after preflight passed it)"),
 ])
 def test_every_role_variable_is_checked_in_preflight(name, value, words, observe):
     message = _one({name: value}, name, words)
     observe(message)
+
+
+@pytest.mark.parametrize("expression", ["weekly", "daily", "Sun *-*-* 03:00:00", "*-*-01 04:00", "Mon..Fri 02:00",
+                                        "Sat,Sun *-*-* 03:00:00 UTC", "*-*-* 00/4:00", "2026-01-01"])
+def test_calendar_expressions_systemd_reads_still_pass(expression):
+    assert v.check_calendar(expression) == (expression, None)
+
+
+def test_a_quote_in_ansible_user_is_refused_by_the_inventory_check(observe):
+    hostvars = {HOST: {"sparkfleet_fabric_subnet": SUBNET, "sparkfleet_fabric_ip": "192.168.200.12",
+                       "ansible_host": "10.1.230.180", "ansible_user": "x'; id; echo '"}}
+    errors = inventory_errors(hostvars, {"spark": [HOST], "spark_head": [HOST], "spark_workers": []})
+    assert [e for e in errors if e.startswith("spark-1: ansible_user ") and "e.g. spark" in e], errors
+    observe(errors[0])
 
 
 def test_all_problems_come_at_once():
