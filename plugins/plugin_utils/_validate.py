@@ -62,6 +62,7 @@ from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate_values i
     check_port,
     check_string,
     check_url,
+    check_user,
     env_problems,
     is_host_name,
     is_loopback,
@@ -92,7 +93,7 @@ __all__ = (
     "VLLM_SHORT_ALIASES", "check_api_key", "check_bool", "check_calendar", "check_cidr_list", "check_command_globs",
     "check_controller_dir", "check_env", "check_fraction", "check_host", "check_int", "check_load_command",
     "check_max_model_len", "check_min_version", "check_model_dir", "check_names", "check_parallel_size", "check_port",
-    "check_string", "check_url", "env_problems", "extra_args_argv", "firewall_allow_problems", "flag_problem", "is_host_name",
+    "check_string", "check_url", "check_user", "env_problems", "extra_args_argv", "firewall_allow_problems", "flag_problem", "is_host_name",
     "is_loopback", "is_string", "normalize_flag", "pinned_flags", "ray_extra_args_problems", "resolve_flag",
     "unsafe_problem",
 )
