@@ -183,10 +183,12 @@ started:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._command import Runner
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._config_files import (
     ENTRY_HINT, ENTRY_OPTIONS, apply, diff_list, problem, secrets)
 
-C_LOCALE = dict(LANG="C", LC_ALL="C", LC_MESSAGES="C")
+# apt's own bound: a download that stalls fails the run instead of holding it (seconds).
+APT_TIMEOUT = 900
 
 
 def missing_packages(status_text, wanted):
@@ -223,18 +225,18 @@ class Services(object):
         self.done = []
         self.result = dict(installed=[], restarted=[], started=[], daemon_reload=False)
         self.reloaded_for = set()
+        self.runner = Runner(module)
         self._systemctl = None
 
-    def run(self, argv, what, environ=None):
-        rc, out, err = self.module.run_command(argv, environ_update=dict(C_LOCALE, **(environ or {})))
-        if rc != 0:
-            self.module.fail_json(msg="%s failed (rc %d): %s" % (what, rc, (err or out).strip()[-2000:]), rc=rc,
-                                  stdout=out, stderr=err, cmd=argv, **self.summary())
-        return out
+    def run(self, argv, what, environ=None, timeout=None):
+        res = self.runner.run(argv, env=environ, timeout=timeout)
+        if not res.ok:
+            self.runner.fail(res, "%s failed" % what, **self.summary())
+        return res.stdout
 
     def systemctl(self):
         if self._systemctl is None:
-            self._systemctl = self.module.get_bin_path("systemctl", required=True)
+            self._systemctl = self.runner.bin("systemctl")
         return self._systemctl
 
     def summary(self):
@@ -250,21 +252,22 @@ class Services(object):
     def packages(self, wanted):
         if not wanted:
             return
-        dpkg = self.module.get_bin_path("dpkg-query", required=True)
-        rc, out, _err = self.module.run_command([dpkg, "-W", "-f", "${Package} ${db:Status-Abbrev}\n"] + list(wanted),
-                                                environ_update=C_LOCALE)
+        dpkg = self.runner.bin("dpkg-query")
+        res = self.runner.run([dpkg, "-W", "-f", "${Package} ${db:Status-Abbrev}\n"] + list(wanted))
         # rc 1 names a package dpkg never heard of (on stderr); the others are still listed
-        missing = missing_packages(out if rc in (0, 1) else "", wanted)
+        missing = missing_packages(res.stdout if res.rc in (0, 1) else "", wanted)
         if not missing:
             return
         self.result["installed"] = missing
         if self.check:
             return
-        apt = self.module.get_bin_path("apt-get", required=True)
+        apt = self.runner.bin("apt-get")
         env = dict(DEBIAN_FRONTEND="noninteractive")
-        self.run([apt, "update", "-q"], "apt-get update (before installing %s)" % ", ".join(missing), env)
+        self.run([apt, "update", "-q"], "apt-get update (before installing %s)" % ", ".join(missing), env,
+                 timeout=APT_TIMEOUT)
         self.run([apt, "install", "-y", "-q", "--no-install-recommends", "-o", "Dpkg::Options::=--force-confdef",
-                  "-o", "Dpkg::Options::=--force-confold"] + missing, "apt-get install %s" % " ".join(missing), env)
+                  "-o", "Dpkg::Options::=--force-confold"] + missing, "apt-get install %s" % " ".join(missing), env,
+                 timeout=APT_TIMEOUT)
 
     def units(self, units):
         if not units:
