@@ -119,7 +119,7 @@ attributes:
   diff_mode:
     support: full
   platform:
-    platforms: debian
+    platforms: posix
 """
 
 EXAMPLES = r"""
