@@ -321,7 +321,7 @@ def _qualified_series(speed_mbps=10000, tcp_gbps=8.0):
     for line in text.splitlines():
         if line and not line.startswith("#"):
             name_labels, value = line.rsplit(" ", 1)
-            name, _, labels = name_labels.partition("{")
+            name, _brace, labels = name_labels.partition("{")
             labels = (labels.rstrip("}") + "," if labels else "") + _NODE
             series.append(("%s{%s}" % (name, labels), "%sx30" % value))
     return series
