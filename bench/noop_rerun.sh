@@ -3,7 +3,7 @@
 # role and per task), optionally side by side with another revision of the collection.
 #
 #   bench/noop_rerun.sh [--deploy] [--runs N] [--baseline REV | --base DIR [--baseline-lab NAME]] [--status] [--no-floor]
-#                       [--top N] [--out DIR]
+#                       [--monitoring-off] [--top N] [--out DIR]
 #
 # --deploy      stage the lab (lab/stage.sh) and run site.yml once first (not timed); without it the lab must
 #               already be deployed (a first site.yml run).
@@ -15,6 +15,8 @@
 #               bench "B3-status"); the issue's goals: site.yml <= 12 s, status.yml <= 6 s, <= 15 round trips per node.
 # --baseline-lab NAME  play REV's tree against the lab NAME (up, deployed by REV: --deploy does it) instead of this
 #               one, when the two trees deploy different configurations; each tree uses its own .venv when it has one.
+# --monitoring-off  also time this tree with `sparkfleet_monitoring: false` (the first column, so the ratio printed is
+#               monitoring's cost: issue 42's goal is 1.1x or less), alternating with the runs with it on.
 # --no-floor    leave out the floors. By default every round also plays this tree's two floors (bench/noop_floor.py,
 #               written from its first run): the same tasks on the same hosts with the same connection settings,
 #               (empty) every task an empty one, the cost of Ansible's per-task overhead alone, and (ping) every node
@@ -27,7 +29,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
-deploy=0 runs=2 baseline="" base_dir="" baseline_lab="" top=15 out="" floor=1 status=0
+deploy=0 runs=2 baseline="" base_dir="" baseline_lab="" top=15 out="" floor=1 status=0 monoff=0
 while [ $# -gt 0 ]; do
   case $1 in
     --deploy) deploy=1; shift ;;
@@ -37,9 +39,10 @@ while [ $# -gt 0 ]; do
     --status) status=1; shift ;;
     --baseline-lab) baseline_lab=$2; shift 2 ;;
     --no-floor) floor=0; shift ;;
+    --monitoring-off) monoff=1; shift ;;
     --top) top=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) sed -n '2,28p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,30p' "$0" >&2; exit 2 ;;
   esac
 done
 name=${SPARKLAB_NAME:-sfl}
@@ -62,6 +65,9 @@ if [ -n "$baseline" ]; then
   [ -d "$wt" ] || git -C "$repo" worktree add --detach "$wt" "$rev" >/dev/null
   trees=("baseline-$rev=$wt=${baseline_lab:-$name}" "${trees[@]}")
 fi
+if [ "$monoff" = 1 ]; then  # the same tree and lab, monitoring off: the first column, the ratios' reference
+  trees=("monitoring-off=$repo=$name=off" "${trees[@]}")
+fi
 if [ -n "$base_dir" ]; then
   [ -z "$baseline" ] || { echo "--baseline and --base: one of them" >&2; exit 2; }
   trees=("base-$(git -C "$base_dir" rev-parse --short HEAD)=$base_dir=${baseline_lab:-$name}" "${trees[@]}")
@@ -76,16 +82,18 @@ cold() {  # LAB: close the ssh masters an earlier run left (the lab inventory ke
   done
 }
 
-play() {  # play TREE_DIR LAB LOGFILE [JSON [PLAYBOOK]]: site.yml (or PLAYBOOK) with TREE_DIR's settings and its
-  #         .venv when it has one, against LAB; prints rc
-  local tree=$1 lab=$2 logf=$3 json=${4:-} book=${5:-site.yml} state inv venv=$repo/.venv
+play() {  # play TREE_DIR LAB LOGFILE [JSON [PLAYBOOK [off]]]: site.yml (or PLAYBOOK) with TREE_DIR's settings and its
+  #         .venv when it has one, against LAB (with `sparkfleet_monitoring: false` when off); prints rc
+  local tree=$1 lab=$2 logf=$3 json=${4:-} book=${5:-site.yml} off=${6:-} state inv venv=$repo/.venv
+  local extra=()
+  [ "$off" = off ] && extra=(-e '{"sparkfleet_monitoring": false}')
   read -r state inv < <(labdirs "$lab")
   [ -x "$tree/.venv/bin/ansible-playbook" ] && venv=$tree/.venv
   cold "$lab"
   set +e
   (cd "$tree" && SPARKLAB_NAME=$lab "$repo/lab/labctl" ctl -- env ANSIBLE_CONFIG="$tree/ansible.cfg" \
      ANSIBLE_CALLBACK_PLUGINS="$here/callback_plugins" ANSIBLE_CALLBACKS_ENABLED=sparkfleet.vllm.progress,timetable \
-     SPARKFLEET_TIMETABLE="$json" "$venv/bin/ansible-playbook" -i "$inv" "$book" >"$logf" 2>&1)
+     SPARKFLEET_TIMETABLE="$json" "$venv/bin/ansible-playbook" -i "$inv" "${extra[@]}" "$book" >"$logf" 2>&1)
   local rc=$?
   set -e
   echo "$rc"
@@ -94,9 +102,9 @@ play() {  # play TREE_DIR LAB LOGFILE [JSON [PLAYBOOK]]: site.yml (or PLAYBOOK) 
 if [ "$deploy" = 1 ]; then
   log "staging the lab and deploying (not timed)"
   for t in "${trees[@]}"; do  # each tree stages and deploys its own lab (one lab: the last tree's deploy counts)
-    IFS='=' read -r label dir lab <<<"$t"
+    IFS='=' read -r label dir lab off <<<"$t"
     SPARKLAB_NAME=$lab "$dir/lab/stage.sh" >&2
-    rc=$(play "$dir" "$lab" "$out/deploy-$label.log")
+    rc=$(play "$dir" "$lab" "$out/deploy-$label.log" "" site.yml "$off")
     [ "$rc" = 0 ] || { log "deploy failed (rc $rc): $out/deploy-$label.log"; tail -30 "$out/deploy-$label.log" >&2
                        exit 1; }
   done
@@ -105,12 +113,12 @@ fi
 "$repo/.venv/bin/python" -c 'import sys; sys.path.insert(0, sys.argv[1]); import model_sync as b; print("machine: " + b.machine())' "$here"
 for i in $(seq 1 "$runs"); do
   for t in "${trees[@]}"; do
-    IFS='=' read -r label dir lab <<<"$t"
-    rc=$(play "$dir" "$lab" "$out/$label-$i.log" "$out/$label-$i.json")
+    IFS='=' read -r label dir lab off <<<"$t"
+    rc=$(play "$dir" "$lab" "$out/$label-$i.log" "$out/$label-$i.json" site.yml "$off")
     log "$label run $i: rc $rc ($out/$label-$i.log)"
     [ "$rc" = 0 ] || { tail -30 "$out/$label-$i.log" >&2; exit 1; }
     [ "$status" = 1 ] || continue
-    rc=$(play "$dir" "$lab" "$out/status/$label-$i.log" "$out/status/$label-$i.json" playbooks/status.yml)
+    rc=$(play "$dir" "$lab" "$out/status/$label-$i.log" "$out/status/$label-$i.json" playbooks/status.yml "$off")
     log "$label status.yml run $i: rc $rc ($out/status/$label-$i.log)"
     [ "$rc" = 0 ] || { tail -30 "$out/status/$label-$i.log" >&2; exit 1; }
   done
@@ -132,7 +140,7 @@ rev_of() {  # DIR: its commit, "+changes" when its tracked files differ from it
   echo "$r"
 }
 for t in "${trees[@]}"; do
-  IFS='=' read -r label dir lab <<<"$t"
+  IFS='=' read -r label dir lab off <<<"$t"
   args+=("$label=$out/$label-*.json" --commit "$label=$(rev_of "$dir")" --lab "$label=$lab")
 done
 [ "$floor" = 0 ] || args+=(--floor "empty=$out/floor-empty-*.json" --floor "ping=$out/floor-ping-*.json")
@@ -140,7 +148,7 @@ done
 if [ "$status" = 1 ]; then
   sargs=()
   for t in "${trees[@]}"; do
-    IFS='=' read -r label dir lab <<<"$t"
+    IFS='=' read -r label dir lab off <<<"$t"
     sargs+=("$label=$out/status/$label-*.json" --commit "$label=$(rev_of "$dir")" --lab "$label=$lab")
   done
   printf '\n== status.yml ==\n'

@@ -32,7 +32,22 @@ RECORDS = [
      "max by (node) (sparkfleet_memory_used_bytes) - on (node) sparkfleet:memory_baseline_bytes:by_node"),
     ("sparkfleet:generation_tokens:rate1m",
      "sum by (node, model_name) (rate(vllm:generation_tokens_total[1m]))"),
+    # What qualify.yml measured (its textfile on the head; each node's figure by node name in fabric_node), by the node
+    # and fabric interface it belongs to, to compare with that node's exporter.
+    ("sparkfleet:qualified_fabric_link_speed_bytes:by_node",
+     'max by (node, device) (label_replace(sparkfleet_qualified_fabric_link_speed_bytes, "node", "$1", "fabric_node", '
+     '"(.+)"))'),
+    ("sparkfleet:qualified_fabric_bandwidth_bytes:by_node",
+     'max by (node, device, transport) (label_replace(sparkfleet_qualified_fabric_bandwidth_bytes, "node", "$1", '
+     '"fabric_node", "(.+)"))'),
+    # The fabric interface's capacity now: 0 while it is down (no carrier), else its link speed (bytes/s).
+    ("sparkfleet:fabric_link_capacity_bytes:by_node",
+     "(max by (node, device) (node_network_up) == 0) or max by (node, device) (node_network_speed_bytes)"),
 ]
+
+# Series that exist only once playbooks/qualify.yml has run (the qualified figures): an alert measure, record or panel
+# query naming one returns nothing before; the lab test runs them after a qualification.
+QUALIFIED = "qualified"
 
 # name, measure, condition, for, severity, summary, description
 ALERTS = [
@@ -96,6 +111,16 @@ ALERTS = [
      "< scalar(sparkfleet:threshold_disk_free_fraction)", "10m", "warning",
      "The model's filesystem on {{ $labels.node }} is {{ $value | humanizePercentage }} free",
      "A sync or a download will fail for lack of space."),
+    # Issue 42: the fabric against what qualify.yml measured. A link that renegotiated slower or lost its carrier carries
+    # less than the qualified bandwidth (the all-reduce between the ranks crawls or stops); the node exporter sees it.
+    ("SparkfleetFabricBelowQualified",
+     "(sparkfleet:fabric_link_capacity_bytes:by_node and on (node, device) "
+     "sparkfleet:qualified_fabric_link_speed_bytes:by_node)",
+     "< on (node, device) sparkfleet:qualified_fabric_link_speed_bytes:by_node", "1m", "critical",
+     "The fabric interface {{ $labels.device }} of {{ $labels.node }} carries {{ $value | humanize }}B/s at most, "
+     "below its qualified link speed",
+     "The link is down or came back slower than when qualify.yml measured it: the engine's all-reduce (NCCL) between "
+     "the nodes runs slower or not at all. Check the cable and both twins (status.yml), then run qualify.yml again."),
     ("SparkfleetSupervisionMetricsStale", "max by (node) (time() - sparkfleet_textfile_timestamp_seconds)",
      "> 120", "2m", "warning",
      "{{ $labels.node }}'s supervision metrics are {{ $value | humanizeDuration }} old",
@@ -242,6 +267,29 @@ def dashboards():
          ("Traffic sent", [
              ('sum by (node, device) (rate(node_network_transmit_bytes_total{device!="lo"}[1m]))',
               "{{node}} {{device}}")], "Bps")],
+        [("Fabric traffic against the qualified bandwidth", [
+            ("max by (node, device) (rate(node_network_transmit_bytes_total[1m]) and on (node, device) "
+             "sparkfleet:qualified_fabric_bandwidth_bytes:by_node)", "{{node}} {{device}} sent"),
+            ("max by (node, device) (rate(node_network_receive_bytes_total[1m]) and on (node, device) "
+             "sparkfleet:qualified_fabric_bandwidth_bytes:by_node)", "{{node}} {{device}} received"),
+            ("sparkfleet:qualified_fabric_bandwidth_bytes:by_node", "{{node}} {{device}} qualified {{transport}}")],
+          "Bps",
+          "The fabric interface's traffic now beside the bandwidth playbooks/qualify.yml measured on it (TCP, and RDMA "
+          "per rail where the nodes have it). Empty until a qualification ran."),
+         ("Fabric link against its qualification", [
+             ("sparkfleet:fabric_link_capacity_bytes:by_node and on (node, device) "
+              "sparkfleet:qualified_fabric_link_speed_bytes:by_node", "{{node}} {{device}} now"),
+             ("sparkfleet:qualified_fabric_link_speed_bytes:by_node", "{{node}} {{device}} qualified")], "Bps",
+          "The link speed now (0 while the link is down) and when qualified: SparkfleetFabricBelowQualified fires "
+          "when it falls under.")],
+        [("All-reduce bus bandwidth at qualification", [
+            ("max by (backend, message_bytes) (sparkfleet_qualified_allreduce_bus_bandwidth_bytes)",
+             "{{backend}} at {{message_bytes}} bytes")], "Bps",
+          "NCCL across the nodes at its largest message (gloo on the CPU where the image sees no GPU); two Sparks reach "
+          "about 20-24 GB/s. No live figure exists for it: the serving engine exports none."),
+         ("Since the last qualification", [("max (time() - sparkfleet_qualified_timestamp_seconds)", "age"),
+                                           ("max (sparkfleet_qualified_below_figures)", "figures under two Sparks'")],
+          "short")],
         [("Ray nodes up (metrics export)", [('up{job="ray"}', "{{node}}")], "short"),
          ("Ray's series exported", [('scrape_samples_scraped{job="ray"}', "{{node}}")], "short")],
     ])
@@ -271,8 +319,14 @@ def panel_queries():
 
 
 def alert_measures():
-    """Every alert's measure: (alert, expr): each must return series on a deployed cluster."""
+    """Every alert's measure: (alert, expr): each must return series on a deployed cluster (those naming a
+    qualified figure once playbooks/qualify.yml has run: needs_qualification)."""
     return [(a[0], a[1]) for a in ALERTS]
+
+
+def needs_qualification(expr):
+    """Whether an expression reads a series only a qualification writes (QUALIFIED in a name it uses)."""
+    return QUALIFIED in expr
 
 
 def generated():

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, sparkfleet.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters: sparkfleet.vllm.qualify_plan and sparkfleet.vllm.qualify_report (documented in qualify_plan.yml and
-qualify_report.yml)."""
+"""Filters: sparkfleet.vllm.qualify_plan, sparkfleet.vllm.qualify_report and sparkfleet.vllm.qualify_textfile
+(documented in qualify_plan.yml, qualify_report.yml and qualify_textfile.yml)."""
 
 from __future__ import annotations
 
@@ -87,8 +87,23 @@ def qualify_report(nodes, serving=None, context=None):
     return section
 
 
+def qualify_textfile(nodes, section, measured_at):
+    """{host: what the qualify role measured there}, the qualify_report section, when -> the figures for Prometheus."""
+    if not isinstance(nodes, Mapping):
+        fail("qualify_textfile", "the input must map each host to its measurements, got %r" % (type(nodes).__name__,))
+    if not isinstance(section, Mapping):
+        fail("qualify_textfile", "section must be the qualify_report result (a dict), got %r" % (section,))
+    try:
+        when = float(measured_at)
+    except (TypeError, ValueError):
+        when = None
+    if when is None or isinstance(measured_at, bool) or when <= 0:
+        fail("qualify_textfile", "measured_at must be a Unix time in seconds, got %r" % (measured_at,))
+    return _qualify.textfile(dict(nodes), dict(section), when)
+
+
 class FilterModule:
     """Qualification helpers."""
 
     def filters(self):
-        return {"qualify_plan": qualify_plan, "qualify_report": qualify_report}
+        return {"qualify_plan": qualify_plan, "qualify_report": qualify_report, "qualify_textfile": qualify_textfile}

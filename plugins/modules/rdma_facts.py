@@ -114,7 +114,8 @@ ansible_facts:
   type: dict
   contains:
     sparkfleet_fabric:
-      description: The same dict as the top-level keys below (interface, ip, prefix, subnet, mtu, hca, gid_index, rdma_char_devices, devices, env).
+      description: The same dict as the top-level keys below (interface, ip, prefix, subnet, mtu, speed_mbps, hca, gid_index, rdma_char_devices, devices,
+        env).
       returned: success
       type: dict
 interface:
@@ -142,6 +143,12 @@ mtu:
   returned: success
   type: int
   sample: 9000
+speed_mbps:
+  description: The socket interface's link speed in Mb/s as the kernel reports it (C(/sys/class/net/IF/speed)); null
+    when it reports none (no carrier).
+  returned: success
+  type: int
+  sample: 200000
 hca:
   description: RDMA devices for C(NCCL_IB_HCA), the chosen one first, then its ACTIVE twins.
   returned: success

@@ -548,3 +548,79 @@ def write(section, directory, chart_too=True):
         except ImportError:
             written["chart_missing"] = "matplotlib is not installed on the controller: no qualify chart"
     return written
+
+
+# --------------------------------------------------------------------------------------------- for Prometheus
+# The qualified figures as the node exporter's textfile collector reads them (issue 42): the monitoring role's rules
+# compare the live fabric with them. The file lives on the head, so each node's figure carries its node in
+# `fabric_node` (the head's exporter target sets `node`).
+TEXTFILE_NAME = "sparkfleet-qualified.prom"
+
+
+def _prom_label(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _prom_line(name, labels, value):
+    inner = ",".join('%s="%s"' % (k, _prom_label(v)) for k, v in sorted(labels.items()))
+    return "%s{%s} %s" % (name, inner, repr(float(value))) if inner else "%s %s" % (name, repr(float(value)))
+
+
+def textfile(nodes, section, measured_at):
+    """The qualified figures in Prometheus's text format: when, each node's fabric link speed and the bandwidth of
+    each pair's TCP and RDMA tests at both ends (by the node's fabric interface), the all-reduce's bus bandwidth at
+    its largest message, and one line per verdict "below" (a figure under what two Sparks do)."""
+    nodes = nodes or {}
+    out = {}
+
+    def add(name, kind, helptext, labels, value):
+        if value is None or isinstance(value, bool):
+            return
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            return
+        entry = out.setdefault(name, ["# HELP %s %s" % (name, helptext), "# TYPE %s %s" % (name, kind)])
+        entry.append(_prom_line(name, labels, value))
+
+    add("sparkfleet_qualified_timestamp_seconds", "gauge", "When qualify.yml measured these figures (Unix time).", {},
+        measured_at)
+    devices = {}
+    for host in sorted(nodes):
+        fabric = (nodes[host] or {}).get("fabric") or {}
+        devices[host] = fabric.get("interface")
+        speed = fabric.get("speed_mbps")
+        if fabric.get("interface") and speed:
+            add("sparkfleet_qualified_fabric_link_speed_bytes", "gauge",
+                "The fabric interface's link speed when qualify.yml ran (bytes/s).",
+                {"fabric_node": host, "device": fabric["interface"]}, float(speed) * 1e6 / 8)
+    for host in sorted(nodes):
+        for r in ((nodes[host] or {}).get("fabric_results") or []):
+            item = (r or {}).get("item") or {}
+            if r.get("skipped") or r.get("failed") or item.get("test") != "bandwidth" or item.get("client") != host:
+                continue
+            gbps = r.get("gbps")
+            for end in (item.get("client"), item.get("server")):
+                if devices.get(end):
+                    add("sparkfleet_qualified_fabric_bandwidth_bytes", "gauge",
+                        "Bandwidth qualify.yml measured between two nodes, at each end's fabric interface (bytes/s).",
+                        {"fabric_node": end, "device": devices[end], "transport": item.get("transport") or "",
+                         "pair": item.get("where") or ""}, None if gbps is None else float(gbps) * 1e9 / 8)
+    allreduce = (section or {}).get("allreduce") or {}
+    results = allreduce.get("results") or []
+    if results:
+        top = results[-1]
+        busbw = top.get("busbw_gbs")
+        add("sparkfleet_qualified_allreduce_bus_bandwidth_bytes", "gauge",
+            "The all-reduce's bus bandwidth at its largest message when qualify.yml ran (bytes/s; backend nccl, or "
+            "gloo on the CPU where no GPU is seen).",
+            {"backend": allreduce.get("backend") or "", "message_bytes": top.get("bytes") or 0},
+            None if busbw is None else float(busbw) * 1e9)
+    below = [ln for ln in (section or {}).get("lines") or [] if ln.get("verdict") == BELOW]
+    for ln in below:
+        add("sparkfleet_qualified_below", "gauge",
+            "A figure qualify.yml measured under what two DGX Sparks do (1; its value in the qualify report).",
+            {"group": ln.get("group") or "", "figure": ln.get("figure") or "", "where": ln.get("where") or ""}, 1)
+    add("sparkfleet_qualified_below_figures", "gauge", "How many figures qualify.yml found under two Sparks'.", {},
+        len(below))
+    return "".join("\n".join(lines) + "\n" for lines in out.values())

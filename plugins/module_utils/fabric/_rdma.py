@@ -628,6 +628,17 @@ def fabric_params(params):
     return {name: params[name] for name in fabric_options()}
 
 
+def link_speed_mbps(netdev, net_root="/sys/class/net"):
+    """The netdev's link speed in Mb/s as the kernel negotiated it (``/sys/class/net/X/speed``), or None when it has
+    none to report (no carrier: EINVAL or -1; a missing interface)."""
+    text = read_file(os.path.join(net_root, str(netdev), "speed"), strip=True) if netdev else None
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        return None
+    return value if value > 0 else None
+
+
 def gather_fabric(module, runner, sysfs_root="/sys", interface=None, subnet=None, ip=None, min_mtu=9000,
                   dev_dir="/dev/infiniband"):
     """This node's fabric as rdma_facts reports it (its sparkfleet_fabric fact), warning below min_mtu.
@@ -655,6 +666,7 @@ def gather_fabric(module, runner, sysfs_root="/sys", interface=None, subnet=None
         prefix=sel["prefix"],
         subnet=sel["subnet"],
         mtu=sel["mtu"],
+        speed_mbps=link_speed_mbps(sel["interface"]),
         hca=sel["hca"],
         gid_index=sel["gid_index"],
         rdma_char_devices=read_char_devices(dev_dir),

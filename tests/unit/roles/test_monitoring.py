@@ -303,3 +303,64 @@ def test_the_script_writes_the_file_atomically_from_the_units_state(tmp_path):
     assert tf.main(args) == 0          # a second run counts nothing twice
     assert 'sparkfleet_supervision_events_total{event="restart",unit="sparkfleet-ray"} 1' in \
         (out / "sparkfleet.prom").read_text()
+
+
+def _qualified_series(speed_mbps=10000, tcp_gbps=8.0):
+    """The qualified figures as the head's exporter serves them: the text qualify writes (its filter, on a lab-like
+    run), each sample with the head's target labels."""
+    from ansible_collections.sparkfleet.vllm.plugins.filter.qualify import qualify_report, qualify_textfile
+    item = {"client": "spark-1", "server": "spark-2", "where": "spark-1 -> spark-2", "transport": "tcp",
+            "test": "bandwidth", "tool": "python", "streams": 4}
+    nodes = {h: {"fabric": {"interface": "enp1s0f1np1", "mtu": 9000, "speed_mbps": speed_mbps, "hca": [],
+                            "rdma_char_devices": []},
+                 "fabric_results": [dict({"item": item, "role": "client" if h == "spark-1" else "server"},
+                                         **({"gbps": tcp_gbps} if h == "spark-1" else {}))]}
+             for h in ("spark-1", "spark-2")}
+    text = qualify_textfile(nodes, qualify_report(nodes, None, {"head": "spark-1"}), 1764900000)
+    series = []
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name_labels, value = line.rsplit(" ", 1)
+            name, _brace, labels = name_labels.partition("{")
+            labels = (labels.rstrip("}") + "," if labels else "") + _NODE
+            series.append(("%s{%s}" % (name, labels), "%sx30" % value))
+    return series
+
+
+_FABRIC = 'job="node",instance="10.99.1.12:9100",node="spark-2",device="enp1s0f1np1"'
+_FABRIC1 = 'job="node",instance="10.99.1.11:9100",node="spark-1",device="enp1s0f1np1"'
+
+
+@needs_promtool
+def test_fabric_below_qualified_when_the_link_drops_or_comes_back_slower(tmp_path):
+    exp = [{"exp_labels": {"node": "spark-2", "device": "enp1s0f1np1", "severity": "critical"}}]
+    healthy1 = [("node_network_up{%s}" % _FABRIC1, "1x30"),
+                ("node_network_speed_bytes{%s}" % _FABRIC1, "1250000000x30")]
+    # spark-2's twin loses its carrier at minute 5: the kernel reports no speed, operstate down
+    down = healthy1 + [("node_network_up{%s}" % _FABRIC, "1x5 0x25"),
+                       ("node_network_speed_bytes{%s}" % _FABRIC, "1250000000x5")]
+    run = _run_rule_tests(tmp_path, [_case(_qualified_series() + down, [("SparkfleetFabricBelowQualified", [])],
+                                           at="4m"),
+                                     _case(_qualified_series() + down, [("SparkfleetFabricBelowQualified", exp)],
+                                           at="10m")])
+    assert run.returncode == 0, run.stdout + run.stderr
+    # a 200G link that renegotiated at 100G after the qualification
+    slower = [("node_network_up{%s}" % _FABRIC1, "1x30"),
+              ("node_network_speed_bytes{%s}" % _FABRIC1, "25000000000x30"),
+              ("node_network_up{%s}" % _FABRIC, "1x30"),
+              ("node_network_speed_bytes{%s}" % _FABRIC, "25000000000x5 12500000000x25")]
+    run = _run_rule_tests(tmp_path, [_case(_qualified_series(speed_mbps=200000, tcp_gbps=36) + slower,
+                                           [("SparkfleetFabricBelowQualified", exp)], at="10m")])
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@needs_promtool
+def test_fabric_below_qualified_needs_a_qualification_and_its_interface(tmp_path):
+    # no qualification yet: a link down is not compared with anything (FabricBelowQualified stays silent)
+    down = [("node_network_up{%s}" % _FABRIC, "0x30")]
+    run = _run_rule_tests(tmp_path, [_case(down, [("SparkfleetFabricBelowQualified", [])])])
+    assert run.returncode == 0, run.stdout + run.stderr
+    # the management link going down is not the fabric's
+    mgmt = [("node_network_up{%s}" % _FABRIC.replace("enp1s0f1np1", "enP7s7"), "0x30")]
+    run = _run_rule_tests(tmp_path, [_case(_qualified_series() + mgmt, [("SparkfleetFabricBelowQualified", [])])])
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -6,12 +6,13 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 
 import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sparkfleet.vllm.plugins.filter.qualify import qualify_plan, qualify_report
+from ansible_collections.sparkfleet.vllm.plugins.filter.qualify import qualify_plan, qualify_report, qualify_textfile
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _qualify
 
 NODES = [{"host": "spark-1", "ip": "10.99.1.11", "head": True}, {"host": "spark-2", "ip": "10.99.1.12"},
@@ -272,3 +273,73 @@ def test_write_and_chart(tmp_path):
     assert json.loads((tmp_path / "qualify.json").read_text())["summary"] == section["summary"]
     assert (tmp_path / "qualify.txt").read_text().startswith("qualify: ")
     assert written["chart"] and os.path.getsize(written["chart"]) > 10000
+
+
+def _samples(text):
+    """{(name, frozenset(labels)): value} of a Prometheus text file (our writer quotes no comma or brace in values)."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^([a-z_:]+)(?:\{(.*)\})? (\S+)$', line)
+        assert m, line
+        labels = frozenset(re.findall(r'([a-z_]+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def test_the_qualified_figures_for_prometheus_name_each_end_and_what_is_below():
+    """Issue 42: what qualify leaves for the textfile collector: each pair's TCP and RDMA bandwidth at both ends' fabric
+    interfaces, the link speeds, the all-reduce, when, and a line per figure under two Sparks' (here NCCL)."""
+    nodes, serving, ctx = spark_run(busbw=9.5)
+    nodes["spark-1"]["fabric"]["speed_mbps"] = 200000
+    nodes["spark-2"]["fabric"]["speed_mbps"] = 200000
+    section = qualify_report(nodes, serving, ctx)
+    text = qualify_textfile(nodes, section, 1764900000)
+    got = _samples(text)
+    both = {"fabric_node": None, "device": "enp1s0f1np1", "transport": "tcp", "pair": "spark-1 -> spark-2"}
+    for end in ("spark-1", "spark-2"):
+        labels = frozenset(dict(both, fabric_node=end).items())
+        assert got[("sparkfleet_qualified_fabric_bandwidth_bytes", labels)] == 36.0e9 / 8
+        assert got[("sparkfleet_qualified_fabric_link_speed_bytes",
+                    frozenset({"fabric_node": end, "device": "enp1s0f1np1"}.items()))] == 200000e6 / 8
+    rdma = sorted(v for (name, labels), v in got.items()
+                  if name == "sparkfleet_qualified_fabric_bandwidth_bytes" and ("transport", "rdma") in labels
+                  and ("fabric_node", "spark-2") in labels)
+    assert rdma == [92.6e9 / 8, 97.3e9 / 8]     # one per rail, at the server's end too
+    assert got[("sparkfleet_qualified_allreduce_bus_bandwidth_bytes",
+                frozenset({"backend": "nccl", "message_bytes": str(1 << 30)}.items()))] == 9.5e9
+    assert got[("sparkfleet_qualified_timestamp_seconds", frozenset())] == 1764900000
+    below = [dict(labels) for (name, labels) in got if name == "sparkfleet_qualified_below"]
+    assert [b["group"] for b in below] == ["nccl"] and below[0]["figure"].startswith("NCCL all-reduce bus bandwidth")
+    assert got[("sparkfleet_qualified_below_figures", frozenset())] == 1
+    # every metric has its HELP and TYPE once, before its samples
+    names = [ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE")]
+    assert len(names) == len(set(names)) == len({name for name, _labels in got})
+
+
+def test_the_qualified_figures_leave_out_what_was_not_measured():
+    """The lab: no link speed where the kernel gives none, no RDMA, a gloo all-reduce labelled as such, a failed
+    test no figure."""
+    nodes, serving, ctx = spark_run()
+    for host in nodes:
+        nodes[host]["fabric"]["speed_mbps"] = None
+    nodes["spark-1"]["fabric_results"] = [r if r["item"]["transport"] == "tcp" else
+                                          dict(r, failed=True, msg="ib_write_bw: no device")
+                                          for r in nodes["spark-1"]["fabric_results"]]
+    nodes["spark-1"]["allreduce"] = dict(nodes["spark-1"]["allreduce"], backend="gloo")
+    got = _samples(qualify_textfile(nodes, qualify_report(nodes, serving, ctx), 1764900000.5))
+    names = {name for name, _labels in got}
+    assert "sparkfleet_qualified_fabric_link_speed_bytes" not in names
+    transports = {dict(labels)["transport"] for name, labels in got
+                  if name == "sparkfleet_qualified_fabric_bandwidth_bytes"}
+    assert transports == {"tcp"}
+    assert [dict(labels)["backend"] for name, labels in got
+            if name == "sparkfleet_qualified_allreduce_bus_bandwidth_bytes"] == ["gloo"]
+
+
+@pytest.mark.parametrize("measured_at", [None, "yesterday", 0, True])
+def test_the_qualified_figures_need_a_time(measured_at):
+    nodes, serving, ctx = spark_run()
+    with pytest.raises(AnsibleFilterError, match="measured_at must be a Unix time"):
+        qualify_textfile(nodes, qualify_report(nodes, serving, ctx), measured_at)

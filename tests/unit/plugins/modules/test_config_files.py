@@ -10,6 +10,7 @@ import stat
 
 import pytest
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _config_files
 from ansible_collections.sparkfleet.vllm.plugins.modules import config_files
 from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import local_inventory, run_playbook
 
@@ -70,7 +71,7 @@ def test_a_new_secret_is_never_readable_by_others(run_module, tmp_path, monkeypa
         seen.append((os.path.basename(dst), mode(src)))
         return real_rename(src, dst)
 
-    monkeypatch.setattr(config_files.os, "rename", spy)
+    monkeypatch.setattr(_config_files.os, "rename", spy)
     old_umask = os.umask(0o022)
     try:
         run_module(config_files, {"files": entries(tmp_path)})
