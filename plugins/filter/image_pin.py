@@ -54,9 +54,9 @@ def image_pin(image, repo_digests, tag="latest"):
         if isinstance(digest, str) and DIGEST.match(digest) and _short(_name(digest)) == name:
             return {"pin": "%s@%s" % (_name(ref), digest.split("@", 1)[1]), "ref": ref,
                     "why": "%s is %s on the head" % (ref, digest.split("@", 1)[1])}
-    return {"pin": "", "ref": ref, "why": ("%s has no registry digest on the head (it was built or loaded there, not pulled from a "
-                               "registry), so sparkfleet_image stays %s; pull it from its registry on the head to have "
-                               "it pinned" % (ref, image))}
+    why = ("%s has no registry digest on the head (it was built or loaded there, not pulled from a registry), so "
+           "sparkfleet_image stays %s; pull it from its registry on the head to have it pinned" % (ref, image))
+    return {"pin": "", "ref": ref, "why": why}
 
 
 class FilterModule:

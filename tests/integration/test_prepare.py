@@ -104,19 +104,21 @@ def _refused_without_password(lab, data_dir):
 
 @pytest.mark.fault(name="the login user's sudo asks for a password on both nodes (aurora), site.yml without -K",
                    expected="preflight refuses before anything changes, naming prepare.yml -K; prepare with the "
-                            "password (a file) makes site.yml's preflight pass without -K; prepare again: changed=0")
-def test_prepare_once_with_the_password_then_no_k(lab, tmp_path, aurora, observe):
+                            "password (a file) writes the sudoers and the vault file, the key never shown; prepare "
+                            "again: changed=0")
+def test_refused_naming_prepare_then_prepare_once(lab, tmp_path, aurora, observe):
     msg = _refused_without_password(lab, tmp_path / "refused")
     observe(msg[:240])
-
-    # --check: says what it would change, changes nothing (no sudoers file, no vault file)
-    r, failures = _prepare(lab, tmp_path / "check", aurora, check=True)
+    vault_text = _prepared(lab, tmp_path, aurora)
+    # The second run changes nothing (the key stays the same).
+    r, failures = _prepare(lab, tmp_path / "again", aurora)
     assert r["status"] == "successful" and not failures, failures
-    assert lab.changed_total(r) > 0
-    for host in aurora["hosts"]:
-        assert lab.host_exec(host, "test", "!", "-e", SUDOERS).returncode == 0, host
-    assert not os.path.exists(aurora["vault_file"])
+    assert lab.changed_total(r) == 0, r["stats"]
+    assert _key_in_vault(lab, aurora) == vault_text
 
+
+def _prepared(lab, tmp_path, aurora):
+    """prepare with the password: the sudoers file on every node, the vault file made; returns the vault's text."""
     r, failures = _prepare(lab, tmp_path / "prepare", aurora)
     assert r["status"] == "successful" and not failures, failures
     assert lab.changed_total(r) > 0
@@ -127,31 +129,32 @@ def test_prepare_once_with_the_password_then_no_k(lab, tmp_path, aurora, observe
         assert (LOAD_RULE in rules) == (host == "spark-2"), (host, rules)
         mode = lab.host_exec(host, "stat", "-c", "%a %U", SUDOERS).stdout.split()
         assert mode == ["440", "root"], (host, mode)
+        # the login user's sudo without a password, as site.yml uses it
+        assert lab.ssh(host, "sudo -n true").returncode == 0, host
     with open(aurora["vault_file"], encoding="utf-8") as f:
         assert f.read().startswith("$ANSIBLE_VAULT;"), "the vault file is not encrypted"
     vault_text = _key_in_vault(lab, aurora)
     key = vault_text.split("vault_vllm_serve_api_key:", 1)[1].strip()
     assert len(key) >= 40 and key not in _everything_said(tmp_path / "prepare"), "the API key was shown"
-
-    # The second run changes nothing (the key stays the same).
-    r, failures = _prepare(lab, tmp_path / "again", aurora)
-    assert r["status"] == "successful" and not failures, failures
-    assert lab.changed_total(r) == 0, r["stats"]
-    assert _key_in_vault(lab, aurora) == vault_text
-
-    # site.yml's preflight, without any password: become, docker as root, the image key's `sudo -n` load command.
-    r, failures = lab.play(tmp_path / "preflight", "playbooks/preflight.yml")
-    assert r["status"] == "successful" and not failures, _msg(failures)
-    observe("prepare, then preflight without -K passes; prepare again changed=0")
+    return vault_text
 
 
-@pytest.mark.long   # a whole site.yml re-run after prepare (~3-5 min on the loaded machine)
+@pytest.mark.long   # prepare --check, prepare and a whole site.yml re-run without -K (~4-6 min on the loaded machine)
 @pytest.mark.fault(name="site.yml without -K after prepare on a password-sudo lab",
-                   expected="the whole deployment runs and serves without the sudo password")
+                   expected="prepare --check changes nothing; after prepare the whole deployment runs and serves "
+                            "without the sudo password")
 def test_site_without_k_after_prepare(lab, tmp_path, aurora, observe):
     _refused_without_password(lab, tmp_path / "refused")
-    r, failures = _prepare(lab, tmp_path / "prepare", aurora)
+    # --check: says what it would change, changes nothing (no sudoers file, no vault file)
+    r, failures = _prepare(lab, tmp_path / "check", aurora, check=True)
     assert r["status"] == "successful" and not failures, failures
+    assert lab.changed_total(r) > 0
+    for host in aurora["hosts"]:
+        assert lab.host_exec(host, "test", "!", "-e", SUDOERS).returncode == 0, host
+    assert not os.path.exists(aurora["vault_file"])
+    _prepared(lab, tmp_path, aurora)
+    # site.yml without any password: preflight's become, docker as root and the image key's `sudo -n` load command,
+    # then every step that needs root.
     r = lab.site(tmp_path / "site")
     assert lab.serves(timeout=60), "the API does not answer after site.yml without -K"
     observe("site.yml without -K after prepare: successful, changed=%d" % lab.changed_total(r))
