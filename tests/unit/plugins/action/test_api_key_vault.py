@@ -3,6 +3,10 @@ vault password cannot open, or one in clear, is refused with the fix."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import yaml
 
 from ansible.parsing.vault import VaultLib, VaultSecret
@@ -57,3 +61,50 @@ def test_bad_arguments_are_named():
     assert "not a variable name" in argument_problem({"name": "1x", "length": 32, "path": "/x"})
     assert "at least 16" in argument_problem({"name": NAME, "length": 8, "path": "/x"})
     assert argument_problem({"name": NAME, "length": 32, "path": "/x/vault.yml"}) is None
+
+
+# ------------------------------------------------------------------ through ansible-playbook (the action, end to end)
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+PLAY = """- name: Vault
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: The API key in a vault file
+      sparkfleet.vllm.api_key_vault:
+        path: "{{ vault_file }}"
+"""
+
+
+def _play(tmp_path, *args):
+    (tmp_path / "play.yml").write_text(PLAY)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c",
+                        "local", str(tmp_path / "play.yml"), "-e", "vault_file=%s" % (tmp_path / "vault.yml")]
+                       + list(args), cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180,
+                       check=False)
+    return p, " ".join(p.stdout.split())
+
+
+def test_the_playbook_makes_the_file_once_and_never_shows_the_key(tmp_path):
+    password = tmp_path / "vault-pass"
+    password.write_text("unit-vault-39\n")
+    p, out = _play(tmp_path)
+    assert p.returncode == 2 and "has no vault password" in out and "--ask-vault-pass (-J)" in out, out[-1500:]
+    assert not (tmp_path / "vault.yml").exists()
+    p, out = _play(tmp_path, "--vault-password-file", str(password), "--check")
+    assert p.returncode == 0 and "changed=1" in out, out[-1500:]
+    assert not (tmp_path / "vault.yml").exists()
+    p, out = _play(tmp_path, "--vault-password-file", str(password))
+    assert p.returncode == 0 and "changed=1" in out, out[-1500:]
+    blob = (tmp_path / "vault.yml").read_bytes()
+    assert blob.startswith(b"$ANSIBLE_VAULT;") and oct((tmp_path / "vault.yml").stat().st_mode & 0o777) == "0o600"
+    key = yaml.safe_load(_vault("unit-vault-39").decrypt(blob))[NAME]
+    assert len(key) == 43 and key not in p.stdout + p.stderr
+    p, out = _play(tmp_path, "--vault-password-file", str(password))
+    assert p.returncode == 0 and "changed=0" in out, out[-1500:]
+    assert (tmp_path / "vault.yml").read_bytes() == blob
+    other = tmp_path / "other-pass"
+    other.write_text("not-this-one\n")
+    p, out = _play(tmp_path, "--vault-password-file", str(other))
+    assert p.returncode == 2 and "does not open it" in out, out[-1500:]
