@@ -201,6 +201,22 @@ def test_the_names_the_view_recognises_are_the_playbooks_own():
         assert ACCESS_REFUSAL_TASK in [t["name"] for t in yaml.safe_load(f)]
     with open(os.path.join(ROOT, "playbooks", "inventory_check.yml"), encoding="utf-8") as f:
         assert yaml.safe_load(f)[0]["name"] == INVENTORY_CHECK_PLAY
+    from sparkfleet_cli.view import PREPARE_REFUSAL_TASK
+    with open(os.path.join(ROOT, "roles", "prepare", "tasks", "main.yml"), encoding="utf-8") as f:
+        assert PREPARE_REFUSAL_TASK in [t["name"] for t in yaml.safe_load(f)]
+
+
+def test_a_node_prepare_cannot_reach_exits_3():
+    """prepare names a node the controller cannot log in to with its ssh-copy-id line; the CLI says unreachable."""
+    from sparkfleet_cli.view import EXIT_UNREACHABLE, PREPARE_REFUSAL_TASK, RunView
+    view = RunView("prepare")
+    view.handle({"event": "runner_on_failed", "event_data": {
+        "host": "spark-2", "play": "Prepare the nodes (once, with -K)", "role": "sparkfleet.vllm.prepare",
+        "task": PREPARE_REFUSAL_TASK,
+        "res": {"msg": "spark-2 (192.168.200.13) cannot be reached through the head spark-1 as aurora: Permission"
+                       " denied (publickey). Authorize the controller key once, with aurora's password: ssh-copy-id"}}})
+    assert view.exit_code("failed") == EXIT_UNREACHABLE
+    assert view.failure["class"] == "unreachable"
 
 
 def test_the_vault_pipe_hands_the_password_once_and_keeps_it_off_disk(tmp_path):
