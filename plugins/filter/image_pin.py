@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._checks import fail
 
 DIGEST = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 
@@ -39,12 +39,11 @@ def image_pin(image, repo_digests, tag="latest"):
     """What to write into sparkfleet_image: {'pin': NAME@sha256:... or '', 'why': a sentence, 'ref': the reference
     to read on the head}."""
     if not isinstance(image, str) or not image.strip():
-        raise AnsibleFilterError("image_pin: the input must be the image reference (sparkfleet_image), got %r" % (image,))
+        fail("image_pin", "the input must be the image reference (sparkfleet_image), got %r" % (image,))
     if not isinstance(tag, str) or not tag.strip() or any(c.isspace() or c in "@/:" for c in tag):
-        raise AnsibleFilterError("image_pin: tag must be a tag (prepare_image_tag, e.g. latest), got %r" % (tag,))
+        fail("image_pin", "tag must be a tag (prepare_image_tag, e.g. latest), got %r" % (tag,))
     if repo_digests is not None and (isinstance(repo_digests, (str, bytes, dict)) or not hasattr(repo_digests, "__iter__")):
-        raise AnsibleFilterError("image_pin: repo_digests must be the list docker prints (RepoDigests), got %r"
-                                 % (repo_digests,))
+        fail("image_pin", "repo_digests must be the list docker prints (RepoDigests), got %r" % (repo_digests,))
     image = image.strip()
     ref = image_ref(image, tag)
     if DIGEST.match(image):
