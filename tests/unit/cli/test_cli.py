@@ -365,7 +365,7 @@ def test_prepare_runs_the_prepare_playbook(tmp_path):
     ["prepare", "-i", "x", "--become-password-file", "/nonexistent"],
     ["prepare", "-i", "x", "--vault-password-file", "/nonexistent"],
     ["prepare", "-i", "x", "--check=yes"],
-], ids=lambda a: " ".join(a))
+], ids=" ".join)
 def test_bad_prepare_arguments_exit_2_naming_the_option(tmp_path, args):
     p = sparkfleet(args + ["--reports", str(tmp_path / "r")] if "-i" in args else args, str(tmp_path))
     assert p.returncode == 2, (p.returncode, p.stderr)

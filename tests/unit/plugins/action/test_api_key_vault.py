@@ -50,7 +50,7 @@ def test_an_empty_key_is_refused():
 
 
 def test_a_new_key_is_random_long_and_plain_in_yaml():
-    keys = {new_key(32) for _ in range(50)}
+    keys = {new_key(32) for _n in range(50)}
     assert len(keys) == 50
     for key in keys:
         assert len(key) == 43 and key.replace("-", "").replace("_", "").isalnum()
