@@ -1,6 +1,6 @@
 """sparkfleet ACTION -i INVENTORY [options]: the sparkfleet.vllm collection's playbooks through ansible-runner.
 
-The command runs the same playbooks as ansible-playbook (sparkfleet.vllm.site, .status, .stop, .restart), from the
+The command runs the same playbooks as ansible-playbook (sparkfleet.vllm.prepare, .site, .status, .stop, .restart), from the
 current directory (so its ansible.cfg applies), and shows their events live. It decides nothing about the cluster.
 
 To add a subcommand, add one Action to ACTIONS (its playbook, a one-line help and a description); every subcommand
@@ -31,6 +31,13 @@ from sparkfleet_cli.view import (EXIT_ANSIBLE, EXIT_FAILED, EXIT_INTERRUPTED, EX
 Action = collections.namedtuple("Action", "playbook help description")
 
 ACTIONS = {
+    "prepare": Action("sparkfleet.vllm.prepare", "once, with the sudo password (-K): what preflight asks of a person",
+                      "Runs sparkfleet.vllm.prepare with the login user's sudo password (-K or --become-password-file): "
+                      "a sudoers file that lets the login user use sudo without a password and the image key run its "
+                      "load command, the controller's key on every node, the model checked on the head, the image "
+                      "pinned by its digest (prepare_image_vars_file) and the API key made once into a vault file "
+                      "(prepare_api_key_vault_file; -J or --vault-password-file). deploy then runs without -K. A "
+                      "second run changes nothing."),
     "deploy": Action("sparkfleet.vllm.site", "bare Sparks to a serving vLLM cluster (site.yml; idempotent)",
                      "Runs sparkfleet.vllm.site: preflight, image, GPU cleanup, model sync, Ray, vLLM, health check. "
                      "A second run changes nothing. Writes the deploy report (report.json, report.txt, timeline.png)."),

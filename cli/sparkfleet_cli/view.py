@@ -40,6 +40,8 @@ EXIT_INTERRUPTED = 130   # interrupted (Ctrl-C) or canceled
 INVENTORY_CHECK_PLAY = "Check the inventory has a spark group and exactly one spark_head"
 # Preflight's access check (roles/preflight/tasks/access.yml) names a node ssh cannot reach in this task's message.
 ACCESS_REFUSAL_TASK = "Refuse what would stop the run later, naming the node and the fix"
+# prepare's (roles/prepare/tasks/main.yml) likewise: the node is unreachable, exit 3.
+PREPARE_REFUSAL_TASK = "Refuse a node the controller cannot log in to, naming the key to authorize"
 
 
 # The inventory check names an encrypted inventory it could not open with this prefix (a vault error: exit 4).
@@ -192,7 +194,8 @@ class RunView(object):
         failure = res.get("failure") if isinstance(res.get("failure"), dict) else {}
         if status == "unreachable":
             klass, hint = "unreachable", "check ssh to %s: address, user, key, ProxyJump through the head" % host
-        elif data.get("task") == ACCESS_REFUSAL_TASK and " cannot be reached " in str(res.get("msg", "")):
+        elif data.get("task") in (ACCESS_REFUSAL_TASK, PREPARE_REFUSAL_TASK) and " cannot be reached " in str(
+                res.get("msg", "")):
             klass, hint = "unreachable", "the message says how to authorize the controller's key (through the head)"
             if host not in self.unreachable:
                 self.unreachable.append(host)

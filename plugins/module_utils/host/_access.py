@@ -158,7 +158,8 @@ def forced_command_problem(user, command, key, rc, stderr, rule):
         return None
     lowered = text.lower()
     fix = ("allow it once: echo '%s' | sudo tee /etc/sudoers.d/sparkfleet-%s && sudo chmod 440 "
-           "/etc/sudoers.d/sparkfleet-%s" % (rule, user, user)) if rule else "run it as a user that may"
+           "/etc/sudoers.d/sparkfleet-%s (playbooks/prepare.yml run once with -K writes it)" % (rule, user, user)
+           ) if rule else "run it as a user that may"
     if rc in (126, 127) and ("not found" in lowered or "no such file" in lowered):
         what = (key, command, user, text[:200])
         return "%s's command `%s` is not there for %s (%s): install it or fix the command" % what

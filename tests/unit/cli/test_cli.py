@@ -74,7 +74,7 @@ def test_bad_argument_count():
     assert len(BAD) >= 20
 
 
-@pytest.mark.parametrize("action", ["deploy", "status", "restart", "stop"])
+@pytest.mark.parametrize("action", ["prepare", "deploy", "status", "restart", "stop"])
 def test_each_subcommand_has_its_own_help(tmp_path, action):
     from sparkfleet_cli import cli
     p = sparkfleet([action, "--help"], str(tmp_path))
@@ -201,6 +201,22 @@ def test_the_names_the_view_recognises_are_the_playbooks_own():
         assert ACCESS_REFUSAL_TASK in [t["name"] for t in yaml.safe_load(f)]
     with open(os.path.join(ROOT, "playbooks", "inventory_check.yml"), encoding="utf-8") as f:
         assert yaml.safe_load(f)[0]["name"] == INVENTORY_CHECK_PLAY
+    from sparkfleet_cli.view import PREPARE_REFUSAL_TASK
+    with open(os.path.join(ROOT, "roles", "prepare", "tasks", "main.yml"), encoding="utf-8") as f:
+        assert PREPARE_REFUSAL_TASK in [t["name"] for t in yaml.safe_load(f)]
+
+
+def test_a_node_prepare_cannot_reach_exits_3():
+    """prepare names a node the controller cannot log in to with its ssh-copy-id line; the CLI says unreachable."""
+    from sparkfleet_cli.view import EXIT_UNREACHABLE, PREPARE_REFUSAL_TASK, RunView
+    view = RunView("prepare")
+    view.handle({"event": "runner_on_failed", "event_data": {
+        "host": "spark-2", "play": "Prepare the nodes (once, with -K)", "role": "sparkfleet.vllm.prepare",
+        "task": PREPARE_REFUSAL_TASK,
+        "res": {"msg": "spark-2 (192.168.200.13) cannot be reached through the head spark-1 as aurora: Permission"
+                       " denied (publickey). Authorize the controller key once, with aurora's password: ssh-copy-id"}}})
+    assert view.exit_code("failed") == EXIT_UNREACHABLE
+    assert view.failure["class"] == "unreachable"
 
 
 def test_the_vault_pipe_hands_the_password_once_and_keeps_it_off_disk(tmp_path):
@@ -328,3 +344,69 @@ def test_ctrl_c_is_interrupted_not_failed_and_ends_every_child(tmp_path):
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
     assert "INTERRUPTED: deploy stopped after" in err and "FAILED" not in out + err, out[-2000:] + err[-2000:]
     assert not left, "ansible-playbook or its task outlived the CLI: %s" % left
+
+
+# Issue 39.3: `sparkfleet prepare`, the one-time preparation with the sudo password, takes deploy's options and runs
+# playbooks/prepare.yml with them; the sudo password reaches ansible-playbook only through a file it names, never its
+# command line or the run's files.
+def test_prepare_runs_the_prepare_playbook(tmp_path):
+    from sparkfleet_cli import cli
+    assert cli.ACTIONS["prepare"].playbook == "sparkfleet.vllm.prepare"
+    assert os.path.isfile(os.path.join(ROOT, "playbooks", "prepare.yml"))
+    # the playbook name the collection resolves (playbooks/NAME.yml), as for every other action
+    assert cli.PLAYBOOKS["prepare"].rsplit(".", 1)[1] + ".yml" in os.listdir(os.path.join(ROOT, "playbooks"))
+
+
+@pytest.mark.parametrize("args", [
+    ["prepare"],                                                        # no -i
+    ["prepare", "-i", ""],                                              # empty inventory
+    ["prepare", "-i", "x", "-K"],                                       # asks with no terminal to ask on
+    ["prepare", "-i", "x", "-K", "--become-password-file", "/etc/hostname"],   # both
+    ["prepare", "-i", "x", "--become-password-file", "/nonexistent"],
+    ["prepare", "-i", "x", "--vault-password-file", "/nonexistent"],
+    ["prepare", "-i", "x", "--check=yes"],
+], ids=" ".join)
+def test_bad_prepare_arguments_exit_2_naming_the_option(tmp_path, args):
+    p = sparkfleet(args + ["--reports", str(tmp_path / "r")] if "-i" in args else args, str(tmp_path))
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "Traceback" not in p.stderr and p.stderr.strip()
+    assert not p.stdout.strip() or "usage:" in p.stdout
+
+
+def test_prepare_passes_the_become_and_vault_files_and_check(tmp_path):
+    become = tmp_path / "become"
+    become.write_text("sudo-secret-39\n")
+    vault = tmp_path / "vault-pass"
+    vault.write_text("vault-secret-39\n")
+    p = sparkfleet(["prepare", "-i", str(tmp_path / "nonexistent"), "--check", "--become-password-file", str(become),
+                    "--vault-password-file", str(vault), "-e", "prepare_api_key_vault_file=/x/vault.yml",
+                    "--reports", str(tmp_path / "r")], ROOT)
+    # A missing inventory stops ansible-playbook before any task (exit 5), after the command line was built.
+    assert p.returncode == 5, p.stderr[-2000:]
+    cmd = _command(tmp_path / "r")
+    assert any(c.endswith("sparkfleet.vllm.prepare") for c in cmd), cmd
+    for expected in (["--check"], ["--become-password-file", str(become)], ["--vault-password-file", str(vault)],
+                     ["-e", "prepare_api_key_vault_file=/x/vault.yml"]):
+        assert any(cmd[i:i + len(expected)] == expected for i in range(len(cmd))), (expected, cmd)
+    assert "sudo-secret-39" not in " ".join(cmd) and "vault-secret-39" not in " ".join(cmd)
+
+
+def test_prepare_asks_the_sudo_password_and_keeps_it_off_disk_and_off_the_command_line(tmp_path):
+    pexpect = pytest.importorskip("pexpect")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "SPARKFLEET_"))}
+    env.update(PYTHONPATH=os.path.join(ROOT, "cli"), PATH=BIN + os.pathsep + env.get("PATH", ""))
+    child = pexpect.spawn(sys.executable, ["-m", "sparkfleet_cli", "prepare", "-i", str(tmp_path / "nonexistent"),
+                                           "-K", "--plain", "--reports", str(tmp_path / "r")], cwd=ROOT, env=env,
+                          encoding="utf-8", timeout=180)
+    child.expect("BECOME password: ")
+    child.sendline("sudo-secret-393")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 5, child.before[-2000:]
+    cmd = _command(tmp_path / "r")
+    assert "--become-password-file" in cmd and "sudo-secret-393" not in " ".join(cmd)
+    assert any(c.endswith("sparkfleet.vllm.prepare") for c in cmd), cmd
+    for dirpath, _dirs, files in os.walk(tmp_path / "r"):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                assert b"sudo-secret-393" not in f.read(), os.path.join(dirpath, name)

@@ -210,10 +210,10 @@ def test_command_line_usage_errors_exit_2(capsys):
     assert cli.main(["--help"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "exit codes:" in out and "a node could not be reached over ssh" in out
-    assert set(cli.PLAYBOOKS.values()) == {"sparkfleet.vllm.site", "sparkfleet.vllm.status", "sparkfleet.vllm.stop",
-                                           "sparkfleet.vllm.restart", "sparkfleet.vllm.qualify"}
+    assert set(cli.PLAYBOOKS.values()) == {"sparkfleet.vllm.prepare", "sparkfleet.vllm.site", "sparkfleet.vllm.status",
+                                           "sparkfleet.vllm.stop", "sparkfleet.vllm.restart", "sparkfleet.vllm.qualify"}
 
 
-@pytest.mark.parametrize("name", ["site", "status", "stop", "restart", "qualify"])
+@pytest.mark.parametrize("name", ["prepare", "site", "status", "stop", "restart", "qualify"])
 def test_every_playbook_the_command_runs_exists(name):
     assert os.path.isfile(os.path.join(ROOT, "playbooks", name + ".yml"))
