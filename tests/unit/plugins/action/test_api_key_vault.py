@@ -3,15 +3,12 @@ vault password cannot open, or one in clear, is refused with the fix."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import yaml
 
 from ansible.parsing.vault import VaultLib, VaultSecret
 
 from ansible_collections.sparkfleet.vllm.plugins.action.api_key_vault import argument_problem, new_key, plan, render
+from ansible_collections.sparkfleet.vllm.tests.unit.support.playbook import run_playbook
 
 NAME = "vault_vllm_serve_api_key"
 
@@ -64,7 +61,6 @@ def test_bad_arguments_are_named():
 
 
 # ------------------------------------------------------------------ through ansible-playbook (the action, end to end)
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 PLAY = """- name: Vault
   hosts: localhost
   gather_facts: false
@@ -77,12 +73,8 @@ PLAY = """- name: Vault
 
 def _play(tmp_path, *args):
     (tmp_path / "play.yml").write_text(PLAY)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    p = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c",
-                        "local", str(tmp_path / "play.yml"), "-e", "vault_file=%s" % (tmp_path / "vault.yml")]
-                       + list(args), cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180,
-                       check=False)
+    p = run_playbook(tmp_path / "play.yml", "-e", "vault_file=%s" % (tmp_path / "vault.yml"), *args, local=True,
+                     cwd=tmp_path)
     return p, " ".join(p.stdout.split())
 
 
