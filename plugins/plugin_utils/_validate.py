@@ -22,6 +22,7 @@ from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import (
     _validate_model_sync,
     _validate_monitoring,
     _validate_preflight,
+    _validate_prepare,
     _validate_ray_cluster,
     _validate_runtime_image,
     _validate_sparkfleet,
@@ -109,6 +110,7 @@ ROLE_TABLES = {
     "vllm_serve": _validate_vllm_serve.CHECKS,
     "healthcheck": _validate_healthcheck.CHECKS,
     "monitoring": _validate_monitoring.CHECKS,
+    "prepare": _validate_prepare.CHECKS,
 }
 # The serving check (serving_errors, vllm_serve's own check and the vllm_serve_args filter): vllm_serve's variables
 # and the floor settings it reads.

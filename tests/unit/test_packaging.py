@@ -130,8 +130,9 @@ def test_tarball_ships_only_what_a_user_runs(members):
              or m.startswith(("inventories/lab", "inventories/sparks"))
              or "__pycache__" in m]
     assert not leaks, leaks[:20]
-    # The issue's tarball had 2,090 entries (1,773 sysfs fixture files); the collection itself is ~150.
-    assert len(members) < 400, len(members)
+    # The issue's tarball had 2,090 entries (1,773 sysfs fixture files); the collection itself is ~410 (5 Dec: the
+    # module_utils subpackages, the waits' action plugins, prepare, the validator's role modules).
+    assert len(members) < 500, len(members)
 
 
 def test_what_runs_leave_in_the_working_tree_stays_out_of_git_and_the_artifact(work, user_env):
