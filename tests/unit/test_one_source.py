@@ -168,4 +168,3 @@ def test_every_nic_type_sets_only_fabric_environment_keys():
     for nic in _rdma.NIC_TYPES.values():
         assert set(nic.env) <= set(_rdma.FABRIC_ENV_KEYS), (nic.name, sorted(set(nic.env) - set(_rdma.FABRIC_ENV_KEYS)))
     assert set(_rdma.NIC_TYPES[_rdma.DEFAULT_NIC].env) == set(_rdma.FABRIC_ENV_KEYS)
-

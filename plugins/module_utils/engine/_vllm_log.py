@@ -106,7 +106,8 @@ _ENGINE_BROKEN_RE = re.compile(
     r"Can't get attribute '")
 _AFTER_READY_CAUSE_RE = re.compile(_ENGINE_BROKEN_RE.pattern + r"|ModuleNotFoundError|No module named|ImportError|"
                                    r"invalid device function|no kernel image|out of memory|OutOfMemoryError")
-_AFTER_READY_RE = re.compile(r"rrno|in use|vLLM API server version|non-default args|args: Namespace|"
+_AFTER_READY_RE = re.compile(r"rrno|in use|vLLM API server version|non-default args|args: Namespace|^memory gate: |"
+                             r"^sparkfleet-watchdog: |"
                              + _AFTER_READY_CAUSE_RE.pattern)
 # A collective the NCCL watchdog stopped (or a GPU fault in it) breaks a running engine too. Its patterns are many, so
 # a serving line is tested against them only when it holds one of these words (a long serving log stays cheap).
@@ -118,6 +119,8 @@ _COLLECTIVE_RE = CAUSE["collective_failed"].strong
 # systemd's words after a refusal ("Control process exited", "Scheduled restart job") end that start, not the engine.
 GATE_REFUSED_RE = re.compile(r"memory gate: not starting the engine yet .*\(refusal (\d{1,6}) of (\d{1,6}) before escalating\)")
 GATE_RUN_RE = re.compile(r"^memory gate: ")
+# supervision's own words at a start of the unit (the gate's refusal or escalation)
+_GATE_WORDS_RE = re.compile(r"^sparkfleet-watchdog: (?:memory gate: not starting|supervision of \S+ ESCALATED)")
 
 
 def gate_refusal(text):
@@ -454,6 +457,14 @@ class VllmLogParser(object):
                 self.phase_first_ts.setdefault(self.phase, line.ts)
             self.last_ts = line.ts
 
+        # The unit started again after a run that served (or ended): the memory gate's first words, or supervision's
+        # escalation when the gate refuses at once, begin a new attempt even though no vLLM line comes after them.
+        # Seen on the lab: a re-deploy restarted a serving engine, the gate escalated, and the wait read the served
+        # run's "ready" and took the escalation for words after a finished startup (engine_exited).
+        if ((self.phase == "ready" or self.confirmed) and text.startswith(("memory gate: ", "sparkfleet-watchdog: "))
+                and (GATE_RUN_RE.match(text) or _GATE_WORDS_RE.match(text))):
+            self._new_attempt(line)
+            self.phase_first_ts.setdefault("starting", line.ts)
         if "memory gate: " in text:
             refused = gate_refusal(text)
             if refused is not None:
