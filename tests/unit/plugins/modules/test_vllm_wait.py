@@ -868,19 +868,17 @@ def test_millions_of_two_byte_lines_are_bounded_by_lines_not_read_whole(run_modu
     assert res["skipped_bytes"] > 7 * 1024 * 1024
 
 
-def _restarting_cleanly_then(later_body, later_state, after=3):
-    """systemctl and journalctl of a unit that ended cleanly (Result=success) and is about to be started again by
-    Restart=always; from the ``after``-th look on, the next start has happened: its journal and its state."""
+def _unit_then(first, first_state, later_body, later_state, after=3):
+    """systemctl and journalctl of a unit whose run ended (``first``, its journal; ``first_state``, systemd's view
+    while it waits to start the unit again); from the ``after``-th look on, the next start has happened: its journal
+    and its state."""
     seen = {"n": 0}
-    first = _text("progress_v1_midload.log")
 
     def systemctl(args):
         if "InvocationID" in args:
             return 0, _INVOCATION + "\n", ""
         seen["n"] += 1
-        if seen["n"] < after:
-            return 0, "ActiveState=activating\nSubState=auto-restart\nResult=success\nExecMainStatus=0\nNRestarts=0\n", ""
-        return 0, later_state, ""
+        return 0, (first_state if seen["n"] < after else later_state), ""
 
     def journalctl(args):
         body = first + (later_body if seen["n"] >= after else "")
@@ -888,6 +886,13 @@ def _restarting_cleanly_then(later_body, later_state, after=3):
             return 0, "%.6f spark-1 vllm[2211]: last line\n" % time.time(), ""
         return 0, body + "-- cursor: s=1\n", ""
     return systemctl, journalctl
+
+
+def _restarting_cleanly_then(later_body, later_state, after=3):
+    """A unit that ended cleanly (Result=success) and is about to be started again by Restart=always."""
+    return _unit_then(_text("progress_v1_midload.log"),
+                      "ActiveState=activating\nSubState=auto-restart\nResult=success\nExecMainStatus=0\nNRestarts=0\n",
+                      later_body, later_state, after)
 
 
 def test_a_clean_end_that_systemd_restarts_is_followed_to_the_next_start(run_module, fake_bins):
@@ -936,24 +941,10 @@ _GATE_REFUSED = (
 
 
 def _refused_then(later_body, later_state, after=3, refusal=_GATE_REFUSED):
-    """A unit whose memory gate refused its start (ExecStartPre exit 3, Restart=always): systemd is about to start
-    it again; from the ``after``-th look on, the next start has happened: its journal and its state."""
-    seen = {"n": 0}
-
-    def systemctl(args):
-        if "InvocationID" in args:
-            return 0, _INVOCATION + "\n", ""
-        seen["n"] += 1
-        if seen["n"] < after:
-            return 0, "ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=0\nNRestarts=1\n", ""
-        return 0, later_state, ""
-
-    def journalctl(args):
-        body = refusal + (later_body if seen["n"] >= after else "")
-        if "short-unix" in args:
-            return 0, "%.6f spark-1 vllm[2211]: last line\n" % time.time(), ""
-        return 0, body + "-- cursor: s=1\n", ""
-    return systemctl, journalctl
+    """A unit whose memory gate refused its start (ExecStartPre exit 3, Restart=always), about to be started again."""
+    return _unit_then(refusal,
+                      "ActiveState=activating\nSubState=auto-restart\nResult=exit-code\nExecMainStatus=0\nNRestarts=1\n",
+                      later_body, later_state, after)
 
 
 @pytest.mark.parametrize("container", [None, "vllm"])
