@@ -154,6 +154,12 @@ def _gib(value):
     return _num(None if value is None else value / (1 << 30), "%.2f GiB")
 
 
+def _last(last, now):
+    """A node's last restart and why: "sparkfleet-vllm stopped 8m ago: <cause>" (the plain lines and the table alike)."""
+    return "%s %s %s%s" % (last.get("unit", "-"), last.get("event", "none"), _ago(last.get("time"), now),
+                           (": " + last["cause"]) if last.get("cause") else "")
+
+
 def _ago(then, now):
     if not then:
         return "never"
@@ -173,8 +179,7 @@ def lines(snap):
         delta = "" if used is None or base is None else " (%s%.2f GiB vs baseline %s)" % (
             "+" if used >= base else "-", abs(used - base) / (1 << 30), _gib(base))
         last = n.get("last") or {}
-        why = "last %s %s %s%s" % (last.get("unit", "-"), last.get("event", "none"), _ago(last.get("time"), snap["time"]),
-                                   (": " + last["cause"]) if last.get("cause") else "") if last else "last -"
+        why = "last %s" % _last(last, snap["time"]) if last else "last -"
         ray = {1.0: "up", 0.0: "DOWN"}.get(n.get("ray_up"), "?")
         out.append("%-10s memory %s of %s%s  ray %s  %s" % (node, _gib(used), _gib(n.get("mem_total")), delta, ray, why))
     out.append("alerts: %s" % (", ".join(snap["alerts"]) or "none firing"))
@@ -202,8 +207,7 @@ def table(snap):
                        style="red" if above is not None and above > (1 << 30) else ""),
                   Text({1.0: "up", 0.0: "DOWN"}.get(n.get("ray_up"), "?"),
                        style="red" if n.get("ray_up") == 0 else "green"),
-                  "%s %s %s %s" % (last.get("unit", "-"), last.get("event", "none"),
-                                   _ago(last.get("time"), snap["time"]), last.get("cause", "")))
+                  _last(last, snap["time"]) if last else "-")
     alerts = Text(text[-1] if not snap["errors"] else text[-2], style="red" if snap["alerts"] else "green")
     return Group(Text(text[0], style="bold"), t, alerts, *([Text(text[-1], style="red")] if snap["errors"] else []))
 

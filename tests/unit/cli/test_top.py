@@ -46,6 +46,19 @@ def test_plain_lines_say_memory_against_baseline_and_why():
     assert text[-1].startswith("alerts: ") and "SparkfleetRestarts (spark-1)" in text[-1]
 
 
+def test_the_live_table_says_each_nodes_last_restart_and_why_as_the_plain_lines_do():
+    from rich.console import Console  # pylint: disable=import-outside-toplevel
+
+    snap = top.snapshot(_answers(), now=1796444000)
+    console = Console(width=200, record=True, color_system=None)
+    console.print(top.table(snap))
+    rendered = console.export_text()
+    plain = [ln for ln in top.lines(snap) if ln.startswith("spark-2")][0]
+    why = plain.split("  last ", 1)[1]
+    assert why.startswith("sparkfleet-ray stopped ") and " ago: exited 1" in why
+    assert why in " ".join(rendered.split()), rendered
+
+
 def test_missing_series_and_errors_show_as_such():
     answers = {name: {"status": "success", "data": {"resultType": "vector", "result": []}} for name in top.QUERIES}
     answers["kv"] = {"status": "error", "error": "bad_data: parse error"}
