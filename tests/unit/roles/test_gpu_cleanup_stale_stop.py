@@ -3,6 +3,7 @@ that wants it (issue 45.5), rendered with the role's own defaults as the templat
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jinja2
@@ -113,3 +114,14 @@ def test_the_tasks_install_both_where_systemd_reads_them_and_remove_both_when_no
     # the guard is in place (and systemd reloaded) before the serving roles start our units in the same run
     names = [t.get("ansible.builtin.meta") for t in tasks]
     assert names.index("flush_handlers") > max(tasks.index(t) for t in (written, removed))
+
+
+def test_a_unit_name_systemd_escaped_is_stopped_by_that_name():
+    # systemctl lists an instance's unit with systemd's own escapes (vllm@gpu\x2d0.service); systemd reads C escapes in
+    # ExecStart=, so written raw the backslash went and `systemctl stop vllm@gpux2d0.service` stopped another unit.
+    name = "vllm@gpu\\x2d0.service"
+    unit = parse_unit(render("sparkfleet-stale-stop.service.j2", {"units": [name], "containers": []}))
+    (command,) = [v for k, v in unit["Service"] if k == "ExecStart"]
+    # systemd's reading of the command line: a backslash escapes the next character (\\ is one backslash)
+    words = [re.sub(r"\\(.)", r"\1", w) for w in command.split()]
+    assert words == ["-/usr/bin/systemctl", "stop", name], command
