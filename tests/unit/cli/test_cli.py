@@ -278,24 +278,31 @@ def test_ansible_playbook_options_pass_through(tmp_path):
         assert any(cmd[i:i + len(expected)] == expected for i in range(len(cmd))), (expected, cmd)
 
 
-def test_ask_become_pass_asks_and_keeps_the_password_off_disk(tmp_path):
+def _asked_for_the_sudo_password(tmp_path, subcommand, password):
+    """Run `sparkfleet SUBCOMMAND -K` on a terminal, answer the prompt with ``password``; check it stays off every file
+    the run wrote and off the command line; return the ansible-playbook command the run recorded."""
     pexpect = pytest.importorskip("pexpect")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "SPARKFLEET_"))}
     env.update(PYTHONPATH=os.path.join(ROOT, "cli"), PATH=BIN + os.pathsep + env.get("PATH", ""))
-    child = pexpect.spawn(sys.executable, ["-m", "sparkfleet_cli", "status", "-i", str(tmp_path / "nonexistent"),
+    child = pexpect.spawn(sys.executable, ["-m", "sparkfleet_cli", subcommand, "-i", str(tmp_path / "nonexistent"),
                                            "-K", "--plain", "--reports", str(tmp_path / "r")], cwd=ROOT, env=env,
                           encoding="utf-8", timeout=180)
     child.expect("BECOME password: ")
-    child.sendline("sudo-secret-41")
+    child.sendline(password)
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 5, child.before[-2000:]
     cmd = _command(tmp_path / "r")
-    assert "--become-password-file" in cmd
+    assert "--become-password-file" in cmd and password not in " ".join(cmd)
     for dirpath, _dirs, files in os.walk(tmp_path / "r"):
         for name in files:
             with open(os.path.join(dirpath, name), "rb") as f:
-                assert b"sudo-secret-41" not in f.read(), os.path.join(dirpath, name)
+                assert password.encode() not in f.read(), os.path.join(dirpath, name)
+    return cmd
+
+
+def test_ask_become_pass_asks_and_keeps_the_password_off_disk(tmp_path):
+    _asked_for_the_sudo_password(tmp_path, "status", "sudo-secret-41")
 
 
 def _processes_with(marker):
@@ -392,21 +399,5 @@ def test_prepare_passes_the_become_and_vault_files_and_check(tmp_path):
 
 
 def test_prepare_asks_the_sudo_password_and_keeps_it_off_disk_and_off_the_command_line(tmp_path):
-    pexpect = pytest.importorskip("pexpect")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "SPARKFLEET_"))}
-    env.update(PYTHONPATH=os.path.join(ROOT, "cli"), PATH=BIN + os.pathsep + env.get("PATH", ""))
-    child = pexpect.spawn(sys.executable, ["-m", "sparkfleet_cli", "prepare", "-i", str(tmp_path / "nonexistent"),
-                                           "-K", "--plain", "--reports", str(tmp_path / "r")], cwd=ROOT, env=env,
-                          encoding="utf-8", timeout=180)
-    child.expect("BECOME password: ")
-    child.sendline("sudo-secret-393")
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 5, child.before[-2000:]
-    cmd = _command(tmp_path / "r")
-    assert "--become-password-file" in cmd and "sudo-secret-393" not in " ".join(cmd)
+    cmd = _asked_for_the_sudo_password(tmp_path, "prepare", "sudo-secret-393")
     assert any(c.endswith("sparkfleet.vllm.prepare") for c in cmd), cmd
-    for dirpath, _dirs, files in os.walk(tmp_path / "r"):
-        for name in files:
-            with open(os.path.join(dirpath, name), "rb") as f:
-                assert b"sudo-secret-393" not in f.read(), os.path.join(dirpath, name)
