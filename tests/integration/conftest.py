@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -244,13 +245,34 @@ class Lab:
             pytest.fail("the API did not complete a request within %d s" % limit)
         return None
 
+    # The session's first deployment made by a fixture (stage, then site.yml -v): {"run", "output"} (tests of the
+    # deployment itself read it: the `deployment` fixture).
+    deployment = None
+
     def ensure_serving(self, data_dir):
-        """A lab that serves: at once when the API completes a real request, else deployed (stage + site.yml; an
-        image already on a worker stays there). Returns the site.yml run, or None when the lab already served."""
+        """A lab that serves: at once when the API completes a real request, or once an engine that is starting
+        serves, else deployed (stage + site.yml at -v; an image already on a worker stays there). Returns the site.yml
+        run, or None when the lab served without one. The session's first deployment is kept (Lab.deployment)."""
         if self.serves():
             return None
+        # an engine that is starting (a test before restarted it) serves sooner than a deployment would
+        if self.systemctl(self.hosts[0], "is-active", "sparkfleet-vllm") in ("active", "activating") \
+                and self.wait_serving(limit=180, fail=False) is not None:
+            return None
         self.stage("--keep-workers")
-        return self.site(data_dir)
+        return self._deployed(data_dir, self.site(data_dir, cmdline="-v"))
+
+    def _deployed(self, data_dir, run):
+        if Lab.deployment is None:
+            Lab.deployment = {"run": run, "output": self.run_output(data_dir)}
+        return run
+
+    @staticmethod
+    def run_output(data_dir):
+        """Everything a run through ansible-runner showed and recorded: the stdout a user saw and every event kept."""
+        artifacts = Path(data_dir) / "artifacts"
+        return [p.read_text(errors="replace") for pattern in ("*/stdout", "*/job_events/*")
+                for p in sorted(artifacts.glob(pattern))]
 
 
 def _skip_reason():
@@ -282,10 +304,29 @@ def lab():
 
 
 @pytest.fixture(scope="module")
+def staged(lab):
+    """The lab as the operators' Sparks are before a deployment, or past it: the runtime image and the model on the
+    head (lab/stage.sh --keep-workers: on a fresh lab also the old stack; a deployment that runs is left alone).
+    Returns the runtime image's tag. For a module that runs a play needing the image or the model, not serving."""
+    return lab.stage("--keep-workers")
+
+
+@pytest.fixture(scope="module")
 def serving(lab, tmp_path_factory):
     """A lab that serves, for a module that needs one and does not test the deployment itself: returns at once when
     the API completes a real request, else stages and runs site.yml (the run, or None when it already served)."""
     return lab.ensure_serving(tmp_path_factory.mktemp("serving"))
+
+
+@pytest.fixture(scope="session")
+def deployment(lab, tmp_path_factory):
+    """A deployment of this session, for tests of the deployment itself (its run, its whole -v output):
+    {"run", "output"}. The first one a `serving` fixture made (in a run of the whole suite: from the operators' old
+    stack on a fresh lab), else one made now (lab/stage.sh, then site.yml -v, whatever the lab runs already)."""
+    if Lab.deployment is None:
+        data_dir = tmp_path_factory.mktemp("deployment")
+        lab._deployed(data_dir, lab.deploy(data_dir, cmdline="-v"))
+    return Lab.deployment
 
 
 # --------------------------------------------------------------------------- the fault table
@@ -307,35 +348,111 @@ def observe(request):
     return lambda text: notes.append(" ".join(str(text).split())[:300])
 
 
-# --------------------------------------------------------------------------- module order
-# Modules run in file order, except test_lab (first: FIRST below) and these, moved to run right after the first:
-# test_security deploys and leaves the lab serving, so the modules that only need a serving lab run there. In file
-# order they came after test_site, whose last tests leave the cluster stopped, and the first of them paid a whole
-# deployment from the old stack (~100 s of CI).
-# test_oldstack, test_preflight and test_qualify too: after test_faults' last test (a plain stop) the first of them
-# paid one (192 s in CI on 3 Dec).
-SERVING_AFTER = ("test_security.py", "test_supervision.py", "test_unified_memory.py", "test_tool_calls.py",
-                 "test_oldstack.py", "test_preflight.py", "test_qualify.py")
-# test_lab runs first: its test_guard_survives_down takes the lab down and up, which gives every host a fresh root
-# (no image, no model, no deployment). Mid-session it cost the next stage a re-import of the image on every host and the
-# old stack again (test_runtime_image's fixture: 80-95 s in CI on 3 Dec, 23 s without), and the next deployment a
-# release of that old stack.
-FIRST = ("test_lab.py",)
+# --------------------------------------------------------------------------- lab states and the modules' order
+# A module brings the lab to the state its tests need with its fixtures: `serving` (the lab serves; deployed when it
+# does not), a fixture of its own that stages and runs site.yml (lab.deploy), or none (whatever the lab is). What it
+# leaves behind is declared once, beside its tests, and checked when it ends (`_leaves_as_declared`):
+#   pytestmark = [pytest.mark.lab, pytest.mark.leaves("serving")]
+# "serving": the API completes a real request; "fresh": the lab was taken down and up (no image, no model, no
+# deployment); "anything": whatever its tests end in (a stopped cluster, a lab past stop.yml). Without the mark a
+# module leaves the lab as it found it: serving if it served.
+# The order is computed from those two facts, never kept by hand: the modules' outcomes do not depend on it (run them
+# in any order with SPARKLAB_ORDER=shuffle, or SPARKLAB_ORDER=shuffle:SEED), only the cost does: a module that needs a
+# serving lab after one that left anything pays a deployment (about 60-100 s on CI's machine).
+LEAVES = ("serving", "fresh", "anything")
 
 
-def pytest_collection_modifyitems(items):
-    here = Path(__file__).resolve().parent
-    modules = list(dict.fromkeys(item.path for item in items))
-    first = [m for m in (here / name for name in FIRST) if m in modules]
-    order = first + [m for m in modules if m not in first]
-    anchor, *after = (here / name for name in SERVING_AFTER)
-    if anchor in order:
-        moved = [m for m in after if m in order]
-        order = [m for m in order if m not in moved]
-        at = order.index(anchor) + 1
-        order[at:at] = moved
-    rank = {m: n for n, m in enumerate(order)}
+def module_needs(items):
+    """'serving' when a test of the module requests the `serving` fixture (itself or through another fixture), else
+    None (the module's own fixtures bring what it needs)."""
+    return "serving" if any("serving" in getattr(item, "fixturenames", ()) for item in items) else None
+
+
+def module_leaves(items):
+    """What the module declares it leaves (pytest.mark.leaves), None when it leaves the lab as it found it."""
+    for item in items:
+        mark = item.get_closest_marker("leaves")
+        if mark is not None:
+            if len(mark.args) != 1 or mark.args[0] not in LEAVES:
+                raise pytest.UsageError("%s: pytest.mark.leaves takes one of %s, not %r"
+                                        % (item.path.name, ", ".join(LEAVES), mark.args))
+            return mark.args[0]
+    return None
+
+
+def order_rank(needs, leaves):
+    """Where a module goes: a lab taken down and up first (every later module starts from it anyway); then the modules
+    that need no particular state and leave the lab as found; the ones that deploy and leave it serving; the ones
+    that need it serving and keep it so; then those that need it serving and may leave anything (each after the first
+    pays a deployment); last those that need nothing and may leave anything."""
+    if leaves == "fresh":
+        return 0
+    if needs is None:
+        return {None: 1, "serving": 2, "anything": 5}[leaves]
+    return 4 if leaves == "anything" else 3
+
+
+def module_order(modules, needs, leaves, shuffle=None):
+    """The modules (in collection order) sorted by order_rank, stable; shuffled instead with SPARKLAB_ORDER=shuffle."""
+    if shuffle is not None:
+        order = list(modules)
+        random.Random(shuffle).shuffle(order)
+        return order
+    return sorted(modules, key=lambda m: order_rank(needs[m], leaves[m]))
+
+
+def _shuffle_seed():
+    order = os.environ.get("SPARKLAB_ORDER", "")
+    if not order:
+        return None
+    kind, _, seed = order.partition(":")
+    if kind != "shuffle" or seed and not seed.isdigit():
+        raise pytest.UsageError("SPARKLAB_ORDER is 'shuffle' or 'shuffle:SEED' (a whole number), not %r" % order)
+    return int(seed) if seed else int(time.time())
+
+
+def pytest_collection_modifyitems(config, items):
+    by_module = {}
+    for item in items:
+        by_module.setdefault(item.path, []).append(item)
+    needs = {m: module_needs(its) for m, its in by_module.items()}
+    leaves = {m: module_leaves(its) for m, its in by_module.items()}
+    seed = _shuffle_seed()
+    if seed is not None:
+        config.stash[_SEED] = seed
+    rank = {m: n for n, m in enumerate(module_order(list(by_module), needs, leaves, seed))}
     items.sort(key=lambda item: rank[item.path])     # stable: a module's tests keep their order
+
+
+_SEED = pytest.StashKey()
+
+
+def pytest_report_header(config):
+    seed = config.stash.get(_SEED, None)
+    return None if seed is None else "lab modules shuffled: SPARKLAB_ORDER=shuffle:%d repeats this order" % seed
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _leaves_as_declared(request):
+    """After a lab module whose tests all passed: the lab serves if the module declares it leaves it serving, or found
+    it serving and declares nothing. A module that leaves it otherwise makes the next one pay a deployment: its
+    declaration (pytest.mark.leaves) is then wrong, and this says which module it was."""
+    module = request.node
+    if module.get_closest_marker("lab") is None or _skip_reason():
+        yield
+        return
+    lab = request.getfixturevalue("lab")
+    declared = module_leaves([module])
+    before = lab.serves()
+    failed = request.session.testsfailed
+    yield
+    if request.session.testsfailed != failed or declared in ("fresh", "anything"):
+        return
+    if declared == "serving" or before:
+        if lab.wait_serving(limit=180, fail=False) is None:
+            pytest.fail("%s left the lab not serving (it %s): declare pytest.mark.leaves(\"anything\") in the module, "
+                        "or leave it serving" % (module.path.name, "declares leaves(\"serving\")" if declared
+                                                  else "found it serving and declares no pytest.mark.leaves"))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.lab
+# The ufw test ends with stop.yml.
+pytestmark = [pytest.mark.lab, pytest.mark.leaves("anything")]
 
 HEAD = "spark-1"
 

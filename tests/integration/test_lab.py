@@ -14,7 +14,8 @@ import uuid
 
 import pytest
 
-pytestmark = pytest.mark.lab
+# test_guard_survives_down takes the lab down and up: every host starts again from its bare root.
+pytestmark = [pytest.mark.lab, pytest.mark.leaves("fresh")]
 
 REAL_SPARKS = ("10.1.230.180", "192.168.200.13")
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.lab
+# hf runs in the runtime image on the head.
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("staged")]
 
 HEAD = "spark-1"
 KNOB = "/models/.sparklab-hf-fail"   # the stand-in reads it in the directory above --local-dir (the role mounts it)

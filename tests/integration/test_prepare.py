@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.lab
+# The image is pinned from the head and site.yml deploys after prepare.
+pytestmark = [pytest.mark.lab, pytest.mark.usefixtures("staged")]
 
 PASSWORD = "sparklab-become"   # lab/labctl's SUDO_PASSWORD
 SUDOERS = "/etc/sudoers.d/sparkfleet"   # roles/prepare/defaults/main.yml: prepare_sudoers_file

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.lab
+# The tests stop our units on the workers, take the image off them and deploy another image or none.
+pytestmark = [pytest.mark.lab, pytest.mark.leaves("anything")]
 
 HEAD = "spark-1"
 OLD = "0.10.2"
@@ -22,7 +23,9 @@ def image_id(lab, host, image):
 
 
 @pytest.fixture(scope="module")
-def image(lab):
+def image(lab, serving):
+    """The runtime image, and the same image playing vLLM OLD, on the head of a lab that runs our deployment (the
+    tests compare what it runs before and after a refused run; staging leaves the operators' old stack stopped)."""
     return lab.stage("--release", OLD)
 
 

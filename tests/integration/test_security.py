@@ -9,7 +9,6 @@ test_the_unit_restores_the_firewall_before_ray_starts.
 
 from __future__ import annotations
 
-import glob
 import re
 
 import pytest
@@ -52,13 +51,6 @@ with cf.ThreadPoolExecutor(32) as ex:
 """
 
 
-def run_output(data_dir):
-    """Everything the run showed and recorded: the stdout a user saw and every event ansible-runner kept."""
-    texts = [open(p, errors="replace").read() for p in glob.glob(str(data_dir / "artifacts" / "*" / "stdout"))]
-    texts += [open(p, errors="replace").read() for p in glob.glob(str(data_dir / "artifacts" / "*" / "job_events" / "*"))]
-    return texts
-
-
 def listening_ports(lab, host):
     out = lab.host_exec(host, "ss", "-Hltn").stdout
     return sorted({int(line.split()[3].rsplit(":", 1)[1]) for line in out.splitlines() if line.strip()})
@@ -95,10 +87,10 @@ def grep_as(lab, host, user, trees, found_secrets):
 
 
 @pytest.fixture(scope="module")
-def deployed(lab, tmp_path_factory):
-    """site.yml at -v for real (its whole output is what the secrets are looked for in)."""
-    data_dir = tmp_path_factory.mktemp("security-site")
-    return {"run": lab.deploy(data_dir, cmdline="-v"), "output": run_output(data_dir)}
+def deployed(lab, deployment, serving):
+    """The lab serving, and the session's deployment at -v (its whole output is what the secrets are looked for in:
+    in a run of the whole suite, the deployment from the operators' old stack)."""
+    return deployment
 
 
 # --------------------------------------------------------------------------- what the management side reaches

@@ -27,9 +27,8 @@ def _last(lab, pattern):
 
 
 @pytest.fixture(scope="module")
-def recipe_run(lab, tmp_path_factory):
+def recipe_run(lab, serving, tmp_path_factory):
     """site.yml with the defaults (the recipe on), on a lab that serves: its run."""
-    lab.ensure_serving(tmp_path_factory.mktemp("serving"))
     run = lab.site(tmp_path_factory.mktemp("recipe"))
     lab.wait_serving(limit=600)
     return run

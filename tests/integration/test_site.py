@@ -12,16 +12,18 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.lab
+# The last tests stop the cluster (stop.yml) and leave it stopped.
+pytestmark = [pytest.mark.lab, pytest.mark.leaves("anything")]
 
 HEAD = "spark-1"
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def deployed(lab, tmp_path_factory):
-    """site.yml for real, whatever the lab serves already: this module tests the deployment end to end."""
-    return lab.deploy(tmp_path_factory.mktemp("site"))
+def deployed(lab, deployment, serving):
+    """The lab serving, and the session's deployment (stage, then site.yml: in a run of the whole suite, the one from
+    the operators' old stack): this module tests the deployment end to end; its own runs of site.yml follow."""
+    return deployment["run"]
 
 
 def test_site_serves_and_answers_from_the_controller(lab, deployed):
