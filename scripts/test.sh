@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what it needs, then runs
-#   ansible-lint (production) -> ansible-test sanity -> unit tests -> the lab (build, up) ->
-#   lab integration tests (pytest + ansible-runner, from the lab's control namespace) -> molecule.
+#   the lab (build, up) -> lab integration tests (pytest + ansible-runner, from the lab's control namespace), and
+#   beside them ansible-lint (production), ansible-test sanity and the unit tests -> molecule.
 # Every stage runs even if an earlier one failed (except those that need the lab when it could not start);
 # the exit status is non-zero if any stage failed. Root required.
+# Once the lab is up, lint, sanity and unit run beside the lab's integration tests, at the lowest CPU and I/O
+# priority (nice 19, ionice idle): the lab's tests wait on the lab more than they compute (about 45 % of CI's two
+# cores idle), and what they wait for keeps the cores first. Their output follows the integration stage's.
 # Env: SPARKFLEET_STAGES="lint sanity unit lab integration molecule" to run a subset.
+#      SPARKFLEET_OVERLAP=0 runs lint, sanity and unit first, one after another, before the lab (as before).
 #      SPARKFLEET_UNIT_WORKERS=N runs the unit stage on N pytest-xdist workers (default: one per core, CI's machine
 #      has 2); SPARKFLEET_UNIT_WORKERS=0 runs it in one process (serially), as before xdist.
 set -uo pipefail
@@ -13,8 +17,7 @@ cd "$root" || exit 1
 stages=${SPARKFLEET_STAGES:-lint sanity unit lab integration molecule}
 out=tests/output
 mkdir -p "$out"
-rm -f "$out"/junit-*.xml
-declare -a results=()
+rm -f "$out"/junit-*.xml "$out"/stages.txt "$out"/checks.log
 failed=0
 
 want() { case " $stages " in *" ${1%%:*} "*) return 0;; esac; return 1; }
@@ -24,32 +27,54 @@ stage() {  # stage NAME CMD...
   printf '\n===== stage %s: %s\n' "$name" "$*"
   t0=$(date +%s)
   "$@"; rc=$?
-  results+=("$(printf '%-12s %-6s %5ss' "$name" "$([ $rc = 0 ] && echo ok || echo FAILED)" $(( $(date +%s) - t0 )))")
-  [ $rc = 0 ] || failed=1
+  # one line a stage, in a file: stages that run in the background (checks, below) write theirs too
+  printf '%-16s %-6s %5ss\n' "$name" "$([ $rc = 0 ] && echo ok || echo FAILED)" $(( $(date +%s) - t0 )) >> "$out/stages.txt"
   return $rc
 }
 
 scripts/bootstrap.sh || exit 1
 export PATH=$root/.venv/bin:$PATH
 
-stage lint ansible-lint --nocolor
-stage sanity scripts/sanity.sh
-# tests/lab: the lab's stand-ins (not part of the collection), tested without a running lab.
-# On every core: --dist loadfile keeps a file's tests on one worker, so a module-scoped fixture (the packaging tests'
-# collection build and install) is made once, not once per worker.
-unit_workers=${SPARKFLEET_UNIT_WORKERS:-$(nproc)}
-unit_par=()
-[ "$unit_workers" = 0 ] || unit_par=(-n "$unit_workers" --dist loadfile)
-stage unit pytest tests/unit tests/lab -q -p no:cacheprovider "${unit_par[@]}" --junitxml="$out/junit-unit.xml"
+checks() {  # lint, sanity, unit: they need neither the lab nor root's namespaces
+  stage lint ansible-lint --nocolor
+  stage sanity scripts/sanity.sh
+  # tests/lab: the lab's stand-ins (not part of the collection), tested without a running lab.
+  # On every core: --dist loadfile keeps a file's tests on one worker, so a module-scoped fixture (the packaging
+  # tests' collection build and install) is made once, not once per worker.
+  local unit_workers=${SPARKFLEET_UNIT_WORKERS:-$(nproc)} unit_par=()
+  [ "$unit_workers" = 0 ] || unit_par=(-n "$unit_workers" --dist loadfile)
+  stage unit pytest tests/unit tests/lab -q -p no:cacheprovider "${unit_par[@]}" --junitxml="$out/junit-unit.xml"
+}
+overlap=${SPARKFLEET_OVERLAP:-1}
+if ! want integration; then overlap=0; fi
+[ "$overlap" = 1 ] || checks
 
 lab_ok=0
 if want lab || want integration || want molecule; then
   if stage lab lab/prepare.sh; then lab_ok=1; fi
 fi
+checks_pid=
+if [ "$overlap" = 1 ]; then
+  if [ $lab_ok = 1 ]; then
+    printf '\n===== stages lint, sanity, unit: beside the integration stage (nice 19, ionice idle); output: %s\n' \
+      "$out/checks.log"
+    ( renice -n 19 -p "$BASHPID" >/dev/null; ionice -c 3 -p "$BASHPID" 2>/dev/null; checks ) >"$out/checks.log" 2>&1 &
+    checks_pid=$!
+  else
+    checks   # no lab: nothing to run beside
+  fi
+fi
 if [ $lab_ok = 1 ]; then
   # Tests marked `long` exceed CI's budget: scripts/faults.sh runs them with the rest of the fault suite.
   stage integration lab/labctl ctl -- pytest tests/integration -m "lab and not long" -q -p no:cacheprovider \
     --junitxml="$out/junit-integration.xml"
+fi
+if [ -n "$checks_pid" ]; then
+  wait "$checks_pid"
+  printf '\n===== the output of lint, sanity and unit (run beside the integration stage)\n'
+  cat "$out/checks.log"
+fi
+if [ $lab_ok = 1 ]; then
   # The default scenario (every role, on the lab) takes the lab down. The role scenarios (each role alone on the
   # running lab, about 6 minutes) exceed CI's budget: scripts/faults.sh runs them; SPARKFLEET_MOLECULE="gpu_cleanup
   # model_sync ray_cluster vllm_serve healthcheck default" runs them here too (the default one last).
@@ -60,7 +85,8 @@ fi
 want lab && lab/labctl down >/dev/null 2>&1
 
 printf '\n===== summary\n'
-printf '%s\n' "${results[@]}"
+[ -f "$out/stages.txt" ] && cat "$out/stages.txt"
+grep -q ' FAILED ' "$out/stages.txt" 2>/dev/null && failed=1
 # One closing line with the pytest counts of every run above.
 python3 - "$out"/junit-*.xml <<'PY'
 import sys, xml.etree.ElementTree as ET
