@@ -10,6 +10,7 @@ the two together. Private to the collection, pure functions, no I/O.
 
 from __future__ import annotations
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync._sync_transports import CHAINS
 from ansible_collections.sparkfleet.vllm.plugins.plugin_utils._validate_values import (
     check_bool,
     check_calendar,
@@ -35,7 +36,8 @@ CHECKS = {
     "model_sync_forced_command": check_written_file,
     "model_sync_allowed_commands": check_written_file,
     "model_sync_streams": check_whole(1, "a number of parallel streams", 64),
-    "model_sync_transport": check_choice("auto", "tcp", "ssh"),
+    # The transport choices are the registry's (module_utils/sync/_sync_transports.py), as model_sync's own spec.
+    "model_sync_transport": check_choice(*CHAINS),
     "model_sync_bwlimit": check_whole(0, "a bandwidth in KiB/s (0 = no limit)"),
     "model_sync_checksum": check_bool,
     "model_sync_verify": check_bool,

@@ -3,7 +3,8 @@ checked here or names the test that checks it, and every path the page names exi
 
 - calls go down only: which layer of plugins/ may import which (LAYER_IMPORTS);
 - node-side helpers (module_utils) know no role: no role variable is named in their code (a hint names a setting);
-- the page's paths exist, and the tests it names for the other rules exist.
+- the page's paths exist; every rule names tests that exist, and the functions and tables it names are in them;
+- every `file.py::function` the page names exists, and each of the three walks names a test that checks it.
 """
 
 from __future__ import annotations
@@ -184,3 +185,73 @@ def test_the_drawing_sees_a_play_a_floor_file_and_a_cross_role_read(tmp_path, mo
     assert "widget" in out and "floor: f; reads files of beta" in out
     assert re.search(r"f\.yml +alpha", out) and re.search(r"g\.yml +DEAD", out)
     assert "roles/beta/tasks/unused.yml" in out and "roles/beta/tasks/extra.yml" not in out.split("reaches:")[-1]
+
+
+def defined_names(paths):
+    """The functions, classes and assigned names the Python files under paths define (a directory: every file in it)."""
+    names = set()
+    for path in paths:
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for file in files:
+            for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(node.name)
+                elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                    for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                        names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return names
+
+
+def section(title):
+    text = PAGE.read_text(encoding="utf-8")
+    return text.split("\n## %s\n" % title, 1)[1].split("\n## ", 1)[0]
+
+
+def rule_rows():
+    """(rule, held-by cell) of each row of the rules table (a cell may hold an escaped pipe, \\|)."""
+    rows = []
+    for line in section("The rules, and what holds each").splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) == 2 and cells[0] != "rule" and not set(cells[0]) <= set("-"):
+            rows.append(tuple(cells))
+    return rows
+
+
+def test_the_rules_table_is_read():
+    assert len(rule_rows()) >= 15
+
+
+@pytest.mark.parametrize("rule, held_by", rule_rows(), ids=[r[0][:40] for r in rule_rows()])
+def test_every_rule_names_tests_that_exist_and_the_functions_it_names_are_in_them(rule, held_by):
+    ticked = re.findall(r"`([^`]+)`", held_by)
+    tests = [t for t in ticked if t.startswith("tests/")]
+    assert tests, "the rule %r names no test" % rule[:60]
+    missing = [t for t in tests if not (REPO / t).exists()]
+    assert missing == [], "the rule %r names tests that do not exist: %s" % (rule[:60], missing)
+    names = [t for t in ticked if re.match(r"^[A-Za-z_]\w*$", t)]
+    unknown = sorted(set(names) - defined_names([REPO / t for t in tests]))
+    assert unknown == [], "the rule %r names %s, defined in none of %s" % (rule[:60], unknown, tests)
+
+
+def page_test_references():
+    """Every `path.py::name` the page names (a walk's or a rule's test, by file and function)."""
+    return sorted(set(re.findall(r"`([\w./-]+\.py)::(\w+)`", PAGE.read_text(encoding="utf-8"))))
+
+
+@pytest.mark.parametrize("path, name", page_test_references(), ids=["::".join(r) for r in page_test_references()])
+def test_every_test_the_page_names_by_function_exists(path, name):
+    assert name in defined_names([REPO / path]), "docs/ARCHITECTURE.md names %s::%s, which does not exist" % (
+        path, name)
+
+
+def test_each_walk_names_a_test_that_checks_it():
+    walks = re.split(r"\n\*\*(?=A )", section("Three walks"))[1:]
+    assert [w.split(".**")[0] for w in walks] == ["A failure class of vLLM", "A NIC type", "A model sync transport"]
+    for walk in walks:
+        assert re.search(r"`tests/[\w./-]+\.py::test_\w+`", walk), walk[:60]
+
+
+def test_the_name_checks_see_a_missing_function(tmp_path):
+    sample = tmp_path / "test_sample.py"
+    sample.write_text("TABLE = {}\n\n\ndef test_present():\n    pass\n")
+    assert {"TABLE", "test_present"} <= defined_names([sample]) and "test_absent" not in defined_names([tmp_path])

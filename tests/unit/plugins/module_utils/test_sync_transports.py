@@ -2,16 +2,33 @@
 
 from __future__ import annotations
 
+import os
+
 import yaml
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.sync import _sync_transport, _sync_transports
 from ansible_collections.sparkfleet.vllm.plugins.modules import model_sync
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils import _validate_model_sync
+
+ROLE_SPEC = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "model_sync", "meta",
+                         "argument_specs.yml")
 
 
 def test_the_module_offers_exactly_the_registered_choices_in_its_documented_order():
     doc = yaml.safe_load(model_sync.DOCUMENTATION)["options"]["transport"]
     assert doc["choices"] == list(_sync_transports.CHAINS)
     assert doc["default"] in _sync_transports.CHAINS
+
+
+def test_the_role_and_preflight_offer_exactly_the_registered_choices():
+    """A transport choice added to CHAINS reaches preflight's check by itself; the role's argument spec (a static file
+    ansible-doc reads) must state it too, in the registry's order."""
+    with open(ROLE_SPEC, encoding="utf-8") as f:
+        spec = yaml.safe_load(f)["argument_specs"]["main"]["options"]["model_sync_transport"]
+    assert spec["choices"] == list(_sync_transports.CHAINS)
+    check = _validate_model_sync.CHECKS["model_sync_transport"]
+    assert check.choices == tuple(_sync_transports.CHAINS)
+    assert check("rsync")[1] == "must be one of %s" % ", ".join(_sync_transports.CHAINS)
 
 
 def test_every_chain_names_registered_transports_and_the_rsync_passes_have_theirs():
