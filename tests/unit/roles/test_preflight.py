@@ -28,6 +28,9 @@ def _inventory(tmp_path, extra_vars=None, groups=None, host_vars=None):
         "sparkfleet_fabric_subnet": "10.99.1.0/24", "sparkfleet_gpus_per_node": 1, "sparkfleet_image": "img:1",
         "sparkfleet_model_dir": "/models/tiny", "sparkfleet_model_id": "tiny",
         "vllm_serve_tensor_parallel_size": 2, "vllm_serve_api_key": "k123",
+        # These hosts are this machine: the GPU plan must not read its processes as a node's GPU holders (a lab's
+        # containers beside these tests hold the lab's stand-in /dev/nvidia0, visible from here). No device matches.
+        "gpu_cleanup_device_glob": "/dev/sparkfleet-unit-test-no-gpu[0-9]*",
     }
     common.update(extra_vars or {})
     common = {k: v for k, v in common.items() if v is not None}
