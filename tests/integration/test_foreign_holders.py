@@ -77,6 +77,10 @@ def test_a_bare_gpu_holder_is_refused_by_name_and_stopped_only_with_the_variable
         lab.host_exec(HEAD, "kill", pid)
 
 
+# CI: the plan in tests/unit/plugins/module_utils/test_gpu_plan.py::test_a_bare_vllm_engine_is_stale_by_its_name_and_a_
+# job_beside_it_is_named_not_stopped, the stop on the lab by test_site.py::test_stale_unit_holding_the_gpu_is_stopped_
+# and_disabled: long.
+@pytest.mark.long
 def test_a_stale_vllm_process_outside_any_unit_is_still_stopped(lab, serving, tmp_path):
     """A leftover vLLM engine by its command line (retitled VLLM::EngineCore, as vLLM V1 does) in an ssh session: stale,
     so the default stops it (the run is not refused)."""

@@ -72,6 +72,10 @@ def test_a_gated_model_fails_with_the_named_cause_and_the_next_step(lab, tmp_pat
         _clean(lab, target)
 
 
+# CI: the same polls and time limit in tests/unit/roles/test_model_download.py (test_each_poll_shows_the_bytes_of_the_
+# index_total_the_rate_and_the_time_left, test_a_download_that_does_not_end_is_stopped_and_polled_aloud); hf in the
+# lab's image by the test above: long.
+@pytest.mark.long
 def test_a_download_shows_its_bytes_per_poll_and_a_time_limit_is_named(lab, tmp_path):
     """The stand-in writes a shard every 4 s (8 shards of 32 MB); the download may take 20 s and is polled every 2 s."""
     target = "/models/sparklab-slow"

@@ -212,6 +212,10 @@ def test_refuses_a_destination_that_is_not_a_model_directory(synclab, dest):
     lab.sh(target, "rm -rf /srv/userdata")
 
 
+# CI takes this path in the unit tests, on real processes: tests/unit/plugins/modules/test_model_sync.py::
+# test_a_rerun_stops_the_transfer_left_running_by_a_killed_controller and tests/unit/plugins/module_utils/
+# test_model_sync_run.py::test_a_second_taker_stops_the_holder_and_what_it_started; over ssh between lab hosts: long.
+@pytest.mark.long
 @pytest.mark.fault(name='controller killed mid-sync and re-run at once',
                    expected="the re-run stops the orphaned transfer first, then sends only what is missing; "
                             "the worker's copy is marked incomplete until then")

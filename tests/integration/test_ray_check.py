@@ -135,6 +135,9 @@ def test_wrong_expectation_is_reported_not_guessed(raylab):
     assert res["probes"][0]["ok"] is True  # the objects still move: only the inventory is wrong
 
 
+# CI: the same trap on a real capture, tests/unit/plugins/modules/test_ray_cluster_check.py::
+# test_real_unpinned_head_trap_fails_with_both_ips_and_bounded_fetch; real Ray here (a second start): long.
+@pytest.mark.long
 def test_unpinned_head_fails_naming_host_and_both_ips(raylab):
     # The seeds' trap: the head registers its management IP (default route), the worker is pinned.
     raylab.start(pin_head=False)

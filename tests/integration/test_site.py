@@ -121,6 +121,8 @@ def test_second_run_changes_nothing(lab, deployed, tmp_path):
         assert report["round_trips"][worker] <= RERUN_WORKER_ROUND_TRIPS, per_task[:40]
 
 
+# CI: what each skip depends on, recheck included, in tests/unit/roles/test_rerun_skips.py; a third site.yml run: long.
+@pytest.mark.long
 def test_recheck_asks_every_check_again(lab, deployed, tmp_path):
     """sparkfleet_recheck: true runs what a re-run skips because this run already has its answer (issue 44), and
     still changes nothing."""

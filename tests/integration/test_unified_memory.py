@@ -138,6 +138,11 @@ def test_a_leaking_worker_escalates_instead_of_looping(lab, serving, tmp_path, o
     assert ok, seen[-3000:]
 
 
+# CI: the gate's drop and count in tests/unit/roles/test_sparkfleet_memory.py (test_the_gate_drops_caches_on_every_node_
+# once_and_starts, test_measure_counts_the_page_cache_as_not_free), the stand-in's MemFree rule in tests/lab/test_unified.py,
+# the gate on the lab by test_a_leaking_worker_escalates_instead_of_looping and test_an_over_use_stops_at_the_gate_not_
+# in_a_wedge; a stop, a full page cache and an engine start: long.
+@pytest.mark.long
 @pytest.mark.fault(name="the worker's page cache full after a sync, with vLLM's later startup rule (MemFree:"
                         " vllm#48140, the page cache is not free), then the engine starts",
                    expected="the memory gate drops the worker's page cache and the engine starts and serves (without"
