@@ -175,9 +175,12 @@ def test_supervision_metrics_come_from_every_node(monitored):
     # the head keeps every node's baseline, by node name
     series, err = query(monitored, "sparkfleet:memory_baseline_bytes:by_node")
     assert not err and {s["metric"]["node"] for s in series} == set(monitored.hosts), series
-    # the engine's real counters moved with the completions above
-    series, err = query(monitored, "vllm:generation_tokens_total")
-    assert not err and series and float(series[0]["value"][1]) >= 20, series
+    # the engine's real counters moved with the fixture's completions (5 x 4 tokens): Prometheus has them once it
+    # scraped after the last one (a query between scrapes reads the scrape before; that read 10 of them in CI)
+    def counted():
+        series, err = query(monitored, "vllm:generation_tokens_total")
+        return not err and series and float(series[0]["value"][1]) >= 20
+    assert monitored.wait_for(counted, 90, step=5) is not None, query(monitored, "vllm:generation_tokens_total")
 
 
 def test_prometheus_answers_only_where_the_firewall_allows(monitored):
