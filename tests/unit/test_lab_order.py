@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
+import os
 import re
 import subprocess
 import sys
@@ -92,18 +94,41 @@ def test_the_integration_conftest_names_no_test_module():
     assert names == [], names
 
 
-def test_the_collected_order_keeps_the_modules_that_need_a_serving_lab_together():
-    """What the whole suite's order is today, collected as CI collects it: a lab taken down first, no module that
-    needs a serving lab after one that may leave anything but the one that follows it."""
-    p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", "lab",
-                        "tests/integration"], capture_output=True, text=True, cwd=str(REPO), timeout=300, check=False)
+# Loaded into the collecting pytest: each module in the order it will run, with the fixtures its tests request and
+# its pytest.mark.leaves, as pytest itself resolves them (not read from the source text).
+_PROBE = """
+import json
+
+
+def pytest_collection_finish(session):
+    modules = {}
+    for item in session.items:
+        entry = modules.setdefault(item.path.name, {"fixtures": set(), "leaves": None})
+        entry["fixtures"].update(item.fixturenames)
+        mark = item.get_closest_marker("leaves")
+        entry["leaves"] = mark.args[0] if mark else entry["leaves"]
+    print("LAB-ORDER " + json.dumps([[name, sorted(e["fixtures"]), e["leaves"]] for name, e in modules.items()]))
+"""
+
+
+def test_the_collected_order_keeps_the_modules_that_need_a_serving_lab_together(tmp_path):
+    """What the whole suite's order is today, collected as CI collects it: the module that takes the lab down first, no
+    module that needs a serving lab and keeps it after the first one that may leave anything."""
+    (tmp_path / "lab_order_probe.py").write_text(_PROBE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p",
+                        "lab_order_probe", "-m", "lab and not long", "tests/integration"],
+                       capture_output=True, text=True, cwd=str(REPO), timeout=300, check=False, env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    modules = list(dict.fromkeys(line.split("::")[0].rsplit("/", 1)[-1] for line in p.stdout.splitlines()
-                                 if line.startswith("tests/integration/")))
-    assert modules[0] == "test_lab.py", modules
-    tree = {m: (REPO / "tests" / "integration" / m).read_text() for m in modules}
-    leaves_anything = [m for m in modules if 'leaves("anything")' in tree[m]]
-    first_anything = min(modules.index(m) for m in leaves_anything)
-    needs_serving_after = [m for m in modules[first_anything + 1:] if re.search(r"\bserving\b", tree[m])
-                           and 'leaves("anything")' not in tree[m]]
-    assert needs_serving_after == [], (modules, needs_serving_after)
+    (line,) = [ln for ln in p.stdout.splitlines() if ln.startswith("LAB-ORDER ")]
+    modules = json.loads(line[len("LAB-ORDER "):])
+    names = [name for name, _fixtures, _leaves in modules]
+    assert [name for name, _f, leaves in modules if leaves == "fresh"] == names[:1] == ["test_lab.py"], names
+    first_anything = min(n for n, (_name, _f, leaves) in enumerate(modules) if leaves == "anything")
+    late = [name for name, fixtures, leaves in modules[first_anything + 1:] if "serving" in fixtures
+            and leaves != "anything"]
+    assert late == [], (names, late)
+    # the modules that needed a deployed lab only because another had deployed it now ask for it
+    needs = {name: set(fixtures) for name, fixtures, _leaves in modules}
+    assert "staged" in needs["test_model_download.py"] and "staged" in needs["test_prepare.py"]
+    assert {"serving", "deployment"} <= needs["test_security.py"] and {"serving", "deployment"} <= needs["test_site.py"]
